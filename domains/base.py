@@ -1,0 +1,222 @@
+"""The protocol every domain implements, and what the harness hands it.
+
+A domain turns batches of its modality into :class:`losses.Scores`, pretrains an encoder with a loss
+of the core, and evaluates the frozen representation with its field's protocol. The harness knows
+nothing else about it: it resolves a :class:`RunSpec` (domain, method, dataset, loss, preset, seed,
+the domain's config dataclass), builds a :class:`RunContext` and calls ``pretrain`` then ``evaluate``.
+
+Rules for a domain module (so ``harness list`` works whatever extras are installed):
+- import only the standard library, numpy and torch at module level; import the heavy libraries of
+  its extra (torch_geometric, torchvision, dm_control, transformers, ...) inside functions, through
+  :func:`require`, which turns a missing package into a :class:`UserError` naming the extra;
+- raise :class:`UserError` (or :class:`DatasetMissingError`) for every mistake a user can fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import logging
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+class UserError(Exception):
+    """A mistake the user can fix; the CLI prints it as one line, without a traceback."""
+
+
+class DatasetMissingError(UserError):
+    """A dataset is not on disk and could not be downloaded; the message says where to put it."""
+
+
+def require(module: str, extra: str) -> Any:
+    """Import ``module`` or raise a UserError that names the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise UserError(
+            f"this needs the Python package '{module.split('.')[0]}' ({exc}); "
+            f"install it with: pip install 'contrastive-harness[{extra}]'"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A dataset a domain can load. ``needs_download`` is False for the embedded defaults."""
+
+    name: str
+    description: str
+    needs_download: bool = True
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Named overrides of a domain's config dataclass, and the seeds a preset runs by default."""
+
+    description: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published number, shown on the leaderboard as a labelled reference row, never as ours."""
+
+    source: str  # e.g. "PUCL paper, Table 2"
+    dataset: str
+    label: str  # e.g. "InfoGraph+PUCL (alpha 0.1)"
+    value: float
+    std: float | None = None
+    method: str = ""
+    loss: str = ""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything that defines one run. ``config`` is the domain's dataclass, fully resolved."""
+
+    domain: str
+    method: str
+    dataset: str
+    loss: str
+    loss_params: dict[str, Any]
+    preset: str
+    seed: int
+    config: Any
+
+    def make_loss(self):
+        """The loss callable ``loss(scores) -> scalar`` from the core registry."""
+        import losses
+
+        return losses.get(self.loss, **self.loss_params)
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+
+@dataclass
+class PretrainResult:
+    """What ``pretrain`` returns: the trained model(s) and what the record keeps of training."""
+
+    model: Any
+    curve: list[dict[str, Any]] = field(default_factory=list)  # one dict per epoch / eval point
+    throughput: dict[str, float] = field(default_factory=dict)  # e.g. {"graphs_per_s": ...}
+    info: dict[str, Any] = field(default_factory=dict)  # anything else worth recording
+
+
+@dataclass
+class EvalResult:
+    """What ``evaluate`` returns. ``metrics`` holds the primary metric and the other scalars;
+    ``details`` the per-fold / per-task / per-episode numbers (JSON-serialisable)."""
+
+    metrics: dict[str, float]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunContext:
+    """What the harness gives a domain for one run."""
+
+    seed: int
+    device: torch.device
+    data_root: Path
+    work_dir: Path  # private to this run: checkpoints live here
+    resume: bool = False
+    quiet: bool = False
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
+
+    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
+        """A tqdm progress bar, silent under ``--quiet``."""
+        from tqdm.auto import tqdm
+
+        return iter(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
+
+    def log(self, message: str) -> None:
+        self.logger.info(message)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.work_dir / "checkpoint.pt"
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        """Atomically save ``state`` (tensors, state_dicts, python objects): a kill never corrupts it."""
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.work_dir, prefix=".ckpt-", suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, self.checkpoint_path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    def load_checkpoint(self) -> dict[str, Any] | None:
+        """The last checkpoint when resuming, else None."""
+        if not self.resume or not self.checkpoint_path.exists():
+            return None
+        return torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+
+
+class Domain(ABC):
+    """Base class of a domain. Subclasses set the class attributes and implement the two steps."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    config_class: ClassVar[type]  # a dataclass; every field has a default (the quick CPU setting)
+    methods: ClassVar[dict[str, str]]  # method name -> one-line description
+    default_method: ClassVar[str]
+    datasets: ClassVar[dict[str, DatasetSpec]]
+    default_dataset: ClassVar[str]  # embedded, needs no download
+    losses: ClassVar[tuple[str, ...]]  # loss names accepted (core registry names, or domain objectives)
+    presets: ClassVar[dict[str, Preset]]  # at least "quick" and "paper"
+    primary_metric: ClassVar[str]
+    higher_is_better: ClassVar[bool] = True
+    baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
+    references: ClassVar[tuple[Reference, ...]] = ()
+
+    def validate(self, spec: RunSpec) -> None:
+        """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
+
+    @abstractmethod
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        """Train the representation; checkpoint through ``ctx.save_checkpoint`` and resume from
+        ``ctx.load_checkpoint()``."""
+
+    @abstractmethod
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        """Evaluate the frozen representation with the domain's protocol."""
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        """What identifies the data a run saw (file hashes, generator parameters)."""
+        return {"dataset": spec.dataset}
+
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+        """Speed benchmark rows for ``harness bench <domain>``; each row a flat dict."""
+        raise UserError(f"domain '{self.name}' has no benchmark")
+
+
+def hash_files(paths: Iterable[Path]) -> str:
+    """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(p) for p in paths):
+        digest.update(path.name.encode())
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def hash_jsonable(obj: Any) -> str:
+    """A stable sha256 of a JSON-serialisable object."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,122 @@
+"""Shared, vectorised building blocks of the losses: positive pairs, masked log-sum-exps, the
+debiased negative term, and the reduction over anchors. No Python loop touches anchors or
+candidates; positives are handled as a list of (anchor, candidate) index pairs, so the work on
+them is O(number of positives), not O(A·K)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from losses.scores import Scores
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Float32 logits and the per-row counts and index lists the losses share."""
+
+    logits: Tensor  # float32 [A, K]
+    anchor: Tensor  # long [P]: anchor of each positive pair
+    pos_logit: Tensor  # float32 [P]
+    n_pos: Tensor  # float32 [A]: M_a
+    n_neg: Tensor  # float32 [A]: N_a
+    log_floor: Tensor  # float32 [A]: log of the floor (detached)
+
+
+def prepare(scores: Scores) -> Prepared:
+    logits = scores.logits.float()
+    anchor, cand = scores.pos_mask.nonzero(as_tuple=True)
+    if scores.min_logit is not None:
+        log_floor = logits.new_full((logits.shape[0],), float(scores.min_logit))
+    else:
+        log_floor = logits.detach().amin(dim=1)
+    return Prepared(
+        logits=logits,
+        anchor=anchor,
+        pos_logit=logits[anchor, cand],
+        n_pos=scores.pos_mask.sum(1).float(),
+        n_neg=scores.neg_mask.sum(1).float(),
+        log_floor=log_floor,
+    )
+
+
+def masked_logsumexp(logits: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor:
+    """Row-wise ``log Σ_{k∈mask} exp(scale·logits)``; -inf for an empty row."""
+    x = logits if scale == 1.0 else logits * scale
+    return x.masked_fill(~mask, float("-inf")).logsumexp(dim=1)
+
+
+def per_anchor_mean(per_pair: Tensor, p: Prepared) -> Tensor:
+    """Mean of a per-positive-pair quantity over each anchor's positives ([A]; 0 without positives)."""
+    total = per_pair.new_zeros(p.n_pos.shape[0]).index_add(0, p.anchor, per_pair)
+    return total / p.n_pos.clamp_min(1.0)
+
+
+def log_pos_mean(p: Prepared) -> Tensor:
+    """``log pos_mean_a`` for every anchor (-inf without positives)."""
+    shift = torch.zeros_like(p.n_pos).scatter_reduce(0, p.anchor, p.pos_logit.detach(), "amax",
+                                                     include_self=False)
+    sums = torch.zeros_like(p.n_pos).index_add(0, p.anchor, torch.exp(p.pos_logit - shift[p.anchor]))
+    has_pos = p.n_pos > 0
+    # Rows without positives get 0 (a placeholder the callers mask out), never log(0).
+    safe = torch.where(has_pos, sums / p.n_pos.clamp_min(1.0), torch.ones_like(sums))
+    return torch.log(safe) + shift
+
+
+def debiased_log_negative(log_neg_mean: Tensor, log_pos_mean_: Tensor, p: Prepared,
+                          neg_coef: float, pos_coef: float) -> Tensor:
+    """``log max(neg_coef·neg_mean - pos_coef·pos_mean, floor)`` per anchor, stably.
+
+    Computed relative to ``log neg_mean`` so nothing overflows, and the log is only ever taken of a
+    quantity proven positive: where the estimate falls below the floor, the floor is used and no
+    gradient flows (as the ``max`` of the paper's formula)."""
+    log_ratio = log_pos_mean_ - log_neg_mean  # log(pos_mean / neg_mean)
+    if pos_coef > 0:
+        # Past log(neg_coef/pos_coef) the estimate is negative and the floor wins anyway; capping
+        # the exponent there keeps exp finite (an inf would turn the zero gradient into NaN).
+        log_ratio = log_ratio.clamp_max(math.log(neg_coef / pos_coef) + 1.0)
+    ratio = torch.exp(log_ratio)
+    est = neg_coef - pos_coef * ratio  # (neg_coef·neg_mean - pos_coef·pos_mean) / neg_mean
+    floor_rel = torch.exp(p.log_floor - log_neg_mean.detach())
+    above = est > floor_rel
+    log_est = torch.log(torch.where(above, est, torch.ones_like(est))) + log_neg_mean
+    return torch.where(above, log_est, p.log_floor)
+
+
+def contrast_with_negative_term(p: Prepared, log_neg_term: Tensor) -> Tensor:
+    """Per-anchor mean over positives of ``-log( e_ap / (e_ap + exp(log_neg_term_a)) )``."""
+    per_pair = torch.logaddexp(p.pos_logit, log_neg_term[p.anchor]) - p.pos_logit
+    return per_anchor_mean(per_pair, p)
+
+
+def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str) -> Tensor:
+    """Mean of ``per_anchor`` over the anchors that qualify; ValueError if none does."""
+    if not bool(valid.any()):
+        raise ValueError(f"{loss}: no anchor has {needs}, so the loss is undefined")
+    return per_anchor[valid].mean()
+
+
+def debiased_loss(scores: Scores, name: str, log_neg_mean_fn, neg_coef: float, pos_coef: float) -> Tensor:
+    """The family of DCL, HCL and PUCL: ``-log(e_ap / (e_ap + N_a·g_a))`` with
+    ``g_a = max(neg_coef·r_a - pos_coef·pos_mean_a, floor)``, ``r_a`` the (possibly reweighted)
+    negative mean given in log form by ``log_neg_mean_fn(prepared, scores)``."""
+    p = prepare(scores)
+    log_r = log_neg_mean_fn(p, scores)
+    valid = (p.n_pos > 0) & (p.n_neg > 0)
+    zeros = torch.zeros_like(log_r)
+    log_g = debiased_log_negative(torch.where(valid, log_r, zeros), torch.where(valid, log_pos_mean(p), zeros),
+                                  p, neg_coef, pos_coef)
+    log_ng = torch.log(p.n_neg.clamp_min(1.0)) + log_g
+    return reduce_anchors(contrast_with_negative_term(p, log_ng), valid, name,
+                          "both a positive and a negative")
+
+
+def log_neg_mean(p: Prepared, scores: Scores) -> Tensor:
+    """``log neg_mean_a``: the plain mean of the negatives' exponentiated logits."""
+    return masked_logsumexp(p.logits, scores.neg_mask) - torch.log(p.n_neg.clamp_min(1.0))
+
+
+LOG2 = math.log(2.0)

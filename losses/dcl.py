@@ -1,0 +1,30 @@
+"""Debiased contrastive loss (Chuang, Robinson, Lin, Torralba, Jegelka, NeurIPS 2020,
+"Debiased Contrastive Learning").
+
+Negatives drawn from the data contain same-class samples with probability ``tau_plus``; DCL
+corrects the negative term with the positives:
+
+    g_a = max( (neg_mean_a - tau_plus·pos_mean_a) / (1 - tau_plus), floor )
+    L_a = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + N_a·g_a) )
+
+``floor = exp(min_logit)`` (``e^{-1/t}`` for cosine logits). ``tau_plus = 0`` is InfoNCE.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from losses._core import debiased_loss, log_neg_mean
+from losses.registry import HParam, LossSpec, register
+from losses.scores import Scores
+
+TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, high_open=True)
+
+
+def dcl(scores: Scores, tau_plus: float = 0.1) -> Tensor:
+    tau_plus = TAU_PLUS.check(tau_plus)
+    return debiased_loss(scores, "dcl", log_neg_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
+
+
+register(LossSpec("dcl", dcl, (TAU_PLUS,), paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",
+                  summary="debiased negatives with class prior tau_plus"))

@@ -1,0 +1,69 @@
+"""Debiased positives (Troeshestova & Isachenko, "Positive-debiased contrastive learning").
+
+The positive term itself is debiased: ``P_a`` estimates the positive density from every candidate
+and the sample itself (``s_a = exp(max_logit)``, the logit of a sample with itself), with
+``tau_minus = 1 - tau_plus``:
+
+    P_a = (Σ_n e_an + Σ_p e_ap + s_a) / (N_a + M_a + 1)
+    L_a = -log( max(P_a - tau_minus·neg_mean_a, tau_plus·floor) / (P_a + (N_a·tau_plus - tau_minus)·neg_mean_a) )
+
+``aggregation="grouping"`` builds ``P_a`` from all positives at once; ``"combination"`` averages the
+loss over positives, each building ``P_a`` from itself alone (``M_a = 1``). They agree for M_a = 1.
+Where ``max_logit`` is None, ``s_a = exp(max_k logits[a, k])`` (detached).
+
+For very few negatives (``N_a·tau_plus`` well below ``tau_minus``) the denominator can fall below
+the floored numerator; there the ratio is floored at 1 (loss 0) instead of taking the log of a
+non-positive number.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses.registry import HParam, LossSpec, register
+from losses.scores import Scores
+
+TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, low_open=True, high_open=True)
+AGGREGATION = HParam("aggregation", "grouping", choices=("grouping", "combination"))
+
+
+def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grouping") -> Tensor:
+    tau_plus, aggregation = TAU_PLUS.check(tau_plus), AGGREGATION.check(aggregation)
+    tau_minus = 1.0 - tau_plus
+    p = prepare(scores)
+    # Shift every row by log s_a, the largest logit it can hold, so all exponentials are <= 1 and
+    # the self term is exactly 1.
+    if scores.max_logit is not None:
+        shift = p.logits.new_full((p.logits.shape[0],), float(scores.max_logit))
+    else:
+        shift = p.logits.detach().amax(dim=1)
+    valid = (p.n_pos > 0) & (p.n_neg > 0)
+    n_neg = p.n_neg.clamp_min(1.0)
+    neg_sum = torch.exp(masked_logsumexp(p.logits, scores.neg_mask) - shift)  # Σ_n e_an / s_a
+    e_pos = torch.exp(p.pos_logit - shift[p.anchor])  # e_ap / s_a per positive pair
+    if aggregation == "grouping":
+        pos_sum = torch.zeros_like(neg_sum).index_add(0, p.anchor, e_pos)[p.anchor]
+        n_pos = p.n_pos[p.anchor]
+    else:
+        pos_sum, n_pos = e_pos, torch.ones_like(e_pos)
+    a = p.anchor
+    density = (neg_sum[a] + pos_sum + 1.0) / (p.n_neg[a] + n_pos + 1.0)
+    neg_mean = neg_sum[a] / n_neg[a]
+    estimate = density - tau_minus * neg_mean
+    log_floor = math.log(tau_plus) + p.log_floor[a] - shift[a]
+    above = estimate > torch.exp(log_floor)
+    log_num = torch.where(above, torch.log(torch.where(above, estimate, torch.ones_like(estimate))), log_floor)
+    denom = density + (n_neg[a] * tau_plus - tau_minus) * neg_mean
+    ok = denom > torch.exp(log_num)
+    log_den = torch.where(ok, torch.log(torch.where(ok, denom, torch.ones_like(denom))), log_num)
+    return reduce_anchors(per_anchor_mean(log_den - log_num, p), valid, "debiased_pos",
+                          "both a positive and a negative")
+
+
+register(LossSpec("debiased_pos", debiased_pos, (TAU_PLUS, AGGREGATION),
+                  paper="Troeshestova & Isachenko, positive-debiased contrastive learning",
+                  summary="debiases the positive term; grouping or combination over positives"))

@@ -1,0 +1,37 @@
+"""Hard-negative contrastive loss (Robinson, Chuang, Sra, Jegelka, ICLR 2021, "Contrastive
+Learning with Hard Negative Samples").
+
+DCL with the negatives importance-weighted towards the hard ones:
+
+    w_an = exp(beta·logits[a,n]) / ((1/N_a) Σ_n' exp(beta·logits[a,n']))      (not detached)
+    r_a  = (1/N_a) Σ_n w_an e_an  = Σ_n exp((1+beta)·l_an) / Σ_n exp(beta·l_an)
+    g_a  = max( (r_a - tau_plus·pos_mean_a) / (1 - tau_plus), floor )
+    L_a  = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + N_a·g_a) )
+
+``beta = 0`` is DCL.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from losses._core import Prepared, debiased_loss, masked_logsumexp
+from losses.dcl import TAU_PLUS
+from losses.registry import HParam, LossSpec, register
+from losses.scores import Scores
+
+BETA = HParam("beta", 1.0, low=0.0)
+
+
+def hcl(scores: Scores, tau_plus: float = 0.1, beta: float = 1.0) -> Tensor:
+    tau_plus, beta = TAU_PLUS.check(tau_plus), BETA.check(beta)
+
+    def log_reweighted_mean(p: Prepared, s: Scores) -> Tensor:
+        return masked_logsumexp(p.logits, s.neg_mask, 1.0 + beta) - masked_logsumexp(p.logits, s.neg_mask, beta)
+
+    return debiased_loss(scores, "hcl", log_reweighted_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
+
+
+register(LossSpec("hcl", hcl, (TAU_PLUS, BETA),
+                  paper="Robinson et al., ICLR 2021, Contrastive Learning with Hard Negative Samples",
+                  summary="DCL with negatives reweighted by hardness beta"))

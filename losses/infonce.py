@@ -1,0 +1,28 @@
+"""InfoNCE / NT-Xent (van den Oord et al. 2018; Chen et al. 2020, "A Simple Framework for
+Contrastive Learning of Visual Representations").
+
+    L_a = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + Σ_{n∈U_a} e_an) )
+
+With ``pair_scores`` this is SimCLR's NT-Xent. Each positive is contrasted with the negatives only,
+not with the other positives. An anchor without negatives has loss 0 (its positives win trivially).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses.registry import LossSpec, register
+from losses.scores import Scores
+
+
+def infonce(scores: Scores) -> Tensor:
+    p = prepare(scores)
+    log_neg_sum = masked_logsumexp(p.logits, scores.neg_mask)
+    per_pair = torch.logaddexp(p.pos_logit, log_neg_sum[p.anchor]) - p.pos_logit
+    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "infonce", "a positive")
+
+
+register(LossSpec("infonce", infonce, paper="van den Oord et al. 2018 (CPC); Chen et al. 2020 (SimCLR)",
+                  summary="InfoNCE / NT-Xent, the biased baseline"))

@@ -1,0 +1,31 @@
+"""The Jensen-Shannon mutual-information estimator of Deep InfoMax (Hjelm et al. 2019), which
+InfoGraph (Sun et al., ICLR 2020) trains with; the graph domain's baseline.
+
+Not a per-anchor loss: pairs are pooled over the whole batch,
+
+    L = mean_{(a,p) positive} softplus(-logits[a,p]) + mean_{(a,n) negative} softplus(logits[a,n]) - 2·log 2
+
+which is InfoGraph's ``E_neg - E_pos`` with ``E_pos = log 2 - softplus(-l)``, ``E_neg = softplus(l) - log 2``.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor
+
+from losses._core import LOG2, prepare
+from losses.registry import LossSpec, register
+from losses.scores import Scores
+
+
+def jsd(scores: Scores) -> Tensor:
+    p = prepare(scores)
+    n_neg = scores.neg_mask.sum()
+    if p.pos_logit.numel() == 0 or int(n_neg) == 0:
+        raise ValueError("jsd: the batch needs at least one positive and one negative pair")
+    neg_term = (F.softplus(p.logits) * scores.neg_mask).sum() / n_neg
+    return F.softplus(-p.pos_logit).mean() + neg_term - 2.0 * LOG2
+
+
+register(LossSpec("jsd", jsd, paper="Hjelm et al., ICLR 2019 (DIM); Sun et al., ICLR 2020 (InfoGraph)",
+                  summary="Jensen-Shannon MI estimator, InfoGraph's own objective"))

@@ -1,0 +1,239 @@
+"""The `Scores` object every loss consumes, and the constructors that build it from embeddings.
+
+Conventions (``shared/specs/losses.md``): ``logits[a, k]`` is the similarity of anchor ``a`` to
+candidate ``k`` divided by the temperature; ``pos_mask`` and ``neg_mask`` are disjoint; entries in
+neither are ignored. The cosine constructors know the logit range ``[-1/t, 1/t]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from losses.distributed import gather_with_grad
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Logits of A anchors against K candidates, with the positive and negative masks."""
+
+    logits: Tensor  # float [A, K], already divided by the temperature
+    pos_mask: Tensor  # bool [A, K]
+    neg_mask: Tensor  # bool [A, K]
+    min_logit: float | None = None
+    max_logit: float | None = None
+    anchor_labels: Tensor | None = None  # long [A]
+    candidate_labels: Tensor | None = None  # long [K]
+
+    def __post_init__(self) -> None:
+        logits, pos, neg = self.logits, self.pos_mask, self.neg_mask
+        if not isinstance(logits, Tensor) or logits.dim() != 2:
+            raise ValueError(f"logits must be a 2-D tensor [A, K], got {_shape(logits)}")
+        if not logits.is_floating_point():
+            raise ValueError(f"logits must be floating point, got {logits.dtype}")
+        for name, mask in (("pos_mask", pos), ("neg_mask", neg)):
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+                raise ValueError(f"{name} must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}")
+            if mask.shape != logits.shape:
+                raise ValueError(f"{name} has shape {tuple(mask.shape)} but logits have {tuple(logits.shape)}")
+        if (pos & neg).any():
+            raise ValueError("pos_mask and neg_mask overlap: a candidate cannot be both positive and negative")
+        if not torch.isfinite(logits.detach()).all():
+            raise ValueError("logits contain NaN or infinite values")
+        for name, labels, size in (("anchor_labels", self.anchor_labels, logits.shape[0]),
+                                   ("candidate_labels", self.candidate_labels, logits.shape[1])):
+            if labels is not None and (labels.dim() != 1 or labels.shape[0] != size):
+                raise ValueError(f"{name} must have shape [{size}], got {tuple(labels.shape)}")
+        if (self.anchor_labels is None) != (self.candidate_labels is None):
+            raise ValueError("anchor_labels and candidate_labels must be given together")
+
+    @property
+    def has_labels(self) -> bool:
+        return self.anchor_labels is not None
+
+
+def _shape(x: object) -> str:
+    return str(tuple(x.shape)) if isinstance(x, Tensor) else type(x).__name__
+
+
+def _check_temperature(temperature: float) -> None:
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+
+
+def _check_embeddings(name: str, z: Tensor, dim: int | None = None) -> None:
+    if not isinstance(z, Tensor) or z.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor [N, d], got {_shape(z)}")
+    if dim is not None and z.shape[1] != dim:
+        raise ValueError(f"{name} has embedding size {z.shape[1]}, expected {dim}")
+
+
+def _prepare(z: Tensor, normalize: bool) -> Tensor:
+    # Losses are computed in float32 whatever the autocast state or the input precision.
+    z = z.float()
+    return F.normalize(z, dim=1) if normalize else z
+
+
+def _finish(anchors: Tensor, candidates: Tensor, pos: Tensor, neg: Tensor, temperature: float,
+            normalize: bool, anchor_labels: Tensor | None = None,
+            candidate_labels: Tensor | None = None) -> Scores:
+    with torch.autocast(device_type=anchors.device.type, enabled=False):
+        logits = anchors @ candidates.T / temperature
+    bound = 1.0 / temperature if normalize else None
+    return Scores(logits, pos, neg, -bound if bound is not None else None, bound,
+                  anchor_labels, candidate_labels)
+
+
+def _gather(x: Tensor, gather: bool) -> tuple[Tensor, int]:
+    """Candidates from every rank (with gradient) and the offset of this rank's rows among them."""
+    return gather_with_grad(x) if gather else (x, 0)
+
+
+def pair_scores(z1: Tensor, z2: Tensor, temperature: float, *, labels: Tensor | None = None,
+                normalize: bool = True, gather: bool = False) -> Scores:
+    """SimCLR layout: the 2B rows ``cat(z1, z2)`` are anchors and candidates; the positive of row i
+    is its other view, every other row but itself is a negative (M=1, N=2B-2)."""
+    _check_temperature(temperature)
+    _check_embeddings("z1", z1)
+    _check_embeddings("z2", z2, z1.shape[1])
+    if z1.shape[0] != z2.shape[0]:
+        raise ValueError(f"z1 and z2 must hold the same samples, got {z1.shape[0]} and {z2.shape[0]} rows")
+    return multiview_scores([z1, z2], temperature, labels=labels, normalize=normalize, gather=gather)
+
+
+def multiview_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
+                     labels: Tensor | None = None, normalize: bool = True,
+                     gather: bool = False) -> Scores:
+    """V views of B samples (a list of [B, d] or a [V, B, d] tensor). Anchors and candidates are
+    all V·B rows, view-major; positives are the other V-1 views of the same sample, negatives every
+    view of every other sample."""
+    _check_temperature(temperature)
+    views = list(views)
+    if len(views) < 2:
+        raise ValueError(f"multiview_scores needs at least 2 views, got {len(views)}")
+    for i, v in enumerate(views):
+        _check_embeddings(f"views[{i}]", v, views[0].shape[1])
+        if v.shape[0] != views[0].shape[0]:
+            raise ValueError(f"views[{i}] has {v.shape[0]} rows, views[0] has {views[0].shape[0]}")
+    batch = views[0].shape[0]
+    anchors = _prepare(torch.cat(views), normalize)
+    sample = torch.arange(batch, device=anchors.device).repeat(len(views))
+    if gather:
+        # Gather per view so the global layout is view-major too; sample ids become global.
+        gathered = [gather_with_grad(_prepare(v, normalize)) for v in views]
+        candidates = torch.cat([g for g, _ in gathered])
+        offset = gathered[0][1]
+        global_batch = gathered[0][0].shape[0]
+        cand_sample = torch.arange(global_batch, device=anchors.device).repeat(len(views))
+        anchor_sample = sample + offset
+        rows = torch.arange(anchors.shape[0], device=anchors.device)
+        self_col = (rows // batch) * global_batch + offset + rows % batch
+    else:
+        candidates, cand_sample, anchor_sample = anchors, sample, sample
+        self_col = torch.arange(anchors.shape[0], device=anchors.device)
+    same = anchor_sample[:, None] == cand_sample[None, :]
+    is_self = torch.zeros_like(same)
+    is_self[torch.arange(anchors.shape[0], device=anchors.device), self_col] = True
+    anchor_labels = cand_labels = None
+    if labels is not None:
+        _check_labels(labels, batch)
+        anchor_labels = labels.repeat(len(views))
+        cand_labels = (gather_with_grad(labels)[0] if gather else labels).repeat(len(views))
+    return _finish(anchors, candidates, same & ~is_self, ~same, temperature, normalize,
+                   anchor_labels, cand_labels)
+
+
+def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,
+                labels: Tensor | None = None, bank_labels: Tensor | None = None,
+                normalize: bool = True, gather: bool = False) -> Scores:
+    """MoCo / CMC layout: anchors are the B queries; candidates of query i are ``[key_i] + bank``:
+    column 0 is its own key (the positive), the K bank entries are negatives. With ``gather=True``
+    each rank's bank is taken as a shard and the shards of every rank are concatenated."""
+    _check_temperature(temperature)
+    _check_embeddings("query", query)
+    _check_embeddings("key", key, query.shape[1])
+    _check_embeddings("bank", bank, query.shape[1])
+    if key.shape[0] != query.shape[0]:
+        raise ValueError(f"key must have one row per query, got {key.shape[0]} keys for {query.shape[0]} queries")
+    if (labels is None) != (bank_labels is None):
+        raise ValueError("labels and bank_labels must be given together")
+    q, k = _prepare(query, normalize), _prepare(key, normalize)
+    bank, _ = _gather(_prepare(bank, normalize), gather)
+    with torch.autocast(device_type=q.device.type, enabled=False):
+        logits = torch.cat([(q * k).sum(1, keepdim=True), q @ bank.T], dim=1) / temperature
+    pos = torch.zeros(logits.shape, dtype=torch.bool, device=q.device)
+    pos[:, 0] = True
+    anchor_labels = cand_labels = None
+    if labels is not None:
+        _check_labels(labels, q.shape[0])
+        bank_labels = gather_with_grad(bank_labels)[0] if gather else bank_labels
+        _check_labels(bank_labels, bank.shape[0], "bank_labels")
+        # Column 0 holds a different key on every row (always the positive), so it has no single
+        # label: -1 marks it; no loss reads the label of a positive.
+        anchor_labels = labels
+        cand_labels = torch.cat([labels.new_full((1,), -1), bank_labels])
+    bound = 1.0 / temperature if normalize else None
+    return Scores(logits, pos, ~pos, -bound if bound is not None else None, bound, anchor_labels, cand_labels)
+
+
+def label_scores(z: Tensor, labels: Tensor, temperature: float, *, normalize: bool = True,
+                 gather: bool = False) -> Scores:
+    """Supervised layout: positives are the other rows with the same label, negatives the rows with
+    another label; the labels are kept in the Scores."""
+    _check_temperature(temperature)
+    _check_embeddings("z", z)
+    _check_labels(labels, z.shape[0])
+    anchors = _prepare(z, normalize)
+    candidates, offset = _gather(anchors, gather)
+    cand_labels = gather_with_grad(labels)[0] if gather else labels
+    same = labels[:, None] == cand_labels[None, :]
+    is_self = torch.zeros_like(same)
+    rows = torch.arange(z.shape[0], device=z.device)
+    is_self[rows, rows + offset] = True
+    return _finish(anchors, candidates, same & ~is_self, ~same, temperature, normalize, labels, cand_labels)
+
+
+def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, temperature: float, *,
+                      members: str = "candidates", normalize: bool = True,
+                      gather: bool = False) -> Scores:
+    """Membership layout (InfoGraph). With ``members="candidates"`` (``member_of`` has one entry
+    per candidate) anchor ``a`` is positive with candidate ``k`` iff ``member_of[k] == a``: a graph
+    and its own nodes. With ``members="anchors"`` (one entry per anchor) iff ``member_of[a] == k``:
+    a node and its own graph. Every other pair is a negative."""
+    _check_temperature(temperature)
+    _check_embeddings("anchors", anchors)
+    _check_embeddings("candidates", candidates, anchors.shape[1])
+    if members not in ("candidates", "anchors"):
+        raise ValueError(f"members must be 'candidates' or 'anchors', got {members!r}")
+    owners, owned = (anchors, candidates) if members == "candidates" else (candidates, anchors)
+    if member_of.dim() != 1 or member_of.shape[0] != owned.shape[0]:
+        raise ValueError(f"member_of must have one entry per {members[:-1]} ({owned.shape[0]}), "
+                         f"got shape {tuple(member_of.shape)}")
+    if member_of.numel() and (member_of.min() < 0 or member_of.max() >= owners.shape[0]):
+        raise ValueError(f"member_of values must lie in [0, {owners.shape[0]})")
+    a = _prepare(anchors, normalize)
+    c, offset = _gather(_prepare(candidates, normalize), gather)
+    device = a.device
+    if members == "candidates":
+        if gather:
+            # Another rank's nodes belong to another rank's graphs: mark them with an owner id that
+            # matches no local anchor.
+            all_member_of = gather_with_grad(member_of)[0]
+            local = torch.zeros(c.shape[0], dtype=torch.bool, device=device)
+            local[offset:offset + member_of.shape[0]] = True
+            member_of = torch.where(local, all_member_of, torch.full_like(all_member_of, -1))
+        pos = torch.arange(a.shape[0], device=device)[:, None] == member_of[None, :]
+    else:
+        pos = (member_of + offset)[:, None] == torch.arange(c.shape[0], device=device)[None, :]
+    return _finish(a, c, pos, ~pos, temperature, normalize)
+
+
+def _check_labels(labels: Tensor, size: int, name: str = "labels") -> None:
+    if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != size:
+        raise ValueError(f"{name} must be a 1-D tensor of {size} class ids, got {_shape(labels)}")
+    if labels.is_floating_point():
+        raise ValueError(f"{name} must hold integer class ids, got {labels.dtype}")

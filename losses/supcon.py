@@ -1,0 +1,73 @@
+"""Supervised contrastive losses.
+
+``supcon`` (Khosla et al., NeurIPS 2020, "Supervised Contrastive Learning", L_out):
+
+    L_a = -(1/M_a) Σ_{p∈P_a} log( e_ap / Σ_{k∈P_a∪U_a} e_ak )
+
+``eps_supcon`` (Barbano et al., ICLR 2023, "Unbiased Supervised Contrastive Learning", Eq. 5),
+margin ``epsilon`` in logit units:
+
+    L_a = epsilon - (1/M_a) Σ_p log( e_ap / (exp(-epsilon)·Σ_{p'∈P_a} e_ap' + Σ_{n∈U_a} e_an) )
+
+``eps_supinfonce`` (Barbano et al. 2023, Eq. 4):
+
+    L_a = -(1/M_a) Σ_p log( e_ap / (exp(-epsilon)·e_ap + Σ_{n∈U_a} e_an) )
+
+``eps_supcon(epsilon=0)`` is ``supcon``; ``eps_supinfonce(epsilon=0)`` is ``infonce`` when M_a = 1.
+All three need labels in the Scores (``label_scores``, or ``labels=`` in the other constructors).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses.registry import HParam, LossSpec, register
+from losses.scores import Scores
+
+EPSILON = HParam("epsilon", 0.0, low=0.0)
+
+
+def require_labels(scores: Scores, loss: str) -> None:
+    if not scores.has_labels:
+        raise ValueError(f"{loss} is supervised: the Scores carry no labels (build them with "
+                         "label_scores, or pass labels= to the constructor)")
+
+
+def supcon(scores: Scores) -> Tensor:
+    require_labels(scores, "supcon")
+    p = prepare(scores)
+    log_all = masked_logsumexp(p.logits, scores.pos_mask | scores.neg_mask)
+    per_pair = log_all[p.anchor] - p.pos_logit
+    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "supcon", "a positive")
+
+
+def eps_supcon(scores: Scores, epsilon: float = 0.0) -> Tensor:
+    epsilon = EPSILON.check(epsilon)
+    require_labels(scores, "eps_supcon")
+    p = prepare(scores)
+    log_den = torch.logaddexp(masked_logsumexp(p.logits, scores.pos_mask) - epsilon,
+                              masked_logsumexp(p.logits, scores.neg_mask))
+    per_pair = epsilon + log_den[p.anchor] - p.pos_logit
+    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "eps_supcon", "a positive")
+
+
+def eps_supinfonce(scores: Scores, epsilon: float = 0.0) -> Tensor:
+    epsilon = EPSILON.check(epsilon)
+    require_labels(scores, "eps_supinfonce")
+    p = prepare(scores)
+    log_neg = masked_logsumexp(p.logits, scores.neg_mask)
+    per_pair = torch.logaddexp(p.pos_logit - epsilon, log_neg[p.anchor]) - p.pos_logit
+    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "eps_supinfonce", "a positive")
+
+
+register(LossSpec("supcon", supcon, needs_labels=True,
+                  paper="Khosla et al., NeurIPS 2020, Supervised Contrastive Learning (L_out)",
+                  summary="supervised contrastive loss"))
+register(LossSpec("eps_supcon", eps_supcon, (EPSILON,), needs_labels=True,
+                  paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 5",
+                  summary="SupCon with a margin epsilon (logit units)"))
+register(LossSpec("eps_supinfonce", eps_supinfonce, (EPSILON,), needs_labels=True,
+                  paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 4",
+                  summary="supervised InfoNCE with a margin epsilon (logit units)"))
