@@ -40,9 +40,12 @@ class Scores:
                 raise ValueError(f"{name} must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}")
             if mask.shape != logits.shape:
                 raise ValueError(f"{name} has shape {tuple(mask.shape)} but logits have {tuple(logits.shape)}")
-        if (pos & neg).any():
+        # any() over uint8 is several times faster than over bool on the CPU.
+        if torch.logical_and(pos, neg).view(torch.uint8).any():
             raise ValueError("pos_mask and neg_mask overlap: a candidate cannot be both positive and negative")
-        if not torch.isfinite(logits.detach()).all():
+        # A non-finite entry makes the sum non-finite; only then (or on overflow) look at every entry,
+        # which costs several passes over the matrix.
+        if not torch.isfinite(logits.detach().float().sum()) and not torch.isfinite(logits.detach()).all():
             raise ValueError("logits contain NaN or infinite values")
         for name, labels, size in (("anchor_labels", self.anchor_labels, logits.shape[0]),
                                    ("candidate_labels", self.candidate_labels, logits.shape[1])):
@@ -121,30 +124,30 @@ def multiview_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
             raise ValueError(f"views[{i}] has {v.shape[0]} rows, views[0] has {views[0].shape[0]}")
     batch = views[0].shape[0]
     anchors = _prepare(torch.cat(views), normalize)
-    sample = torch.arange(batch, device=anchors.device).repeat(len(views))
+    device = anchors.device
     if gather:
-        # Gather per view so the global layout is view-major too; sample ids become global.
+        # Gather per view so the global layout is view-major too.
         gathered = [gather_with_grad(_prepare(v, normalize)) for v in views]
         candidates = torch.cat([g for g, _ in gathered])
-        offset = gathered[0][1]
-        global_batch = gathered[0][0].shape[0]
-        cand_sample = torch.arange(global_batch, device=anchors.device).repeat(len(views))
-        anchor_sample = sample + offset
-        rows = torch.arange(anchors.shape[0], device=anchors.device)
-        self_col = (rows // batch) * global_batch + offset + rows % batch
+        offset, global_batch = gathered[0][1], gathered[0][0].shape[0]
     else:
-        candidates, cand_sample, anchor_sample = anchors, sample, sample
-        self_col = torch.arange(anchors.shape[0], device=anchors.device)
-    same = anchor_sample[:, None] == cand_sample[None, :]
-    is_self = torch.zeros_like(same)
-    is_self[torch.arange(anchors.shape[0], device=anchors.device), self_col] = True
+        candidates, offset, global_batch = anchors, 0, batch
+    # Anchor (view v, sample i) and candidate (view w, global sample j) are views of one sample iff
+    # j == offset + i: a [batch, global_batch] block tiled V x V (cheaper than comparing sample ids).
+    local = torch.arange(batch, device=device)
+    block = torch.zeros(batch, global_batch, dtype=torch.bool, device=device)
+    block[local, local + offset] = True
+    same = block.repeat(len(views), len(views))
+    neg = ~same
+    pos = same  # in place, no second matrix: the same sample in another view, not the row itself
+    rows = torch.arange(anchors.shape[0], device=device)
+    pos[rows, (rows // batch) * global_batch + offset + rows % batch] = False
     anchor_labels = cand_labels = None
     if labels is not None:
         _check_labels(labels, batch)
         anchor_labels = labels.repeat(len(views))
         cand_labels = (gather_with_grad(labels)[0] if gather else labels).repeat(len(views))
-    return _finish(anchors, candidates, same & ~is_self, ~same, temperature, normalize,
-                   anchor_labels, cand_labels)
+    return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels)
 
 
 def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,
@@ -191,10 +194,11 @@ def label_scores(z: Tensor, labels: Tensor, temperature: float, *, normalize: bo
     candidates, offset = _gather(anchors, gather)
     cand_labels = gather_with_grad(labels)[0] if gather else labels
     same = labels[:, None] == cand_labels[None, :]
-    is_self = torch.zeros_like(same)
+    neg = ~same
+    pos = same  # in place: the same label, not the row itself
     rows = torch.arange(z.shape[0], device=z.device)
-    is_self[rows, rows + offset] = True
-    return _finish(anchors, candidates, same & ~is_self, ~same, temperature, normalize, labels, cand_labels)
+    pos[rows, rows + offset] = False
+    return _finish(anchors, candidates, pos, neg, temperature, normalize, labels, cand_labels)
 
 
 def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, temperature: float, *,

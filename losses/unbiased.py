@@ -23,7 +23,7 @@ def unbiased(scores: Scores) -> Tensor:
     require_labels(scores, "unbiased")
     p = prepare(scores)
     true_neg = scores.neg_mask & (scores.anchor_labels[:, None] != scores.candidate_labels[None, :])
-    n_true = true_neg.sum(1).float()
+    n_true = true_neg.sum(1, dtype=torch.int32).float()
     log_term = (masked_logsumexp(p.logits, true_neg) + torch.log(p.n_neg.clamp_min(1.0))
                 - torch.log(n_true.clamp_min(1.0)))
     return reduce_anchors(contrast_with_negative_term(p, log_term), (p.n_pos > 0) & (n_true > 0),

@@ -1,0 +1,130 @@
+"""The graph domain: InfoGraph (Sun et al., ICLR 2020) on TU graph-classification sets, with every
+unsupervised loss of the core, evaluated by InfoGraph's nested-CV SVM protocol (accuracy in percent).
+
+    harness run --domain graph --loss pucl --dataset MUTAG --preset paper
+
+Modules: ``config`` (the dataclass), ``data`` (TU loading, flat batching, featureless rule),
+``synthetic`` (the embedded default), ``model`` (GIN encoder, FF heads), ``infograph`` (pairs and
+training), ``evaluate`` (the SVM protocol), ``bench`` (speed).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domains import register
+from domains.base import (
+    DatasetSpec,
+    Domain,
+    EvalResult,
+    PretrainResult,
+    Preset,
+    Reference,
+    RunContext,
+    RunSpec,
+    UserError,
+)
+from domains.graph import synthetic
+from domains.graph.config import C_GRID, GraphConfig
+from domains.graph.data import GraphSet, load_tu, tu_fingerprint
+from domains.graph.evaluate import svm_protocol
+from domains.graph.infograph import embed_all, train
+
+_TU = {
+    "MUTAG": "188 nitro compounds, mutagenic or not (2 classes, node labels)",
+    "PTC_MR": "344 compounds, carcinogenic in male rats or not (2 classes, node labels)",
+    "ENZYMES": "600 protein tertiary structures, 6 enzyme classes (node labels)",
+    "PROTEINS": "1,113 proteins, enzyme or not (2 classes, node labels)",
+    "DD": "1,178 protein structures, enzyme or not (2 classes, node labels; large graphs)",
+    "IMDB-BINARY": "1,000 actor ego-networks, action or romance (2 classes, no node features)",
+    "REDDIT-BINARY": "2,000 discussion threads, Q&A or discussion (2 classes, no node features; large graphs)",
+}
+_INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
+_PUCL = "PUCL paper, Table 2"
+_PUCL_DATASETS = ("PTC_MR", "ENZYMES", "DD", "REDDIT-BINARY")
+
+
+def _pucl_rows(label: str, loss: str, values: tuple[float, ...]) -> tuple[Reference, ...]:
+    return tuple(Reference(_PUCL, ds, label, v, method="infograph", loss=loss) for ds, v in zip(_PUCL_DATASETS, values))
+
+
+@register
+class GraphDomain(Domain):
+    name = "graph"
+    description = "InfoGraph (GIN, node-graph mutual information) on TU graph classification; nested-CV SVM accuracy"
+    config_class = GraphConfig
+    methods = {"infograph": "InfoGraph: GIN encoder, FF heads, node-vs-graph pairs (Sun et al. 2020)"}
+    default_method = "infograph"
+    datasets = {
+        synthetic.NAME: DatasetSpec(synthetic.NAME, "500 generated graphs (BA base + house or bowtie motif), "
+                                    "label = motif; embedded, no download", needs_download=False),
+        **{name: DatasetSpec(name, f"TU: {text}") for name, text in _TU.items()},
+    }
+    default_dataset = synthetic.NAME
+    losses = ("jsd", "infonce", "dcl", "hcl", "pucl", "debiased_pos")
+    presets = {
+        "quick": Preset("5 epochs, batch 128, GIN 3x32: a CPU smoke run (MUTAG in seconds)", {}, (0, 1, 2)),
+        "paper": Preset("InfoGraph's setting: 20 epochs, batch 128, Adam lr 1e-3, GIN 3x32, 10 seeds",
+                        {"epochs": 20, "batch_size": 128, "lr": 1e-3, "hidden": 32, "layers": 3},
+                        tuple(range(10))),
+    }
+    primary_metric = "accuracy"
+    higher_is_better = True
+    baseline_loss = "jsd"
+    references = (
+        *(Reference(_INFOGRAPH, ds, "InfoGraph (paper)", v, method="infograph", loss="jsd")
+          for ds, v in (("MUTAG", 89.01), ("PTC_MR", 61.65), ("REDDIT-BINARY", 82.50), ("IMDB-BINARY", 73.03))),
+        *_pucl_rows("InfoGraph", "jsd", (56.63, 50.33, 73.16, 82.99)),
+        *_pucl_rows("InfoGraph+DEB", "dcl", (55.74, 51.21, 70.58, 84.89)),
+        *_pucl_rows("InfoGraph+HCL", "hcl", (56.20, 51.35, 71.61, 85.07)),
+        *_pucl_rows("InfoGraph+PUCL (alpha 0.1)", "pucl", (58.90, 56.21, 77.62, 87.08)),
+    )
+
+    def validate(self, spec: RunSpec) -> None:
+        spec.config.check()
+        if spec.loss not in self.losses:
+            raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")
+        # Any TU name is allowed (it is looked up under <data root>/TU/ or downloaded), but only a name.
+        if spec.dataset != synthetic.NAME and not re.fullmatch(r"[A-Za-z0-9_\-]+", spec.dataset):
+            raise UserError(f"graph domain: '{spec.dataset}' is not a TU dataset name (letters, digits, '_', '-')")
+
+    def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
+        if dataset == synthetic.NAME:
+            return synthetic.load_synthetic(cfg)
+        return load_tu(dataset, Path(data_root), cfg)
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        self.validate(spec)
+        data = self.load(spec.dataset, ctx.data_root, spec.config).to(ctx.device)
+        return train(spec, ctx, data)
+
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        cfg: GraphConfig = spec.config
+        tic = time.perf_counter()
+        x, y = embed_all(pretrained.model)
+        res = svm_protocol(x, y, ctx.seed, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds,
+                           standardize=cfg.standardize, n_jobs=cfg.svm_jobs)
+        details: dict[str, Any] = {
+            "fold_accuracy": res["fold_accuracy"], "chosen_C": res["chosen_C"],
+            "protocol": {"classifier": "sklearn SVC (rbf, gamma=scale)", "C_grid": list(C_GRID),
+                         "outer_folds": cfg.svm_folds, "inner_folds": cfg.svm_inner_folds,
+                         "standardize": cfg.standardize, "split_seed": ctx.seed, "metric": "accuracy, percent"},
+            "node_features": pretrained.model.data.node_features, "num_graphs": int(x.shape[0]),
+            "embedding_dim": int(x.shape[1]), "eval_seconds": time.perf_counter() - tic,
+        }
+        return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        if spec.dataset == synthetic.NAME:
+            return synthetic.fingerprint()
+        return tu_fingerprint(spec.dataset, Path(ctx.data_root), spec.config.download)
+
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+        from domains.graph.bench import run_benchmark
+
+        return run_benchmark(self, device, Path(data_root), quick)

@@ -1,0 +1,113 @@
+"""InfoGraph pretraining (Sun et al., ICLR 2020) with any unsupervised loss of the core.
+
+Pairs: a node and its own graph are a positive pair; a node and every other graph of the batch a
+negative (``losses.membership_scores``, one comparison of index vectors, no loop). Direction:
+``anchor="node"`` scores each node against the B graphs (M=1, N=B-1); ``anchor="graph"`` scores
+each graph against the batch's nodes (M = its node count). ``jsd`` is InfoGraph itself: raw dot
+products of the two heads' outputs, pooled over all pairs of the batch (so the direction does not
+change it); every other loss scores cosine similarities divided by ``temperature``.
+
+Batches: the graphs are reshuffled every epoch by a generator seeded with (seed, epoch), so a resumed
+run sees the same batches; a last batch of a single graph (no negative) joins the previous one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+import losses
+from domains.base import PretrainResult, RunContext, RunSpec
+from domains.graph.config import GraphConfig
+from domains.graph.data import GraphSet
+from domains.graph.model import InfoGraph
+
+
+@dataclass
+class Pretrained:
+    """What ``pretrain`` hands to ``evaluate``: the trained networks and the data on the device."""
+
+    model: InfoGraph
+    data: GraphSet
+
+
+def scoring(loss: str, cfg: GraphConfig) -> tuple[float, bool]:
+    """(temperature, normalize) of the scores: raw dot products for jsd, cosine / temperature otherwise."""
+    return (1.0, False) if loss == "jsd" else (cfg.temperature, True)
+
+
+def infograph_scores(graph_emb: Tensor, node_emb: Tensor, node_graph: Tensor, anchor: str,
+                     temperature: float, normalize: bool) -> losses.Scores:
+    """Scores of nodes against graphs; ``node_graph[i]`` is the batch index of node i's graph."""
+    if anchor == "node":
+        return losses.membership_scores(node_emb, graph_emb, node_graph, temperature, members="anchors",
+                                        normalize=normalize)
+    return losses.membership_scores(graph_emb, node_emb, node_graph, temperature, members="candidates",
+                                    normalize=normalize)
+
+
+def epoch_batches(n_graphs: int, batch_size: int, seed: int, epoch: int) -> list[Tensor]:
+    """The graph indices of each batch of ``epoch``: a seeded permutation cut into ``batch_size`` chunks."""
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0]))
+    chunks = list(torch.randperm(n_graphs, generator=gen).split(batch_size))
+    if len(chunks) > 1 and chunks[-1].shape[0] == 1:
+        chunks[-2:] = [torch.cat(chunks[-2:])]
+    return chunks
+
+
+def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
+    """Pretrain on every graph of ``data`` (already on ``ctx.device``), checkpointing each epoch."""
+    cfg: GraphConfig = spec.config
+    model = InfoGraph(data.num_features, cfg.hidden, cfg.layers).to(ctx.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    loss_fn = spec.make_loss()
+    temperature, normalize = scoring(spec.loss, cfg)
+    curve: list[dict[str, Any]] = []
+    start = 0
+    state = ctx.load_checkpoint()
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        start, curve = state["epoch"], state["curve"]
+        ctx.log(f"resuming graph pretraining at epoch {start + 1}")
+    seen, train_seconds = 0, 0.0
+    for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start):
+        model.train()
+        tic, total, count = time.perf_counter(), 0.0, 0
+        for idx in epoch_batches(data.num_graphs, cfg.batch_size, ctx.seed, epoch):
+            b = data.batch(idx)
+            graph_out, node_out = model(b.x, b.edge_index, b.batch, b.num_graphs)
+            loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * b.num_graphs
+            count += b.num_graphs
+        seconds = time.perf_counter() - tic
+        seen, train_seconds = seen + count, train_seconds + seconds
+        curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds})
+        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                             "epoch": epoch + 1, "curve": curve})
+    throughput = {"graphs_per_s": seen / train_seconds} if train_seconds > 0 else {}
+    info = {"anchor": cfg.anchor, "normalize": normalize, "temperature": temperature if normalize else None,
+            "node_features": data.node_features, "num_graphs": data.num_graphs,
+            "num_features": data.num_features, "num_classes": data.num_classes,
+            "embedding_dim": model.encoder.out_dim, "resumed_at_epoch": start if state is not None else None}
+    return PretrainResult(Pretrained(model, data), curve=curve, throughput=throughput, info=info)
+
+
+@torch.no_grad()
+def embed_all(pre: Pretrained, chunk: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """Frozen graph embeddings and labels of every graph, in dataset order."""
+    pre.model.eval()
+    data = pre.data
+    out = []
+    for idx in torch.arange(data.num_graphs, device=data.y.device).split(chunk):
+        b = data.batch(idx)
+        out.append(pre.model.embed(b.x, b.edge_index, b.batch, b.num_graphs).cpu())
+    return torch.cat(out).double().numpy(), data.y.cpu().numpy()

@@ -1,0 +1,119 @@
+"""Reinforcement learning: CURL with SAC on DeepMind Control from pixels, with any unsupervised loss of
+the core as its contrastive objective (``infonce`` is CURL itself; the DCL paper used ``dcl``).
+
+The metric is the mean return of the deterministic policy over ``eval_episodes`` episodes at the end
+of training; budgets are ENVIRONMENT steps (agent steps × action repeat), as in the papers.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import losses
+from domains import register
+from domains.base import (
+    DatasetSpec,
+    Domain,
+    EvalResult,
+    PretrainResult,
+    Reference,
+    RunContext,
+    RunSpec,
+    UserError,
+)
+from domains.rl.config import PRESETS, TASKS, CurlConfig
+
+_CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"
+_DCL = "DCL paper (Chuang et al. 2020), Table 3"
+_TASK_ORDER = ("finger-spin", "cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk", "ball_in_cup-catch")
+
+
+def _rows(source: str, label: str, loss: str, values: tuple[tuple[float, float], ...]) -> tuple[Reference, ...]:
+    return tuple(Reference(source, task, label, value, std, method="curl", loss=loss)
+                 for task, (value, std) in zip(_TASK_ORDER, values))
+
+
+REFERENCES = (
+    *_rows(_CURL, "CURL (InfoNCE)", "infonce",
+           ((767, 56), (582, 146), (538, 233), (299, 48), (403, 24), (769, 43))),
+    *_rows(_DCL, "Biased (CURL, InfoNCE)", "infonce",
+           ((310, 33), (850, 20), (918, 96), (266, 41), (623, 120), (928, 47))),
+    *_rows(_DCL, "Debiased (DCL, tau+ 0.1)", "dcl",
+           ((364, 36), (860, 4), (868, 177), (302, 29), (594, 33), (951, 11))),
+)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+@register
+class RLDomain(Domain):
+    name = "rl"
+    description = "CURL + SAC on DeepMind Control from pixels; metric: mean episode return (env-step budgets)"
+    config_class = CurlConfig
+    methods = {"curl": "CURL (Srinivas et al. 2020): SAC with a contrastive auxiliary loss on random crops"}
+    default_method = "curl"
+    datasets = {name: DatasetSpec(name, f"DeepMind Control {t.domain} {t.task} from pixels, action repeat "
+                                        f"{t.action_repeat} (ships with dm_control; needs OpenGL rendering)",
+                                  needs_download=False)
+                for name, t in TASKS.items()}
+    default_dataset = "cartpole-swingup"
+    losses = tuple(losses.available(needs_labels=False))
+    presets = PRESETS
+    primary_metric = "return"
+    higher_is_better = True
+    baseline_loss = "infonce"
+    references = REFERENCES
+
+    def validate(self, spec: RunSpec) -> None:
+        if spec.method not in self.methods:
+            raise UserError(f"unknown method '{spec.method}' for domain rl; available: {', '.join(self.methods)}")
+        if spec.dataset not in TASKS:
+            raise UserError(f"unknown task '{spec.dataset}'; available: {', '.join(TASKS)}")
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        from domains.rl.curl import train
+
+        trained, out = train(spec.config, TASKS[spec.dataset], spec.dataset, spec.make_loss(), ctx)
+        return PretrainResult(model=trained, curve=out["curve"], throughput=out["throughput"], info=out["info"])
+
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        import numpy as np
+
+        from domains.rl.curl import final_evaluation
+
+        trained = pretrained.model
+        returns = final_evaluation(trained, spec.config)
+        final = {"env_steps": trained.env_steps, "agent_steps": trained.agent_steps, "updates": trained.updates,
+                 "eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
+                 "eval_episode_returns": [float(r) for r in returns]}
+        metrics = {"return": float(np.mean(returns)), "return_std": float(np.std(returns)),
+                   "env_steps": float(trained.env_steps)}
+        details = {"task": trained.task, "env_steps": trained.env_steps, "agent_steps": trained.agent_steps,
+                   "action_repeat": trained.action_repeat, "step_unit": "environment steps (agent steps x action "
+                   "repeat)", "updates": trained.updates, "episode_returns": final["eval_episode_returns"],
+                   "learning_curve": [*pretrained.curve, final]}
+        return EvalResult(metrics=metrics, details=details)
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        from domains.rl.env import rendering_backend
+
+        task = TASKS[spec.dataset]
+        cfg = spec.config
+        return {"dataset": spec.dataset, "suite": f"{task.domain}-{task.task}", "camera_id": task.camera_id,
+                "action_repeat": cfg.action_repeat or task.action_repeat, "image_size": cfg.image_size,
+                "dm_control": _version("dm_control"), "mujoco": _version("mujoco"),
+                "rendering": rendering_backend()}
+
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+        from domains.rl.bench import benchmark
+
+        return benchmark(device, quick)

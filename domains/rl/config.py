@@ -1,0 +1,115 @@
+"""The arguments of CURL with SAC (Srinivas, Laskin & Abbeel 2020), the six DeepMind Control tasks of its
+benchmark, and the presets.
+
+Units: every budget is counted in ENVIRONMENT steps (agent steps × action repeat), as the papers do:
+"100k" is 100,000 environment steps, i.e. 12,500 agent steps on cartpole (action repeat 8). The one
+exception is ``seed_agent_steps``, counted in agent steps as CURL's ``--init_steps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domains.base import Preset
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A DeepMind Control task and the per-task settings of the CURL paper."""
+
+    domain: str  # dm_control.suite domain, e.g. "cartpole"
+    task: str  # e.g. "swingup"
+    action_repeat: int
+    lr: float = 1e-3  # learning rate of actor, critic and encoder (CURL: 2e-4 for cheetah)
+    camera_id: int = 0  # CURL renders camera 0 (camera 2 for quadruped)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "cartpole-swingup": TaskSpec("cartpole", "swingup", action_repeat=8),
+    "finger-spin": TaskSpec("finger", "spin", action_repeat=2),
+    "reacher-easy": TaskSpec("reacher", "easy", action_repeat=4),
+    "cheetah-run": TaskSpec("cheetah", "run", action_repeat=4, lr=2e-4),
+    "walker-walk": TaskSpec("walker", "walk", action_repeat=2),
+    "ball_in_cup-catch": TaskSpec("ball_in_cup", "catch", action_repeat=4),
+}
+
+# Every task above runs 1000 control steps per episode (dm_control's default time limit), so an
+# episode is 1000 environment steps whatever the action repeat, and its return lies in [0, 1000].
+EPISODE_ENV_STEPS = 1000
+
+
+@dataclass
+class CurlConfig:
+    """CURL + SAC arguments. Defaults are the quick CPU setting; the presets give the paper's."""
+
+    # Budget and evaluation (environment steps).
+    num_env_steps: int = 4000
+    eval_freq: int = 2000  # evaluate every this many environment steps (at the next episode end)
+    eval_episodes: int = 3
+    checkpoint_freq: int = 10_000  # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never
+    seed_agent_steps: int = 100  # uniformly random actions before learning (agent steps, CURL: 1000)
+    # Observations.
+    action_repeat: int | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)
+    frame_stack: int = 3
+    image_size: int = 100  # rendered size
+    crop_size: int = 84  # random crop for training, centre crop for acting and evaluation
+    # Replay and optimisation.
+    buffer_capacity: int = 100_000  # transitions (agent steps)
+    batch_size: int = 128
+    lr: float | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
+    beta: float = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
+    # SAC.
+    hidden_dim: int = 1024
+    discount: float = 0.99
+    init_temperature: float = 0.1
+    alpha_lr: float = 1e-4
+    alpha_beta: float = 0.5
+    actor_log_std_min: float = -10.0
+    actor_log_std_max: float = 2.0
+    actor_update_freq: int = 2
+    critic_tau: float = 0.01
+    critic_target_update_freq: int = 2
+    # Encoder and the contrastive part.
+    feature_dim: int = 50
+    num_filters: int = 32
+    num_conv_layers: int = 4
+    encoder_tau: float = 0.05  # EMA rate of the key encoder (the critic target's encoder)
+    curl_update_freq: int = 1
+    num_positives: int = 1  # M: key crops per query; 2 adds a second random crop (B x 2B logits)
+
+    def __post_init__(self) -> None:
+        positive = ("num_env_steps", "eval_freq", "eval_episodes", "frame_stack", "image_size", "crop_size",
+                    "buffer_capacity", "batch_size", "hidden_dim", "feature_dim", "num_filters",
+                    "num_conv_layers", "actor_update_freq", "critic_target_update_freq", "curl_update_freq",
+                    "num_positives")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("checkpoint_freq", "seed_agent_steps"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.action_repeat is not None and self.action_repeat < 1:
+            raise ValueError(f"action_repeat must be >= 1 or none, got {self.action_repeat}")
+        if self.crop_size > self.image_size:
+            raise ValueError(f"crop_size ({self.crop_size}) must not exceed image_size ({self.image_size})")
+        for name in ("discount", "critic_tau", "encoder_tau"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.num_positives > 2:
+            raise ValueError(f"num_positives must be 1 or 2 (the DCL paper's M), got {self.num_positives}")
+
+
+_PAPER = dict(eval_freq=10_000, eval_episodes=10, seed_agent_steps=1000, batch_size=512, checkpoint_freq=10_000)
+
+PRESETS: dict[str, Preset] = {
+    "quick": Preset("a smoke-scale CPU run: 4k env steps, batch 128, 3 eval episodes (not a result)", {}),
+    "cpu": Preset("the reduced-step CPU protocol: 20k env steps, batch 128, eval every 5k env steps with "
+                  "5 episodes, 100 seed agent steps",
+                  dict(num_env_steps=20_000, eval_freq=5000, eval_episodes=5, seed_agent_steps=100,
+                       batch_size=128)),
+    "paper": Preset("CURL/DCL protocol at 100k environment steps: batch 512, eval every 10k env steps with "
+                    "10 episodes, 1000 seed agent steps", dict(num_env_steps=100_000, **_PAPER)),
+    "100k": Preset("same as paper: 100k environment steps", dict(num_env_steps=100_000, **_PAPER)),
+    "500k": Preset("CURL's second benchmark: 500k environment steps, batch 512",
+                   dict(num_env_steps=500_000, **{**_PAPER, "checkpoint_freq": 20_000})),
+}

@@ -1,0 +1,535 @@
+"""CURL: contrastive unsupervised representations with SAC, from pixels (Srinivas, Laskin & Abbeel 2020),
+with any unsupervised loss of the core as the contrastive objective (Chuang et al. 2020 used DCL).
+
+The algorithm, top to bottom, as in CURL's public code:
+
+- Observations: 3 stacked 100x100 RGB frames, stored as uint8; a random 84x84 crop (one offset per sample)
+  for every update, the centre crop for acting and evaluation.
+- Encoder: 4 convolutions of 32 filters 3x3 (stride 2, then 1), ReLU, a linear layer to 50, LayerNorm
+  (no tanh: CURL builds it with ``output_logits=True``). Actor and critic share the convolutions; each
+  has its own linear + LayerNorm head. The actor never trains the convolutions (its gradient is cut
+  after them); the critic and the contrastive loss do.
+- SAC: twin Q MLPs and a tanh-Gaussian actor MLP of 1024 units, entropy temperature learned from 0.1 with
+  target entropy -|A|; the critic target (Q heads and encoder) follows the critic by EMA, τ=0.01 for the
+  Q heads and τ=0.05 for the encoder, every 2 updates; the actor and α are updated every 2 updates.
+- Contrastive part: query q = f(crop₁(o)) from the online (critic) encoder, key k = f_EMA(crop₂(o)) from
+  the critic target's encoder, detached; logits ``qᵢᵀ W kⱼ`` (B x B, a learned bilinear W) become a
+  ``losses.Scores`` with the diagonal as positives and raw logits (no bound is known: min/max None).
+  With ``num_positives=2`` a second key crop adds B columns: B x 2B logits, two positives per row.
+  CURL's cross-entropy (after subtracting the row max, which no core loss depends on) is ``infonce``.
+- Schedule: ``seed_agent_steps`` uniformly random actions, then one update per agent step (critic,
+  actor and α every 2nd, target EMA every 2nd, contrastive every step), then the environment step.
+
+Budgets and the learning curve are in ENVIRONMENT steps (agent steps × action repeat).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import losses
+from domains.base import RunContext
+from domains.rl.config import EPISODE_ENV_STEPS, CurlConfig, TaskSpec
+from domains.rl.env import DMCEnv
+
+# --------------------------------------------------------------------------------------------- augmentation
+
+
+def random_crop(obs: Tensor, size: int, generator: torch.Generator | None = None) -> Tensor:
+    """``[B, C, H, W] -> [B, C, size, size]``, each sample cropped at its own uniformly drawn offset
+    (all ``H - size + 1`` positions; CURL's numpy version never picks the last one)."""
+    b, c, h, w = obs.shape
+    top = torch.randint(0, h - size + 1, (b,), generator=generator).to(obs.device)
+    left = torch.randint(0, w - size + 1, (b,), generator=generator).to(obs.device)
+    span = torch.arange(size, device=obs.device)
+    rows = (top[:, None] + span)[:, None, :, None]
+    cols = (left[:, None] + span)[:, None, None, :]
+    batch = torch.arange(b, device=obs.device)[:, None, None, None]
+    channel = torch.arange(c, device=obs.device)[None, :, None, None]
+    return obs[batch, channel, rows, cols]
+
+
+def center_crop(obs: Tensor, size: int) -> Tensor:
+    """The central ``size x size`` window of ``[..., H, W]`` (CURL's evaluation view)."""
+    h, w = obs.shape[-2:]
+    top, left = (h - size) // 2, (w - size) // 2
+    return obs[..., top:top + size, left:left + size]
+
+
+# --------------------------------------------------------------------------------------------- replay buffer
+
+
+class ReplayBuffer:
+    """Transitions ``(obs, action, reward, next_obs, not_done)`` with uint8 pixels, ``capacity`` of them.
+
+    Consecutive stacked observations share frames, so each frame is stored once: a ring of single frames,
+    and for each transition the frame slots of its obs and next_obs. Samples are the same stacks as CURL's
+    buffer returns (it stores both stacks whole), in a sixth of the memory. The ring holds enough frames
+    for ``capacity`` transitions of episodes of ``episode_length`` agent steps: one frame per transition
+    and ``frame_stack`` at each episode start.
+    """
+
+    def __init__(self, capacity: int, frame_shape: tuple[int, int, int], frame_stack: int, action_dim: int,
+                 episode_length: int):
+        self.capacity, self.frame_stack = capacity, frame_stack
+        self.frame_capacity = capacity + frame_stack * (capacity // episode_length + 4)
+        self.frames = np.zeros((self.frame_capacity, *frame_shape), dtype=np.uint8)
+        self.obs_slots = np.zeros((capacity, frame_stack), dtype=np.int64)
+        self.next_slots = np.zeros((capacity, frame_stack), dtype=np.int64)
+        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
+        self.rewards = np.zeros((capacity, 1), dtype=np.float32)
+        self.not_dones = np.zeros((capacity, 1), dtype=np.float32)
+        self.idx = self.size = self.frame_idx = 0
+        self.frames_wrapped = False
+        self._stack: list[int] = []  # frame slots of the current observation
+
+    def __len__(self) -> int:
+        return self.size
+
+    def _put_frame(self, frame: np.ndarray) -> int:
+        slot = self.frame_idx
+        self.frames[slot] = frame
+        self.frame_idx = (slot + 1) % self.frame_capacity
+        self.frames_wrapped = self.frames_wrapped or self.frame_idx == 0
+        return slot
+
+    def start_episode(self, obs: np.ndarray) -> None:
+        """Store the first observation of an episode (``[frame_stack·C, H, W]``)."""
+        self._stack = [self._put_frame(f) for f in np.split(obs, self.frame_stack)]
+
+    def add(self, action: np.ndarray, reward: float, next_obs: np.ndarray, not_done: float) -> None:
+        """Store the transition from the current observation; ``next_obs`` becomes the current one."""
+        if not self._stack:
+            raise RuntimeError("call start_episode(obs) before add()")
+        channels = next_obs.shape[0] // self.frame_stack
+        next_stack = self._stack[1:] + [self._put_frame(next_obs[-channels:])]
+        i = self.idx
+        self.obs_slots[i], self.next_slots[i] = self._stack, next_stack
+        self.actions[i], self.rewards[i], self.not_dones[i] = action, reward, not_done
+        self.idx = (i + 1) % self.capacity
+        self.size = min(self.size + 1, self.capacity)
+        self._stack = next_stack
+
+    def _stacks(self, slots: np.ndarray) -> np.ndarray:
+        frames = self.frames[slots]  # [B, k, C, H, W]
+        return frames.reshape(frames.shape[0], -1, *frames.shape[3:])
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        """A uniform batch (with replacement, as CURL): obs, action, reward, next_obs, not_done."""
+        if self.size == 0:
+            raise RuntimeError("the replay buffer is empty")
+        i = rng.integers(0, self.size, size=batch_size)
+        return (self._stacks(self.obs_slots[i]), self.actions[i], self.rewards[i],
+                self._stacks(self.next_slots[i]), self.not_dones[i])
+
+    def state_dict(self) -> dict[str, Any]:
+        n = self.size
+        used = self.frame_capacity if self.frames_wrapped else self.frame_idx
+        return {"frames": self.frames[:used].copy(), "obs_slots": self.obs_slots[:n].copy(),
+                "next_slots": self.next_slots[:n].copy(), "actions": self.actions[:n].copy(),
+                "rewards": self.rewards[:n].copy(), "not_dones": self.not_dones[:n].copy(),
+                "idx": self.idx, "size": self.size, "frame_idx": self.frame_idx, "frames_wrapped": self.frames_wrapped,
+                "stack": list(self._stack)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.frames[:len(state["frames"])] = state["frames"]
+        n = state["size"]
+        for name in ("obs_slots", "next_slots", "actions", "rewards", "not_dones"):
+            getattr(self, name)[:n] = state[name]
+        self.idx, self.size, self.frame_idx = state["idx"], state["size"], state["frame_idx"]
+        self.frames_wrapped = state["frames_wrapped"]
+        self._stack = list(state["stack"])
+
+
+# --------------------------------------------------------------------------------------------- networks
+
+
+def weight_init(module: nn.Module) -> None:
+    """CURL's initialisation: orthogonal linear layers, delta-orthogonal convolutions, zero biases."""
+    if isinstance(module, nn.Linear):
+        nn.init.orthogonal_(module.weight)
+        nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Conv2d):
+        nn.init.zeros_(module.weight)
+        nn.init.zeros_(module.bias)
+        mid = module.weight.shape[2] // 2
+        nn.init.orthogonal_(module.weight.data[:, :, mid, mid], nn.init.calculate_gain("relu"))
+
+
+def make_convs(in_channels: int, num_filters: int, num_layers: int) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Conv2d(in_channels, num_filters, 3, stride=2), nn.ReLU()]
+    for _ in range(num_layers - 1):
+        layers += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Flatten())
+
+
+class Encoder(nn.Module):
+    """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder."""
+
+    def __init__(self, obs_shape: tuple[int, int, int], feature_dim: int, num_filters: int, num_layers: int,
+                 convs: nn.Sequential | None = None):
+        super().__init__()
+        self.convs = convs if convs is not None else make_convs(obs_shape[0], num_filters, num_layers)
+        with torch.no_grad():
+            flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        self.fc = nn.Linear(flat, feature_dim)
+        self.ln = nn.LayerNorm(feature_dim)
+
+    def conv_features(self, obs: Tensor) -> Tensor:
+        return self.convs(obs / 255.0)
+
+    def head(self, h: Tensor) -> Tensor:
+        return self.ln(self.fc(h))
+
+    def forward(self, obs: Tensor) -> Tensor:
+        return self.head(self.conv_features(obs))
+
+
+def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                         nn.Linear(hidden, out_dim))
+
+
+class Actor(nn.Module):
+    """tanh-squashed Gaussian policy; log σ mapped into [log_std_min, log_std_max] by a tanh."""
+
+    def __init__(self, encoder: Encoder, action_dim: int, hidden: int, log_std_min: float, log_std_max: float):
+        super().__init__()
+        self.encoder = encoder
+        self.trunk = mlp(encoder.ln.normalized_shape[0], hidden, 2 * action_dim)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return self.policy(self.encoder(obs))
+
+    def policy(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(deterministic action tanh(μ), sampled action, its log-probability [B, 1]) from features z."""
+        mu, log_std = self.trunk(z).chunk(2, dim=-1)
+        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
+        noise = torch.randn_like(mu)
+        pi = mu + noise * log_std.exp()
+        log_pi = (-0.5 * noise.pow(2) - log_std).sum(-1, keepdim=True) - 0.5 * math.log(2 * math.pi) * mu.shape[-1]
+        pi = torch.tanh(pi)
+        # Change of variables through tanh (SAC, Haarnoja et al. 2018, appendix C).
+        log_pi = log_pi - torch.log(F.relu(1 - pi.pow(2)) + 1e-6).sum(-1, keepdim=True)
+        return torch.tanh(mu), pi, log_pi
+
+
+class Critic(nn.Module):
+    """Twin Q-functions on the encoder's features."""
+
+    def __init__(self, encoder: Encoder, action_dim: int, hidden: int):
+        super().__init__()
+        self.encoder = encoder
+        feature_dim = encoder.ln.normalized_shape[0]
+        self.q1 = mlp(feature_dim + action_dim, hidden, 1)
+        self.q2 = mlp(feature_dim + action_dim, hidden, 1)
+
+    def forward(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        return self.q(self.encoder(obs), action)
+
+    def q(self, z: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
+        h = torch.cat([z, action], dim=1)
+        return self.q1(h), self.q2(h)
+
+
+@torch.no_grad()
+def ema_update(net: nn.Module, target: nn.Module, tau: float) -> None:
+    """``target ← tau·net + (1 - tau)·target``, parameter by parameter."""
+    for p, tp in zip(net.parameters(), target.parameters()):
+        tp.lerp_(p, tau)
+
+
+def curl_scores(query: Tensor, keys: list[Tensor], W: Tensor) -> losses.Scores:
+    """CURL's bilinear logits as ``Scores``: ``logits[i, m·B + j] = qᵢᵀ W k⁽ᵐ⁾ⱼ`` for the M key crops;
+    the positives of row i are its own keys (columns m·B + i), every other column is a negative. The
+    logits are raw (no temperature, no bound), so ``min_logit``/``max_logit`` stay None."""
+    b = query.shape[0]
+    candidates = torch.cat(keys)  # [M·B, d]
+    logits = query @ (W @ candidates.T)  # [B, M·B]
+    pos = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
+    rows = torch.arange(b, device=logits.device)
+    for m in range(len(keys)):
+        pos[rows, m * b + rows] = True
+    return losses.Scores(logits, pos, ~pos)
+
+
+# --------------------------------------------------------------------------------------------- the agent
+
+
+class CurlSac:
+    """The networks, optimisers and update rule of CURL + SAC (see the module docstring)."""
+
+    def __init__(self, cfg: CurlConfig, action_dim: int, lr: float, loss_fn, device: torch.device):
+        self.cfg, self.device, self.loss_fn = cfg, device, loss_fn
+        obs_shape = (3 * cfg.frame_stack, cfg.crop_size, cfg.crop_size)
+        encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers)
+        self.critic = Critic(encoder, action_dim, cfg.hidden_dim).to(device)
+        actor_encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers,
+                                convs=encoder.convs)
+        self.actor = Actor(actor_encoder, action_dim, cfg.hidden_dim, cfg.actor_log_std_min,
+                           cfg.actor_log_std_max).to(device)
+        self.critic.apply(weight_init)
+        self.actor.trunk.apply(weight_init)
+        self.actor.encoder.fc.apply(weight_init)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.W = nn.Parameter(torch.rand(cfg.feature_dim, cfg.feature_dim, device=device))
+        self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
+        self.target_entropy = -float(action_dim)
+
+        shared = {id(p) for p in encoder.convs.parameters()}
+        actor_params = [p for p in self.actor.parameters() if id(p) not in shared]  # it never trains the convs
+        encoder_params = list(self.critic.encoder.parameters())
+        self.actor_opt = torch.optim.Adam(actor_params, lr=lr, betas=(cfg.beta, 0.999))
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr, betas=(cfg.beta, 0.999))
+        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
+        # CURL's code steps the encoder on the contrastive loss with two Adam optimisers: its
+        # encoder_optimizer, and its cpc_optimizer over the CURL module, whose parameters include that
+        # encoder besides W. The published numbers come from that code, so we keep both.
+        self.encoder_opt = torch.optim.Adam(encoder_params, lr=lr)
+        self.curl_opt = torch.optim.Adam([self.W, *encoder_params], lr=lr)
+
+    @property
+    def alpha(self) -> Tensor:
+        return self.log_alpha.exp()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
+        """The action for one ``[C, H, W]`` observation, centre-cropped: a policy sample or tanh(μ)."""
+        x = center_crop(torch.as_tensor(obs, device=self.device), self.cfg.crop_size)[None].float()
+        mu, pi, _ = self.actor(x)
+        return (pi if sample else mu)[0].cpu().numpy()
+
+    def update_critic(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor,
+                      not_done: Tensor) -> float:
+        with torch.no_grad():
+            _, next_action, next_log_pi = self.actor(next_obs)
+            tq1, tq2 = self.critic_target(next_obs, next_action)
+            target_v = torch.min(tq1, tq2) - self.alpha * next_log_pi
+            target_q = reward + not_done * self.cfg.discount * target_v
+        q1, q2 = self.critic(obs, action)
+        loss = F.mse_loss(q1, target_q) + F.mse_loss(q2, target_q)
+        self.critic_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_opt.step()
+        return loss.item()
+
+    def update_actor_and_alpha(self, obs: Tensor) -> float:
+        # The actor's and the critic's encoders share their convolutions, which the actor loss never
+        # trains (CURL detaches them): one detached pass serves both heads.
+        with torch.no_grad():
+            h = self.critic.encoder.conv_features(obs)
+        _, pi, log_pi = self.actor.policy(self.actor.encoder.head(h))
+        q1, q2 = self.critic.q(self.critic.encoder.head(h), pi)
+        actor_loss = (self.alpha.detach() * log_pi - torch.min(q1, q2)).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        alpha_loss = (self.alpha * (-log_pi - self.target_entropy).detach()).mean()
+        self.alpha_opt.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.alpha_opt.step()
+        return actor_loss.item()
+
+    def update_curl(self, anchor: Tensor, positives: list[Tensor]) -> float:
+        query = self.critic.encoder(anchor)
+        with torch.no_grad():
+            keys = [self.critic_target.encoder(p) for p in positives]
+        loss = self.loss_fn(curl_scores(query, keys, self.W))
+        self.encoder_opt.zero_grad(set_to_none=True)
+        self.curl_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.encoder_opt.step()
+        self.curl_opt.step()
+        return loss.item()
+
+    def update(self, batch: tuple[np.ndarray, ...], step: int) -> dict[str, float]:
+        """One CURL update on a replay batch; ``step`` is the agent step (it sets the every-2 schedule)."""
+        cfg, dev = self.cfg, self.device
+        obs_u8, action, reward, next_u8, not_done = (torch.as_tensor(x, device=dev) for x in batch)
+        obs = random_crop(obs_u8, cfg.crop_size).float()  # the anchor crop, also the RL input (as CURL)
+        next_obs = random_crop(next_u8, cfg.crop_size).float()
+        stats = {"critic_loss": self.update_critic(obs, action, reward, next_obs, not_done)}
+        if step % cfg.actor_update_freq == 0:
+            stats["actor_loss"] = self.update_actor_and_alpha(obs)
+        if step % cfg.critic_target_update_freq == 0:
+            ema_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
+            ema_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
+            ema_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
+        if step % cfg.curl_update_freq == 0:
+            positives = [random_crop(obs_u8, cfg.crop_size).float() for _ in range(cfg.num_positives)]
+            stats["curl_loss"] = self.update_curl(obs, positives)
+        return stats
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
+                "critic_target": self.critic_target.state_dict(), "W": self.W.detach().clone(),
+                "log_alpha": self.log_alpha.detach().clone(),
+                **{name: getattr(self, name).state_dict() for name in _OPTIMISERS}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.critic_target.load_state_dict(state["critic_target"])
+        with torch.no_grad():
+            self.W.copy_(state["W"])
+            self.log_alpha.copy_(state["log_alpha"])
+        for name in _OPTIMISERS:
+            getattr(self, name).load_state_dict(state[name])
+
+
+_OPTIMISERS = ("actor_opt", "critic_opt", "alpha_opt", "encoder_opt", "curl_opt")
+
+
+# --------------------------------------------------------------------------------------------- train & evaluate
+
+
+@dataclass
+class Trained:
+    """What training leaves for the final evaluation."""
+
+    agent: CurlSac
+    task: str
+    action_repeat: int
+    env_steps: int
+    agent_steps: int
+    updates: int
+    eval_env_seed: int
+
+
+def make_env(task: str, seed: int, cfg: CurlConfig) -> DMCEnv:
+    return DMCEnv(task, seed, action_repeat=cfg.action_repeat, image_size=cfg.image_size,
+                  frame_stack=cfg.frame_stack)
+
+
+def evaluate_agent(agent: CurlSac, env: DMCEnv, episodes: int, seed: int) -> list[float]:
+    """Returns of ``episodes`` episodes with the deterministic policy tanh(μ) on centre crops."""
+    returns = []
+    for e in range(episodes):
+        obs, _ = env.reset(seed=seed if e == 0 else None)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(agent.act(obs, sample=False))
+            total += reward
+            done = terminated or truncated
+        returns.append(total)
+    return returns
+
+
+def eval_seed(seed: int, env_step: int) -> int:
+    """The eval environment's seed at a given point: independent of the training history (so a
+    resumed run evaluates on the same episodes) and distinct across seeds and points."""
+    return int(np.random.SeedSequence([seed, env_step, 7]).generate_state(1)[0])
+
+
+def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunContext) -> tuple[Trained, dict]:
+    """Run CURL for ``cfg.num_env_steps`` environment steps; checkpoint and resume through ``ctx``.
+
+    Returns the trained agent and ``{"curve", "throughput", "info"}``; the curve has one point per
+    evaluation (every ``eval_freq`` env steps, at the end of the episode that crosses it)."""
+    env = make_env(task_name, ctx.seed, cfg)
+    eval_env = make_env(task_name, ctx.seed + 1, cfg)
+    repeat = env.action_repeat
+    episode_length = math.ceil(EPISODE_ENV_STEPS / repeat)
+    total_agent_steps = math.ceil(cfg.num_env_steps / repeat)
+    agent = CurlSac(cfg, env.action_shape[0], cfg.lr or task.lr, loss_fn, ctx.device)
+    buffer = ReplayBuffer(cfg.buffer_capacity, (3, cfg.image_size, cfg.image_size), cfg.frame_stack,
+                          env.action_shape[0], episode_length)
+    rng = np.random.default_rng(ctx.seed)
+    start, updates, curve, episode_returns = 0, 0, [], []
+    update_time = env_time = 0.0
+    recent: dict[str, list[float]] = {}
+
+    state = ctx.load_checkpoint()
+    if state is not None:
+        agent.load_state_dict(state["agent"])
+        buffer.load_state_dict(state["buffer"])
+        rng.bit_generator.state = state["rng"]
+        env.set_rng_state(state["env_rng"])
+        env.env_steps = state["env_steps"]
+        torch.set_rng_state(state["torch_rng"])
+        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        start, updates, curve, episode_returns = state["step"], state["updates"], state["curve"], state["returns"]
+        update_time, env_time, recent = state["update_time"], state["env_time"], state["recent"]
+        ctx.log(f"resumed from agent step {start} ({env.env_steps} environment steps)")
+    next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
+    next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq if cfg.checkpoint_freq else None
+
+    obs, _ = env.reset()
+    buffer.start_episode(obs)
+    episode_return = 0.0
+    for step in ctx.progress(range(start, total_agent_steps), desc=f"CURL {task_name}", total=total_agent_steps,
+                             initial=start):
+        if step < cfg.seed_agent_steps:
+            action = env.sample_action(rng)
+        else:
+            action = agent.act(obs, sample=True)
+            t0 = time.perf_counter()
+            for key, value in agent.update(buffer.sample(cfg.batch_size, rng), step).items():
+                recent.setdefault(key, []).append(value)
+            update_time += time.perf_counter() - t0
+            updates += 1
+        t0 = time.perf_counter()
+        obs, reward, terminated, truncated, _ = env.step(action)
+        env_time += time.perf_counter() - t0
+        # Time-limit ends bootstrap (CURL's "infinite bootstrap"); only a true terminal zeroes the target.
+        buffer.add(action, reward, obs, 0.0 if terminated else 1.0)
+        episode_return += reward
+        if not (terminated or truncated):
+            continue
+        episode_returns.append(episode_return)
+        episode_return = 0.0
+        if env.env_steps >= next_eval and env.env_steps < cfg.num_env_steps:
+            returns = evaluate_agent(agent, eval_env, cfg.eval_episodes, eval_seed(ctx.seed, env.env_steps))
+            curve.append(_curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
+            recent = {}
+            ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
+            next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
+        if next_ckpt is not None and env.env_steps >= next_ckpt and step + 1 < total_agent_steps:
+            ctx.save_checkpoint({
+                "agent": agent.state_dict(), "buffer": buffer.state_dict(), "rng": rng.bit_generator.state,
+                "env_rng": env.rng_state(), "env_steps": env.env_steps, "torch_rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "step": step + 1, "updates": updates, "curve": curve, "returns": episode_returns,
+                "update_time": update_time, "env_time": env_time, "recent": recent})
+            next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
+        obs, _ = env.reset()
+        buffer.start_episode(obs)
+    env.close()
+    eval_env.close()
+    throughput = {"env_steps_per_s": env.env_steps / env_time if env_time else 0.0,
+                  "updates_per_s": updates / update_time if update_time else 0.0}
+    info = {"env_steps": env.env_steps, "agent_steps": total_agent_steps, "action_repeat": repeat,
+            "step_unit": "environment steps", "updates": updates, "train_episode_returns": episode_returns}
+    trained = Trained(agent, task_name, repeat, env.env_steps, total_agent_steps, updates,
+                      eval_seed(ctx.seed, env.env_steps))
+    return trained, {"curve": curve, "throughput": throughput, "info": info}
+
+
+def _curve_point(env_steps: int, agent_steps: int, updates: int, returns: list[float],
+                 train_returns: list[float], recent: dict[str, list[float]]) -> dict[str, Any]:
+    point = {"env_steps": env_steps, "agent_steps": agent_steps, "updates": updates,
+             "eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
+             "eval_episode_returns": [float(r) for r in returns],
+             "train_return": float(train_returns[-1]) if train_returns else None}
+    point.update({key: float(np.mean(values)) for key, values in recent.items()})
+    return point
+
+
+def final_evaluation(trained: Trained, cfg: CurlConfig) -> list[float]:
+    """The returns of the final evaluation (``eval_episodes`` episodes) of a trained agent."""
+    env = make_env(trained.task, trained.eval_env_seed, cfg)
+    try:
+        return evaluate_agent(trained.agent, env, cfg.eval_episodes, trained.eval_env_seed)
+    finally:
+        env.close()

@@ -1,0 +1,160 @@
+"""The text domain: quick-thought sentence embeddings (Logeswaran & Lee 2018) trained with any unsupervised loss
+of the core, evaluated with SentEval's protocol (Conneau & Kiela 2018), as in the sentence experiment of the
+DCL paper (Chuang et al. 2020, Table 2).
+
+Methods: ``quickthought`` (GRU encoders f, g), ``quickthought-bert`` (BERT-style encoders from a config, trained
+from scratch), and two evaluation-only methods that ignore the loss (the record says so in ``info``):
+``bow`` (bag-of-words baseline) and ``hf`` (a local Hugging Face model directory). Modules: ``config``,
+``corpus``, ``tokenize``, ``models``, ``quickthought`` (scores and training), ``senteval`` (readers, protocol,
+bag of words), ``evaluate``, ``bench``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domains import register
+from domains.base import (
+    DatasetSpec,
+    Domain,
+    EvalResult,
+    Preset,
+    PretrainResult,
+    Reference,
+    RunContext,
+    RunSpec,
+    UserError,
+    hash_files,
+)
+from domains.text.config import TASKS, TextConfig
+
+TRAINED = ("quickthought", "quickthought-bert")
+_TABLE2 = "DCL paper (Chuang et al. 2020), Table 2, BookCorpus"
+
+
+@register
+class TextDomain(Domain):
+    name = "text"
+    description = ("Quick-thought sentence embeddings with any unsupervised loss; SentEval protocol "
+                   "(MR, CR, SUBJ, MPQA, TREC, MRPC)")
+    config_class = TextConfig
+    methods = {
+        "quickthought": "quick-thought: GRU encoders f and g over word embeddings; embedding [f(s), g(s)]",
+        "quickthought-bert": "quick-thought with two small BERT-style encoders built from a config, trained "
+                             "from scratch",
+        "bow": "bag-of-words baseline: no training, evaluation only (the loss is ignored)",
+        "hf": "evaluate a local Hugging Face model directory (--set hf_model_dir=DIR): no training, the loss is "
+              "ignored",
+    }
+    default_method = "quickthought"
+    datasets = {
+        "synthetic-topics": DatasetSpec("synthetic-topics", "embedded: documents that each follow one latent topic, "
+                                        "sentences from a small grammar; evaluated on a topic task with a known "
+                                        "prior", needs_download=False),
+        "books": DatasetSpec("books", "plain-text books under <data root>/books (one document per file); "
+                             "evaluated on the SentEval tasks under <data root>/senteval"),
+        "hf-text": DatasetSpec("hf-text", "a Hugging Face text dataset through `datasets` (--set hf_dataset=...); "
+                               "evaluated on SentEval"),
+    }
+    default_dataset = "synthetic-topics"
+    losses = ("infonce", "dcl", "hcl", "pucl", "debiased_pos")
+    presets = {
+        "quick": Preset("small GRUs (word 128, hidden 256), 2 epochs over at most 20k sentences: CPU minutes"),
+        "paper": Preset("quick-thought's scale: vocabulary 50k, word 620, GRU 1200, batch 400, max length 30, "
+                        "Adam 5e-4, clip 5.0, every sentence, one pass (BookCorpus has 74M sentences; on small "
+                        "corpora raise epochs)",
+                        {"vocab_size": 50000, "word_dim": 620, "hidden_dim": 1200, "batch_size": 400, "max_len": 30,
+                         "lr": 5e-4, "grad_clip": 5.0, "max_sentences": 0, "epochs": 1}),
+    }
+    primary_metric = "accuracy"
+    higher_is_better = True
+    baseline_loss = "infonce"
+    references = (
+        Reference(_TABLE2, "books", "Biased (quick-thought), mean of MR 76.8, CR 81.3, SUBJ 86.6, MPQA 93.4, "
+                  "TREC 89.8, MSRP 73.6 (F1 81.8)", round((76.8 + 81.3 + 86.6 + 93.4 + 89.8 + 73.6) / 6, 2),
+                  method="quickthought", loss="infonce"),
+        Reference(_TABLE2, "books", "Debiased tau+ 0.01, mean of MR 76.2, CR 82.9, SUBJ 86.9, MPQA 93.7, "
+                  "TREC 89.1, MSRP 74.7 (F1 82.7)", round((76.2 + 82.9 + 86.9 + 93.7 + 89.1 + 74.7) / 6, 2),
+                  method="quickthought", loss="dcl"),
+    )
+
+    def validate(self, spec: RunSpec) -> None:
+        cfg: TextConfig = spec.config
+        if spec.method == "hf" and not (cfg.hf_model_dir and Path(cfg.hf_model_dir).expanduser().is_dir()):
+            raise UserError(f"method hf needs --set hf_model_dir=DIR, an existing local Hugging Face model "
+                            f"directory (got '{cfg.hf_model_dir}')")
+        if spec.method == "quickthought-bert" and cfg.word_vectors:
+            raise UserError("word_vectors initialises the GRU word embeddings: use it with method quickthought or bow")
+        if spec.dataset == "hf-text" and not cfg.hf_dataset:
+            raise UserError("dataset hf-text needs --set hf_dataset=NAME_OR_PATH")
+        if spec.dataset == "synthetic-topics" and cfg.use_senteval_package:
+            raise UserError("use_senteval_package applies to the SentEval tasks: use --dataset books or hf-text")
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        from domains.text.models import HFEncoder, QuickThoughtEncoder, build_model
+        from domains.text.senteval import BowEncoder
+
+        cfg: TextConfig = spec.config
+        if spec.method == "bow":
+            return PretrainResult(BowEncoder(cfg.word_vectors, cfg.lowercase),
+                                  info={"trained": False, "loss_ignored": True})
+        if spec.method == "hf":
+            return PretrainResult(HFEncoder(cfg.hf_model_dir, ctx.device, cfg.eval_batch_size),
+                                  info={"trained": False, "loss_ignored": True, "hf_model_dir": cfg.hf_model_dir})
+        from domains.text.corpus import load_corpus
+        from domains.text.quickthought import train
+        from domains.text.tokenize import SentenceTokenizer, train_tokenizer
+
+        bert = spec.method == "quickthought-bert"
+        kind = "wordpiece" if bert else "word"
+        corpus = load_corpus(spec.dataset, cfg, ctx.data_root)
+        checkpoint = ctx.load_checkpoint()
+        if checkpoint is not None:  # the vocabulary the saved weights were trained with
+            tokenizer = SentenceTokenizer.from_str(checkpoint["tokenizer"], kind, cfg.max_len)
+        else:
+            tokenizer = train_tokenizer(corpus.sentences, kind, cfg.vocab_size, cfg.max_len, cfg.lowercase,
+                                        cfg.min_frequency)
+        model, model_info = build_model(spec.method, cfg, tokenizer)
+        ctx.log(f"quick-thought ({spec.method}, {spec.loss}) on {len(corpus)} sentences of "
+                f"{len(corpus.doc_names)} documents, vocabulary {tokenizer.vocab_size}")
+        curve, throughput, info = train(model, tokenizer, corpus, cfg, spec.make_loss(), ctx, checkpoint)
+        info.update(model_info, trained=True, parameters=sum(p.numel() for p in model.parameters()))
+        encoder = QuickThoughtEncoder(model, tokenizer, ctx.device, cfg.eval_batch_size, truncate=bert)
+        return PretrainResult(encoder, curve, throughput, info)
+
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        from domains.text.evaluate import evaluate_encoder
+
+        metrics, details = evaluate_encoder(pretrained.model, spec.dataset, spec.config, ctx.data_root, ctx.log)
+        details["loss_used"] = spec.method in TRAINED
+        return EvalResult(metrics, details)
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        cfg: TextConfig = spec.config
+        if spec.dataset == "synthetic-topics":
+            from domains.text.corpus import synthetic_fingerprint
+
+            return {"dataset": spec.dataset, "generator_sha256": synthetic_fingerprint(cfg)}
+        from domains.text.senteval import task_files
+
+        out: dict[str, Any] = {"dataset": spec.dataset,
+                               "senteval_sha256": hash_files(task_files(ctx.data_root, cfg.senteval_tasks))}
+        if spec.dataset == "books" and spec.method in TRAINED:
+            from domains.text.corpus import book_paths
+
+            paths = book_paths(ctx.data_root, cfg.books)
+            out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
+        elif spec.dataset == "hf-text":
+            out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
+        return out
+
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+        from domains.text.bench import benchmark
+
+        return benchmark(device, data_root, quick)
+
+
+__all__ = ["TASKS", "TextConfig", "TextDomain"]

@@ -1,0 +1,104 @@
+"""The text domain's configuration: one dataclass whose defaults are the quick CPU setting.
+
+Paper values (Logeswaran & Lee 2018, quick-thought; the DCL paper's sentence experiment): vocabulary 50k,
+word embeddings 620, GRU 1200, batch 400 contiguous sentences, max length 30, Adam lr 5e-4, clipping 5.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TASKS = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")
+
+
+@dataclass
+class TextConfig:
+    # --- corpus ---
+    books: tuple[str, ...] = ()  # book file names without .txt under <data root>/books; empty: every book
+    max_sentences: int = 20000  # training sentences kept (a contiguous prefix of each document); 0: all
+    hf_dataset: str = ""  # dataset "hf-text": a Hugging Face dataset name or local path
+    hf_split: str = "train"
+    hf_text_field: str = "text"
+    hf_doc_field: str = ""  # consecutive rows with the same value form a document; "": one document
+    hf_split_sentences: bool = False  # rows hold paragraphs: split them into sentences
+    synthetic_topics: int = 4
+    synthetic_documents: int = 160
+    synthetic_sentences_per_doc: int = 25
+    synthetic_topic_word_prob: float = 0.4  # chance that a content word comes from the document's topic
+    synthetic_eval_sentences: int = 2000
+    synthetic_seed: int = 1234  # the synthetic corpus is fixed; the run seed does not change it
+    # --- tokenizer ---
+    vocab_size: int = 20000
+    min_frequency: int = 1
+    max_len: int = 30
+    lowercase: bool = True
+    # --- GRU encoders f and g (method quickthought) ---
+    word_dim: int = 128
+    hidden_dim: int = 256  # the output size of each encoder; bidirectional: hidden_dim // 2 per direction
+    bidirectional: bool = False
+    word_vectors: str = ""  # a word2vec / GloVe text file: initialises the GRU word embeddings (and the bow baseline)
+    # --- BERT-style encoders f and g (method quickthought-bert), trained from scratch ---
+    bert_layers: int = 2
+    bert_heads: int = 4
+    bert_hidden: int = 128
+    bert_intermediate: int = 512
+    bert_pooling: Literal["mean", "cls"] = "mean"
+    # --- quick-thought objective ---
+    similarity: Literal["dot", "cosine"] = "dot"  # dot: raw f(s)·g(s') as quick-thought; cosine: normalised
+    temperature: float = 1.0  # logits are similarity / temperature
+    context: int = 1  # positives: the sentences within this distance in the same document (M = 2·context)
+    # --- training ---
+    batch_size: int = 400
+    lr: float = 5e-4
+    grad_clip: float = 5.0
+    epochs: int = 2
+    max_steps: int = 0  # stop after this many optimiser steps; 0: run every epoch
+    log_every: int = 10
+    checkpoint_every: int = 200
+    # --- evaluation ---
+    senteval_tasks: tuple[str, ...] = TASKS
+    kfold: int = 10
+    senteval_max_samples: int = 0  # subsample each task (train and test) to this size, for smoke tests; 0: all
+    eval_seed: int = 1111  # SentEval's seed: the folds do not change with the run seed
+    eval_solver: Literal["liblinear", "lbfgs"] = "liblinear"  # liblinear: scikit-learn's default in SentEval's day
+    eval_max_iter: int = 1000
+    eval_jobs: int = 1
+    eval_batch_size: int = 256
+    use_senteval_package: bool = False  # run the original `senteval` package when importable
+    hf_model_dir: str = ""  # method hf: a local Hugging Face model directory
+
+    def __post_init__(self) -> None:
+        positive = ("max_len", "vocab_size", "word_dim", "hidden_dim", "batch_size", "epochs", "context",
+                    "log_every", "checkpoint_every", "synthetic_topics", "synthetic_documents",
+                    "synthetic_sentences_per_doc", "synthetic_eval_sentences", "bert_layers", "bert_heads",
+                    "bert_hidden", "bert_intermediate", "eval_batch_size", "eval_max_iter", "eval_jobs",
+                    "min_frequency")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_sentences", "max_steps", "senteval_max_samples"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not self.lr > 0 or not self.grad_clip > 0:
+            raise ValueError("lr and grad_clip must be > 0")
+        if not 0 < self.synthetic_topic_word_prob <= 1:
+            raise ValueError(f"synthetic_topic_word_prob must lie in (0, 1], got {self.synthetic_topic_word_prob}")
+        if self.synthetic_topics < 2:
+            raise ValueError("synthetic_topics must be >= 2 (it is the number of classes)")
+        if self.batch_size < 2 * self.context + 1:
+            raise ValueError(f"batch_size must be >= 2*context+1 = {2 * self.context + 1}")
+        if self.bidirectional and self.hidden_dim % 2:
+            raise ValueError("hidden_dim must be even with bidirectional=true (hidden_dim // 2 per direction)")
+        if self.bert_hidden % self.bert_heads:
+            raise ValueError("bert_hidden must be a multiple of bert_heads")
+        if self.kfold < 2:
+            raise ValueError(f"kfold must be >= 2, got {self.kfold}")
+        unknown = [t for t in self.senteval_tasks if t not in TASKS]
+        if unknown or not self.senteval_tasks:
+            raise ValueError(f"senteval_tasks must be a non-empty subset of {','.join(TASKS)}, got "
+                             f"{','.join(self.senteval_tasks) or 'nothing'}")
+        self.senteval_tasks = tuple(self.senteval_tasks)
+        self.books = tuple(self.books)

@@ -1,0 +1,146 @@
+"""The quick-thought objective (Logeswaran & Lee 2018) with any loss of the core, and its training loop.
+
+A batch is ``batch_size`` contiguous sentences of the corpus (the batches' order is shuffled every epoch,
+their content is not). Every sentence ``s_i`` is an anchor; its candidates are all sentences of the batch,
+scored ``logits[i, j] = sim(f(s_i), g(s_j)) / temperature`` with ``sim`` the raw dot product (quick-thought;
+no logit bounds are known, so ``min_logit = max_logit = None``) or the cosine (bounds ``±1/temperature``).
+Positives: the sentences at distance 1..``context`` in the same document (M = 2 inside a document, fewer at
+its boundaries, never across documents). Negatives: every other sentence of the batch. The anchor itself
+is neither. The DCL paper (Chuang et al. 2020, Sec. 5) runs this with ``dcl``, tau+ 0.005 and 0.01, M = 2.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import losses
+from domains.base import RunContext
+from domains.text.config import TextConfig
+from domains.text.corpus import Corpus
+from domains.text.models import QuickThought
+from domains.text.tokenize import SentenceTokenizer, pad
+
+
+def qt_scores(u: Tensor, v: Tensor, doc_ids: Tensor, positions: Tensor, context: int = 1,
+              similarity: str = "dot", temperature: float = 1.0) -> losses.Scores:
+    """Scores of a batch: ``u = f(s)`` and ``v = g(s)`` [B, d]; ``doc_ids`` and ``positions`` (the sentence's
+    index in the corpus) [B] decide which pairs are neighbours."""
+    if similarity not in ("dot", "cosine"):
+        raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
+    u, v = u.float(), v.float()
+    bound = None
+    if similarity == "cosine":
+        u, v = F.normalize(u, dim=1), F.normalize(v, dim=1)
+        bound = 1.0 / temperature
+    logits = u @ v.T / temperature
+    distance = (positions[:, None] - positions[None, :]).abs()
+    same_doc = doc_ids[:, None] == doc_ids[None, :]
+    is_self = distance == 0
+    pos = same_doc & ~is_self & (distance <= context)
+    neg = ~pos & ~is_self
+    return losses.Scores(logits, pos, neg, -bound if bound is not None else None, bound)
+
+
+def contiguous_batches(n_sentences: int, batch_size: int) -> list[slice]:
+    """Consecutive chunks of the corpus; a last chunk of fewer than 2 sentences has no pair and is dropped."""
+    return [slice(s, min(s + batch_size, n_sentences)) for s in range(0, n_sentences, batch_size)
+            if min(s + batch_size, n_sentences) - s >= 2]
+
+
+def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: int) -> float | None:
+    """Of the negatives the batches hold, the fraction sharing the anchor's latent topic: the tau+ that the
+    debiased losses try to correct for, known for the synthetic corpus only."""
+    if corpus.doc_labels is None:
+        return None
+    labels = corpus.doc_labels[corpus.doc_ids]
+    same = total = 0
+    for sl in batches:
+        pos_in = np.arange(sl.start, sl.stop)
+        dist = np.abs(pos_in[:, None] - pos_in[None, :])
+        docs = corpus.doc_ids[sl]
+        neg = ~((docs[:, None] == docs[None, :]) & (dist <= context))
+        same += int((neg & (labels[sl][:, None] == labels[sl][None, :])).sum())
+        total += int(neg.sum())
+    return same / total if total else None
+
+
+def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg: TextConfig, loss_fn,
+          ctx: RunContext, checkpoint: dict[str, Any] | None) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
+    """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
+    ``checkpoint_every`` steps and at every epoch's end; ``checkpoint`` (from ``ctx.load_checkpoint``)
+    resumes at its step. Returns the learning curve, the throughput and what to record."""
+    device = ctx.device
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    rows = tokenizer.ids(corpus.sentences)  # tokenised once, truncated to max_len
+    doc_ids = torch.from_numpy(corpus.doc_ids)
+    batches = contiguous_batches(len(corpus), cfg.batch_size)
+    if not batches:
+        raise ValueError(f"the corpus has {len(corpus)} sentence(s): quick-thought needs at least 2")
+    per_epoch = len(batches)
+    total = per_epoch * cfg.epochs
+    if cfg.max_steps:
+        total = min(total, cfg.max_steps)
+    step, curve, elapsed, seen, skipped = 0, [], 0.0, 0, 0
+    if checkpoint is not None:
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        step, curve, elapsed = checkpoint["step"], checkpoint["curve"], checkpoint["elapsed_s"]
+        seen, skipped = checkpoint["sentences_seen"], checkpoint["skipped_batches"]
+        ctx.log(f"resuming quick-thought at step {step}/{total}")
+
+    def save() -> None:
+        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                             "curve": curve, "elapsed_s": elapsed, "sentences_seen": seen,
+                             "skipped_batches": skipped, "tokenizer": tokenizer.to_str()})
+
+    window = {"loss": 0.0, "steps": 0, "sentences": 0, "seconds": 0.0}
+    order: np.ndarray | None = None
+    for step_index in ctx.progress(range(step, total), desc="quick-thought", total=total - step):
+        tic = time.perf_counter()
+        epoch, within = divmod(step_index, per_epoch)
+        if order is None or within == 0:
+            order = np.random.default_rng([ctx.seed, epoch]).permutation(per_epoch)
+        sl = batches[order[within]]
+        ids, lengths = pad(rows[sl], tokenizer.pad_id)
+        u, v = model(ids.to(device), lengths)
+        positions = torch.arange(sl.start, sl.stop, device=device)
+        scores = qt_scores(u, v, doc_ids[sl].to(device), positions, cfg.context, cfg.similarity, cfg.temperature)
+        step = step_index + 1
+        if scores.pos_mask.any():  # a batch of one-sentence documents has no positive pair
+            loss = loss_fn(scores)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"the {loss_fn} loss is {loss.item()} at step {step}; lower lr or use "
+                                         "similarity=cosine")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optimizer.step()
+            seconds = time.perf_counter() - tic  # .item() above waited for the device
+            elapsed += seconds
+            seen += sl.stop - sl.start
+            for key, value in (("loss", loss.item()), ("steps", 1), ("sentences", sl.stop - sl.start),
+                               ("seconds", seconds)):
+                window[key] += value
+        else:
+            skipped += 1
+        if window["steps"] and (step % cfg.log_every == 0 or step == total):
+            curve.append({"step": step, "epoch": round(step / per_epoch, 4),
+                          "loss": window["loss"] / window["steps"],
+                          "sentences_per_s": window["sentences"] / max(window["seconds"], 1e-9)})
+            window = dict.fromkeys(window, 0) | {"loss": 0.0, "seconds": 0.0}
+        if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
+            save()
+    throughput = {"sentences_per_s": seen / elapsed if elapsed > 0 else 0.0, "train_s": elapsed}
+    info = {"steps": step, "epochs": round(step / per_epoch, 4), "batches_per_epoch": per_epoch,
+            "train_sentences": len(corpus), "documents": len(corpus.doc_names), "skipped_batches": skipped,
+            "vocab_size": tokenizer.vocab_size, "similarity": cfg.similarity, "temperature": cfg.temperature,
+            "positives_per_anchor": 2 * cfg.context,
+            "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context)}
+    return curve, throughput, info

@@ -1,0 +1,376 @@
+"""SentEval's transfer tasks (Conneau & Kiela 2018) read from its own layout, and its protocol with scikit-learn.
+
+Layout under ``<data root>/senteval/``: ``MR/rt-polarity.{pos,neg}``, ``CR/custrev.{pos,neg}``,
+``SUBJ/subj.{objective,subjective}``, ``MPQA/mpqa.{pos,neg}``, ``TREC/{train_5500,TREC_10}.label``,
+``MRPC/msr_paraphrase_{train,test}.txt``. Read as SentEval reads them: one sample per line of
+``read().splitlines()`` (so CR's and MPQA's blank lines are samples, empty sentences, as in SentEval's counts),
+latin-1 for the four binary tasks and TREC (TREC's train file has a latin-1 byte), MRPC as UTF-8 without its
+BOM, header skipped. Samples are sorted as SentEval sorts them (by length, then label), so with the same seed
+the folds are SentEval's folds.
+
+Protocol (SentEval's scikit-learn path, ``senteval/tools/validation.py``):
+- MR, CR, SUBJ, MPQA (and the synthetic task): outer stratified k-fold (k = 10); inside each training fold an
+  inner stratified k-fold picks the logistic regression's C from {2^-2, ..., 2^3}; the metric is the mean test
+  accuracy over the outer folds.
+- TREC: C from {2^-1, ..., 2^5} by stratified k-fold on the training set; accuracy on the test set.
+- MRPC: the same on the pair features ``[|u - v|, u * v]``; accuracy and F1 (positive class: paraphrase).
+The dev score of each C is rounded to 2 decimals before the arg-max, as SentEval does (ties go to the smaller C).
+The solver is liblinear (one-vs-rest for TREC): scikit-learn's default when SentEval was written (< 0.22), and
+an order of magnitude faster than lbfgs on sparse bag-of-words features; ``eval_solver=lbfgs`` is an option.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from domains.base import DatasetMissingError, UserError
+from domains.text.config import TextConfig
+
+INNER_CS = tuple(2.0 ** t for t in range(-2, 4))  # InnerKFoldClassifier (MR, CR, SUBJ, MPQA)
+TRAIN_TEST_CS = tuple(2.0 ** t for t in range(-1, 6))  # KFoldClassifier (TREC, MRPC)
+TREC_CLASSES = {"ABBR": 0, "DESC": 1, "ENTY": 2, "HUM": 3, "LOC": 4, "NUM": 5}
+BINARY_FILES = {"MR": ("rt-polarity.pos", "rt-polarity.neg"), "CR": ("custrev.pos", "custrev.neg"),
+                "SUBJ": ("subj.objective", "subj.subjective"), "MPQA": ("mpqa.pos", "mpqa.neg")}
+
+
+@dataclass
+class Split:
+    """Sentences and labels; ``second`` holds the other sentence of each pair (MRPC)."""
+
+    sentences: list[str]
+    labels: np.ndarray
+    second: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def all_sentences(self) -> list[str]:
+        return self.sentences + (self.second or [])
+
+
+@dataclass
+class Task:
+    """A transfer task; ``test`` None means cross-validation on ``train``."""
+
+    name: str
+    train: Split
+    test: Split | None = None
+
+
+# ---------------------------------------------------------------------------------------- readers
+
+
+def _path(root: Path, task: str, name: str) -> Path:
+    path = Path(root) / "senteval" / task / name
+    if not path.is_file():
+        raise DatasetMissingError(f"SentEval task {task} is missing {path}: put SentEval's data/downstream/{task}/ "
+                                  f"files under {Path(root) / 'senteval' / task}/")
+    return path
+
+
+def _lines(path: Path, encoding: str) -> list[str]:
+    with open(path, encoding=encoding, newline=None) as fh:
+        return fh.read().splitlines()
+
+
+def _sorted(split: Split) -> Split:
+    """SentEval's order: by token count (then the second sentence's, for pairs), then label; stable."""
+    keys = [(len(s.split()), len(split.second[i].split()) if split.second else 0, int(y))
+            for i, (s, y) in enumerate(zip(split.sentences, split.labels))]
+    order = sorted(range(len(split)), key=keys.__getitem__)
+    second = [split.second[i] for i in order] if split.second else None
+    return Split([split.sentences[i] for i in order], split.labels[order], second)
+
+
+def task_files(root: Path, tasks: Sequence[str]) -> list[Path]:
+    """The files of ``tasks`` (DatasetMissingError naming the first one absent)."""
+    names = {**BINARY_FILES, "TREC": ("train_5500.label", "TREC_10.label"),
+             "MRPC": ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt")}
+    return [_path(root, task, name) for task in tasks for name in names[task]]
+
+
+def read_binary(root: Path, task: str) -> Task:
+    """MR, CR, SUBJ, MPQA: label 1 for the first file (pos; SUBJ: objective), 0 for the second."""
+    first, second = (_lines(_path(root, task, name), "latin-1") for name in BINARY_FILES[task])
+    sentences = [" ".join(line.split()) for line in first + second]
+    labels = np.array([1] * len(first) + [0] * len(second), dtype=np.int64)
+    return Task(task, _sorted(Split(sentences, labels)))
+
+
+def _read_trec_file(path: Path) -> Split:
+    sentences, labels = [], []
+    for number, line in enumerate(_lines(path, "latin-1"), 1):
+        target, _, rest = line.strip().partition(":")
+        if target not in TREC_CLASSES or " " not in rest:
+            raise UserError(f"{path}:{number}: expected 'COARSE:fine question', got {line[:60]!r}")
+        sentences.append(" ".join(rest.split(" ", 1)[1].split()))  # drop the fine label
+        labels.append(TREC_CLASSES[target])
+    return _sorted(Split(sentences, np.array(labels, dtype=np.int64)))
+
+
+def read_trec(root: Path) -> Task:
+    return Task("TREC", _read_trec_file(_path(root, "TREC", "train_5500.label")),
+                _read_trec_file(_path(root, "TREC", "TREC_10.label")))
+
+
+def _read_mrpc_file(path: Path) -> Split:
+    a, b, labels = [], [], []
+    for number, line in enumerate(_lines(path, "utf-8-sig")[1:], 2):  # utf-8-sig drops the BOM; skip header
+        fields = line.strip().split("\t")
+        if len(fields) < 5 or fields[0] not in ("0", "1"):
+            raise UserError(f"{path}:{number}: expected 'Quality<TAB>id<TAB>id<TAB>sentence<TAB>sentence'")
+        a.append(" ".join(fields[3].split()))
+        b.append(" ".join(fields[4].split()))
+        labels.append(int(fields[0]))
+    return _sorted(Split(a, np.array(labels, dtype=np.int64), b))
+
+
+def read_mrpc(root: Path) -> Task:
+    return Task("MRPC", _read_mrpc_file(_path(root, "MRPC", "msr_paraphrase_train.txt")),
+                _read_mrpc_file(_path(root, "MRPC", "msr_paraphrase_test.txt")))
+
+
+def read_task(root: Path, name: str) -> Task:
+    if name in BINARY_FILES:
+        return read_binary(root, name)
+    if name == "TREC":
+        return read_trec(root)
+    if name == "MRPC":
+        return read_mrpc(root)
+    raise UserError(f"unknown SentEval task '{name}'")
+
+
+def subsample(split: Split, size: int, seed: int) -> Split:
+    """A random subset of ``size`` samples in the original order (for fast smoke runs only)."""
+    if not size or len(split) <= size:
+        return split
+    keep = np.sort(np.random.default_rng(seed).choice(len(split), size, replace=False))
+    second = [split.second[i] for i in keep] if split.second else None
+    return Split([split.sentences[i] for i in keep], split.labels[keep], second)
+
+
+# --------------------------------------------------------------------------------------- protocol
+
+
+@dataclass(frozen=True)
+class Classifier:
+    """The logistic regression of the protocol, but for its C."""
+
+    seed: int = 1111
+    solver: str = "liblinear"
+    max_iter: int = 1000
+
+    def make(self, C: float, n_classes: int = 2):
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.multiclass import OneVsRestClassifier
+
+        model = LogisticRegression(C=C, solver=self.solver, random_state=self.seed, max_iter=self.max_iter)
+        # liblinear is binary only: one-vs-rest, which is what SentEval's scikit-learn of the day did.
+        return OneVsRestClassifier(model) if self.solver == "liblinear" and n_classes > 2 else model
+
+    def fit(self, C: float, X, y: np.ndarray):
+        return self.make(C, len(np.unique(y))).fit(X, y)
+
+
+def _fold_score(X, y, train_idx, test_idx, C: float, clf: Classifier) -> float:
+    return float(clf.fit(C, X[train_idx], y[train_idx]).score(X[test_idx], y[test_idx]))
+
+
+def select_C(X, y, Cs: Sequence[float], kfold: int, clf: Classifier, jobs: int = 1) -> tuple[float, float]:
+    """The C with the best mean accuracy (percent, rounded to 2 decimals) over a stratified k-fold of (X, y)."""
+    from joblib import Parallel, delayed
+    from sklearn.model_selection import StratifiedKFold
+
+    splitter = StratifiedKFold(n_splits=kfold, shuffle=True, random_state=clf.seed)
+    folds = list(splitter.split(np.zeros(len(y)), y))
+    scores = Parallel(n_jobs=jobs)(delayed(_fold_score)(X, y, tr, te, C, clf) for C in Cs for tr, te in folds)
+    means = [round(100 * float(np.mean(scores[i * kfold:(i + 1) * kfold])), 2) for i in range(len(Cs))]
+    best = int(np.argmax(means))
+    return Cs[best], means[best]
+
+
+def cross_validate(X, y: np.ndarray, kfold: int = 10, clf: Classifier = Classifier(),
+                   Cs: Sequence[float] = INNER_CS, jobs: int = 1) -> dict[str, Any]:
+    """MR/CR/SUBJ/MPQA protocol: outer stratified k-fold, C chosen by an inner k-fold in each training fold."""
+    from sklearn.model_selection import StratifiedKFold
+
+    outer = StratifiedKFold(n_splits=kfold, shuffle=True, random_state=clf.seed)
+    accuracies, devs, chosen = [], [], []
+    for train_idx, test_idx in outer.split(np.zeros(len(y)), y):
+        C, dev = select_C(X[train_idx], y[train_idx], Cs, kfold, clf, jobs)
+        model = clf.fit(C, X[train_idx], y[train_idx])
+        accuracies.append(100 * float(model.score(X[test_idx], y[test_idx])))
+        devs.append(dev)
+        chosen.append(C)
+    return {"accuracy": float(np.mean(accuracies)), "dev_accuracy": float(np.mean(devs)),
+            "fold_accuracies": accuracies, "chosen_C": chosen}
+
+
+def train_test(X_train, y_train: np.ndarray, X_test, y_test: np.ndarray, kfold: int = 10,
+               clf: Classifier = Classifier(), Cs: Sequence[float] = TRAIN_TEST_CS, jobs: int = 1) -> dict[str, Any]:
+    """TREC/MRPC protocol: C by stratified k-fold on the training set, then accuracy on the test set."""
+    from sklearn.metrics import f1_score
+
+    C, dev = select_C(X_train, y_train, Cs, kfold, clf, jobs)
+    predictions = clf.fit(C, X_train, y_train).predict(X_test)
+    result = {"accuracy": 100 * float(np.mean(predictions == y_test)), "dev_accuracy": dev, "chosen_C": C}
+    if len(np.unique(y_train)) == 2:
+        result["f1"] = 100 * float(f1_score(y_test, predictions))
+    return result
+
+
+def pair_features(a, b):
+    """``[|u - v|, u * v]`` for dense arrays or scipy sparse matrices."""
+    if hasattr(a, "multiply"):
+        import scipy.sparse as sp
+
+        return sp.hstack([abs(a - b), a.multiply(b)]).tocsr()
+    return np.concatenate([np.abs(a - b), a * b], axis=1)
+
+
+# ------------------------------------------------------------------------------------ bag of words
+
+
+class BowEncoder:
+    """The bag-of-words baseline (no training). Without word vectors: the L2-normalised word counts over the
+    vocabulary of the task's own sentences (SentEval's ``prepare`` sees every sentence of a task, so an encoder
+    may build its vocabulary there). With ``word_vectors``: the mean of the sentence's word vectors, zero
+    when none is known (SentEval's ``examples/bow.py``)."""
+
+    def __init__(self, word_vectors: str = "", lowercase: bool = True):
+        self.word_vectors, self.lowercase = word_vectors, lowercase
+        self.vocab: dict[str, int] = {}
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def _tokens(self, sentence: str) -> list[str]:
+        return (sentence.lower() if self.lowercase else sentence).split()
+
+    def prepare(self, sentences: Sequence[str]) -> None:
+        words = sorted({w for s in sentences for w in self._tokens(s)})
+        if self.word_vectors:
+            from domains.text.models import read_word_vectors
+
+            self.vectors = read_word_vectors(self.word_vectors, set(words))
+        self.vocab = {w: i for i, w in enumerate(words)}
+
+    def encode(self, sentences: Sequence[str]):
+        if self.word_vectors:
+            dim = len(next(iter(self.vectors.values()))) if self.vectors else 1
+            out = np.zeros((len(sentences), dim), dtype=np.float32)
+            for i, s in enumerate(sentences):
+                known = [self.vectors[w] for w in self._tokens(s) if w in self.vectors]
+                if known:
+                    out[i] = np.mean(known, axis=0)
+            return out
+        import scipy.sparse as sp
+        from sklearn.preprocessing import normalize
+
+        rows, cols = [], []
+        for i, s in enumerate(sentences):
+            for w in self._tokens(s):
+                if w in self.vocab:
+                    rows.append(i)
+                    cols.append(self.vocab[w])
+        counts = sp.csr_matrix((np.ones(len(rows), dtype=np.float64), (rows, cols)),
+                               shape=(len(sentences), max(len(self.vocab), 1)))
+        counts.sum_duplicates()
+        return normalize(counts)
+
+
+# ------------------------------------------------------------------------------------- evaluation
+
+
+def classifier(cfg: TextConfig) -> Classifier:
+    return Classifier(cfg.eval_seed, cfg.eval_solver, cfg.eval_max_iter)
+
+
+def evaluate_task(encoder, task: Task, cfg: TextConfig) -> dict[str, Any]:
+    """Encode one task's sentences (after ``encoder.prepare`` on all of them) and run its protocol."""
+    tic = time.perf_counter()
+    encoder.prepare(task.train.all_sentences() + (task.test.all_sentences() if task.test else []))
+
+    def features(split: Split):
+        first = encoder.encode(split.sentences)
+        return pair_features(first, encoder.encode(split.second)) if split.second is not None else first
+
+    X_train = features(task.train)
+    X_test = features(task.test) if task.test is not None else None
+    encode_s = time.perf_counter() - tic
+    options = {"kfold": cfg.kfold, "clf": classifier(cfg), "jobs": cfg.eval_jobs}
+    if task.test is None:
+        result = cross_validate(X_train, task.train.labels, **options)
+    else:
+        result = train_test(X_train, task.train.labels, X_test, task.test.labels, **options)
+    result.update(n_train=len(task.train), n_test=len(task.test) if task.test else len(task.train),
+                  features=int(X_train.shape[1]), encode_s=encode_s, seconds=time.perf_counter() - tic)
+    return result
+
+
+def load_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
+    tasks = []
+    for name in cfg.senteval_tasks:
+        task = read_task(data_root, name)
+        if cfg.senteval_max_samples:
+            task = Task(name, subsample(task.train, cfg.senteval_max_samples, cfg.eval_seed),
+                        subsample(task.test, cfg.senteval_max_samples, cfg.eval_seed) if task.test else None)
+        tasks.append(task)
+    return tasks
+
+
+def summarise(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Metrics: every task's accuracy (and MRPC's F1) and, as ``accuracy``, their mean over the tasks run."""
+    metrics = {name: r["accuracy"] for name, r in results.items()}
+    if "MRPC" in results and "f1" in results["MRPC"]:
+        metrics["MRPC_f1"] = results["MRPC"]["f1"]
+    metrics["accuracy"] = float(np.mean([r["accuracy"] for r in results.values()]))
+    return metrics
+
+
+def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print) -> tuple[dict[str, float], dict]:
+    """Every task of ``cfg.senteval_tasks`` with our scikit-learn protocol (or the `senteval` package)."""
+    if cfg.use_senteval_package:
+        return run_senteval_package(encoder, data_root, cfg)
+    results = {}
+    for task in load_tasks(data_root, cfg):
+        results[task.name] = evaluate_task(encoder, task, cfg)
+        log(f"SentEval {task.name}: accuracy {results[task.name]['accuracy']:.2f} "
+            f"({results[task.name]['seconds']:.1f}s)")
+    return summarise(results), {"tasks": results, "protocol": "ours (scikit-learn)",
+                                "subsampled_to": cfg.senteval_max_samples or None}
+
+
+def run_senteval_package(encoder, data_root: Path, cfg: TextConfig) -> tuple[dict[str, float], dict]:
+    """The original SentEval (``senteval.engine.SE``, scikit-learn classifier) when it is importable."""
+    try:
+        engine = importlib.import_module("senteval.engine")
+    except ImportError:
+        raise UserError("use_senteval_package=true needs the `senteval` package (github.com/facebookresearch/"
+                        "SentEval) importable; or leave it false to use our protocol") from None
+    if cfg.senteval_max_samples:
+        raise UserError("senteval_max_samples cannot be used with use_senteval_package=true")
+
+    def batcher(_params, batch):
+        out = encoder.encode([" ".join(words) for words in batch])
+        return out.toarray() if hasattr(out, "toarray") else out
+
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.symlink(Path(data_root).resolve() / "senteval", Path(tmp) / "downstream")  # SentEval's layout
+        params = {"task_path": tmp, "usepytorch": False, "kfold": cfg.kfold, "seed": cfg.eval_seed,
+                  "batch_size": cfg.eval_batch_size}
+        se = engine.SE(params, batcher, lambda _p, samples: encoder.prepare([" ".join(s) for s in samples]))
+        for name in cfg.senteval_tasks:
+            out = se.eval(name)
+            results[name] = {"accuracy": float(out["acc"]), "dev_accuracy": float(out["devacc"])}
+            if "f1" in out:
+                results[name]["f1"] = float(out["f1"])
+    return summarise(results), {"tasks": results, "protocol": "senteval package"}

@@ -1,0 +1,167 @@
+"""The vision domain: SimCLR, CMC and MoCo v2 with every unsupervised loss of the core, and the
+biased-data track of Barbano et al. 2023 (supervised contrastive losses, FairKL, a cross-entropy
+baseline), evaluated by linear classification on frozen features.
+
+    harness run --domain vision --loss dcl                       # SimCLR on the embedded digits
+    harness run --domain vision --method biased --dataset biased-digits --loss eps_supinfonce \\
+        --set loss.epsilon=0.5 --set alpha=0.03 --set fairkl_lambda=0.75
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import torch
+
+import losses
+from domains import register
+from domains.base import Domain, EvalResult, PretrainResult, Reference, RunContext, RunSpec, UserError
+from domains.vision import config as vcfg
+from domains.vision.biased import CE, SUPERVISED, Biased
+from domains.vision.cmc import CMC
+from domains.vision.config import PRESETS, VisionConfig
+from domains.vision.data import BIASED, DATASETS, VisionData, load
+from domains.vision.moco import MoCo
+from domains.vision.simclr import SimCLR
+
+UNSUPERVISED = ("infonce", "dcl", "hcl", "pucl", "debiased_pos", "unbiased")
+METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
+UNLABELLED = ("stl10",)  # pretraining sets with unlabelled images: no oracle, no supervised loss
+
+
+def _refs() -> tuple[Reference, ...]:
+    pucl = "PUCL paper (Wang et al.), Table 1"
+    rows = [Reference("Chuang et al. 2020 (DCL), Table 1", "imagenet100", "CMC (biased)", 73.58, method="cmc",
+                      loss="infonce"),
+            Reference("Chuang et al. 2020 (DCL), Table 1", "imagenet100", "CMC debiased (tau+ 0.01)", 74.6,
+                      method="cmc", loss="dcl")]
+    table = {  # (method, loss, label): CIFAR-10, CIFAR-100, STL-10 top-1
+        ("simclr", "infonce", "SimCLR"): (90.44, 64.94, 80.50),
+        ("simclr", "dcl", "SimCLR+DEB"): (90.21, 66.55, 82.17),
+        ("simclr", "hcl", "SimCLR+HCL"): (90.87, 67.10, 83.33),
+        ("simclr", "pucl", "SimCLR+PUCL"): (92.14, 68.14, 85.62),
+        ("cmc", "infonce", "CMC"): (87.20, 58.97, 77.99),
+        ("cmc", "pucl", "CMC+PUCL"): (89.25, 63.16, 81.30),
+        ("moco", "infonce", "MoCo"): (85.62, 66.38, 89.13),
+        ("moco", "pucl", "MoCo+PUCL"): (90.98, 71.21, 93.68),
+    }
+    for (method, loss, label), values in table.items():
+        rows += [Reference(pucl, ds, label, v, method=method, loss=loss)
+                 for ds, v in zip(("cifar10", "cifar100", "stl10"), values)]
+    barbano = "Barbano et al. 2023, Table 3"
+    rows += [Reference(barbano, "biased-mnist", f"eps-SupInfoNCE + FairKL (rho {rho})", v, method="biased",
+                       loss="eps_supinfonce")
+             for rho, v in ((0.999, 90.51), (0.997, 96.19), (0.995, 97.00), (0.99, 97.86))]
+    return tuple(rows)
+
+
+@functools.lru_cache(maxsize=2)
+def _load(name: str, root: str, image_size: int, rho: float, bias_percent: str, download: bool) -> VisionData:
+    return load(name, Path(root), image_size=image_size, rho=rho, bias_percent=bias_percent, download=download)
+
+
+def _data(spec: RunSpec, ctx: RunContext) -> VisionData:
+    c = spec.config
+    return _load(spec.dataset, str(ctx.data_root), c.image_size, c.rho, c.bias_percent, c.download)
+
+
+@register
+class VisionDomain(Domain):
+    name = "vision"
+    description = "SimCLR, CMC and MoCo v2 with every unsupervised loss; the biased-data track with FairKL"
+    config_class = VisionConfig
+    methods = {
+        "simclr": "SimCLR with in-batch negatives (pair_scores; multiview_scores for n_views > 2)",
+        "cmc": "CMC on Lab L/ab views: per-view encoders, momentum memory banks, K sampled negatives",
+        "moco": "MoCo v2: momentum key encoder and a queue of K keys as negatives",
+        "biased": "biased-data track: supcon / eps_supcon / eps_supinfonce / ce, + FairKL (fairkl_lambda)",
+    }
+    default_method = "simclr"
+    datasets = DATASETS
+    default_dataset = "digits"
+    losses = UNSUPERVISED + SUPERVISED
+    presets = PRESETS
+    primary_metric = "top1"
+    higher_is_better = True
+    # The biased track's rows compare against each other (its baseline would be eps_supinfonce / ce).
+    baseline_loss = "infonce"
+    references = _refs()
+
+    def validate(self, spec: RunSpec) -> None:
+        cfg: VisionConfig = spec.config
+        vcfg.check(cfg)
+        if spec.method not in METHODS:
+            raise UserError(f"unknown vision method '{spec.method}'; available: {', '.join(METHODS)}")
+        allowed = SUPERVISED if spec.method == "biased" else UNSUPERVISED
+        if spec.loss not in allowed:
+            raise UserError(f"method '{spec.method}' takes the losses {', '.join(allowed)}, not '{spec.loss}'"
+                            + (" (use --method biased)" if spec.loss in SUPERVISED else ""))
+        if spec.loss == CE and spec.loss_params:
+            raise UserError(f"the cross-entropy baseline has no hyper-parameters, got {sorted(spec.loss_params)}")
+        labelled = spec.method == "biased" or spec.loss == "unbiased"
+        if labelled and spec.dataset in UNLABELLED:
+            raise UserError(f"'{spec.loss}' needs class labels for every pretraining image; {spec.dataset} "
+                            "pretrains on unlabelled images")
+        if cfg.fairkl_lambda > 0 and (spec.method != "biased" or spec.dataset not in BIASED):
+            raise UserError(f"FairKL (fairkl_lambda > 0) needs --method biased and a dataset with bias labels: "
+                            f"{', '.join(BIASED)}")
+        if cfg.n_views != 2 and spec.method != "simclr":
+            raise UserError("n_views > 2 is for SimCLR only")
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        if cfg.batch_size % size:
+            raise UserError(f"batch_size {cfg.batch_size} must be divisible by the {size} processes")
+        if spec.method == "moco" and cfg.num_negatives < cfg.batch_size:
+            raise UserError(f"the MoCo queue (num_negatives {cfg.num_negatives}) must hold at least one "
+                            f"batch ({cfg.batch_size})")
+
+    def _method(self, spec: RunSpec, data: VisionData, device: torch.device):
+        from domains.vision.train import data_info
+
+        cfg = vcfg.resolved(spec.config, spec.method, spec.dataset)
+        loss = None if spec.loss == CE else spec.make_loss()
+        needs_labels = spec.loss != CE and losses.spec(spec.loss).needs_labels
+        return cfg, METHODS[spec.method](cfg, data_info(data), loss, needs_labels).to(device)
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        from domains.vision.train import pretrain, setup_device
+
+        self.validate(spec)
+        device = setup_device(ctx.device)
+        data = _data(spec, ctx)
+        cfg, method = self._method(spec, data, device)
+        return pretrain(method, data, cfg, ctx, device, desc=f"{spec.method}/{spec.loss}")
+
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        from domains.vision.evaluate import extract, group_accuracy, knn_top1, linear_eval
+
+        cfg: VisionConfig = spec.config
+        method = pretrained.model
+        device = next(method.parameters()).device
+        data = _data(spec, ctx)
+        train_f, test_f = (extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test))
+        train_y, test_y = data.train.labels.to(device), data.test.labels.to(device)
+        result = linear_eval(train_f, train_y, test_f, test_y, data.num_classes, epochs=cfg.linear_epochs,
+                             lr=cfg.linear_lr, weight_decay=cfg.linear_weight_decay, seed=ctx.seed,
+                             batch_size=cfg.linear_batch_size)
+        metrics = {"top1": result["top1"], "top5": result["top5"], "linear_train_top1": result["train_top1"],
+                   "knn_top1": knn_top1(train_f, train_y, test_f, test_y, data.num_classes, cfg.knn_k,
+                                        cfg.knn_temperature)}
+        if data.test.bias is not None:
+            metrics.update(group_accuracy(result["predictions"], test_y, data.test.bias.to(device)))
+        details = {"n_train": len(data.train), "n_test": len(data.test), "n_pretrain": len(data.pretrain),
+                   "feature_dim": int(train_f.shape[1]), "image_size": data.image_size,
+                   "epochs_run": pretrained.info.get("epochs_run"), "linear_epochs": cfg.linear_epochs}
+        if data.test.bias is not None:
+            details["test_bias_aligned_fraction"] = float((data.test.bias == data.test.labels).float().mean())
+            details["train_bias_aligned_fraction"] = float((data.train.bias == data.train.labels).float().mean())
+        return EvalResult(metrics=metrics, details=details)
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict:
+        return _data(spec, ctx).fingerprint
+
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict]:
+        from domains.vision.bench import run
+
+        return run(device, quick)

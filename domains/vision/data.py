@@ -1,0 +1,314 @@
+"""Image datasets as uint8 tensors ``[N, 3, H, W]`` (or image folders streamed at a fixed size), with
+class labels (-1: unlabelled) and, for the biased-data track, bias labels.
+
+- ``digits``: scikit-learn's 1,797 handwritten 8x8 digits (shipped in the package), upsampled, with a
+  fixed stratified 70/30 split. ``biased-digits``: the same digits on a background colour tied to the
+  class with probability ``rho`` (test: rho 0.1), built as Biased-MNIST.
+- Biased-MNIST (Bahng et al., ICML 2020, "Learning De-biased Representations with Biased
+  Representations"): each class has a colour; a training sample gets its class's colour with
+  probability rho, else one of the other nine (split evenly); the unbiased test set uses rho = 0.1;
+  the bias label is the colour.
+- CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST through torchvision; ImageNet-100
+  (the CMC class list), Corrupted CIFAR-10 and bFFHQ (the layouts of Barbano et al.) as image folders.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from domains.base import DatasetMissingError, DatasetSpec, hash_jsonable, require
+
+DATASETS = {
+    "digits": DatasetSpec("digits", "scikit-learn's 1,797 handwritten 8x8 digits, upsampled (embedded)", False),
+    "biased-digits": DatasetSpec("biased-digits", "the digits on a class-tied background colour (rho), "
+                                 "unbiased test with rho 0.1 (embedded)", False),
+    "cifar10": DatasetSpec("cifar10", "CIFAR-10 (torchvision), <data root>/cifar-10-batches-py"),
+    "cifar100": DatasetSpec("cifar100", "CIFAR-100 (torchvision), <data root>/cifar-100-python"),
+    "stl10": DatasetSpec("stl10", "STL-10, pretraining on train+unlabeled, <data root>/stl10_binary"),
+    "imagenet100": DatasetSpec("imagenet100", "ImageNet-100 (CMC class list), <data root>/imagenet100/{train,val}"),
+    "biased-mnist": DatasetSpec("biased-mnist", "Biased-MNIST (Bahng et al. 2020) from <data root>/MNIST/raw"),
+    "corrupted-cifar10": DatasetSpec("corrupted-cifar10", "Corrupted CIFAR-10 with bias labels, "
+                                     "<data root>/cifar10c/<bias_percent>/{align,conflict} and test"),
+    "bffhq": DatasetSpec("bffhq", "bFFHQ with bias labels, <data root>/bffhq/<bias_percent>/{align,conflict} and test"),
+}
+BIASED = ("biased-digits", "biased-mnist", "corrupted-cifar10", "bffhq")
+# Bahng et al.'s ten background colours, one per class.
+COLOURS = torch.tensor([[255, 0, 0], [0, 255, 0], [0, 0, 255], [225, 225, 0], [225, 0, 225],
+                        [0, 255, 255], [255, 128, 0], [255, 0, 128], [128, 0, 255], [128, 128, 128]])
+IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+CIFAR_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+HALF_STATS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+# ImageNet-100: the 100 WordNet ids of Tian et al. (CMC, imagenet100.txt); class i is the i-th when sorted.
+IMAGENET100 = tuple(sorted("""
+    n02869837 n01749939 n02488291 n02107142 n13037406 n02091831 n04517823 n04589890 n03062245 n01773797
+    n01735189 n07831146 n07753275 n03085013 n04485082 n02105505 n01983481 n02788148 n03530642 n04435653
+    n02086910 n02859443 n13040303 n03594734 n02085620 n02099849 n01558993 n04493381 n02109047 n04111531
+    n02877765 n04429376 n02009229 n01978455 n02106550 n01820546 n01692333 n07714571 n02974003 n02114855
+    n03785016 n03764736 n03775546 n02087046 n07836838 n04099969 n04592741 n03891251 n02701002 n03379051
+    n02259212 n07715103 n03947888 n04026417 n02326432 n03637318 n01980166 n02113799 n02086240 n03903868
+    n02483362 n04127249 n02089973 n03017168 n02093428 n02804414 n02396427 n04418357 n02172182 n01729322
+    n02113978 n03787032 n02089867 n02119022 n03777754 n04238763 n02231487 n03032252 n02138441 n02104029
+    n03837869 n03494278 n04136333 n03794056 n03492542 n02018207 n04067472 n03930630 n03584829 n02123045
+    n04229816 n02100583 n03642806 n04336792 n03259280 n02116738 n02108089 n03424325 n01855672 n02090622
+""".split()))
+SPLIT_SEED = 0  # the digits split and the colouring are fixed: seeds vary training only
+UNBIASED_TEST_RHO = 0.1
+
+
+class FolderImages(torch.utils.data.Dataset):
+    """Image files decoded on demand: shorter side resized to ``size``, centre-cropped square, uint8."""
+
+    def __init__(self, paths: list[Path], size: int):
+        self.paths, self.size = paths, size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Tensor:
+        tvf = require("torchvision.transforms.functional", "vision")
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as img:
+            img = tvf.center_crop(tvf.resize(img.convert("RGB"), self.size), self.size)
+            return tvf.pil_to_tensor(img)
+
+
+@dataclass
+class ImageSet:
+    """Images (a uint8 tensor or a folder), labels (long, -1 unlabelled) and optional bias labels."""
+
+    images: Tensor | FolderImages
+    labels: Tensor
+    bias: Tensor | None = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class VisionData:
+    name: str
+    pretrain: ImageSet  # what the encoder is trained on (STL-10: train + unlabeled)
+    train: ImageSet  # labelled: linear evaluation and the kNN bank
+    test: ImageSet
+    num_classes: int
+    image_size: int  # the size the encoder sees; folders are stored larger and centre-cropped
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    fingerprint: dict = field(default_factory=dict)
+
+
+def batches(images: ImageSet, order: Tensor, batch_size: int, drop_last: bool,
+            num_workers: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
+    """``(index, uint8 images)`` for consecutive chunks of ``order``."""
+    chunks = list(torch.split(order, batch_size))
+    if drop_last and chunks and len(chunks[-1]) < batch_size:
+        chunks.pop()
+    if isinstance(images.images, Tensor):
+        for idx in chunks:
+            yield idx, images.images[idx]
+        return
+    loader = torch.utils.data.DataLoader(images.images, batch_sampler=[c.tolist() for c in chunks],
+                                         num_workers=num_workers, pin_memory=torch.cuda.is_available())
+    yield from zip(chunks, loader)
+
+
+def assign_colours(labels: Tensor, rho: float, generator: torch.Generator, n_colours: int = 10) -> Tensor:
+    """Biased-MNIST's bias: per class, ``floor(n·rho)`` samples (chosen at random) take the class's
+    colour, the rest are split evenly over the other colours in random order."""
+    colour = torch.empty_like(labels)
+    for c in labels.unique().tolist():
+        members = (labels == c).nonzero().flatten()
+        members = members[torch.randperm(len(members), generator=generator)]
+        n_aligned = math.floor(len(members) * rho + 1e-9)
+        colour[members[:n_aligned]] = c
+        rest = members[n_aligned:]
+        others = [(c + k) % n_colours for k in range(1, n_colours)]
+        others = [others[i] for i in torch.randperm(len(others), generator=generator).tolist()]
+        if len(rest):
+            for part, other in zip(torch.split(rest, math.ceil(len(rest) / len(others))), others):
+                colour[part] = other
+    return colour
+
+
+def colourize(gray: Tensor, colour: Tensor) -> Tensor:
+    """White digits ``gray [N, 1, H, W]`` in [0, 1] over background colours ``COLOURS[colour]``."""
+    bg = COLOURS[colour].float()[:, :, None, None]
+    return (gray * 255.0 + (1.0 - gray) * bg).round().clamp(0, 255).to(torch.uint8)
+
+
+def biased(gray: Tensor, labels: Tensor, rho: float, seed: int) -> ImageSet:
+    colour = assign_colours(labels, rho, torch.Generator().manual_seed(seed))
+    return ImageSet(colourize(gray, colour), labels, colour)
+
+
+def _digits(size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gray digits ``[N, 1, size, size]`` in [0, 1] and labels, split 70/30 (stratified, fixed)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    gray = torch.from_numpy(bunch.images.astype(np.float32) / 16.0)[:, None]
+    gray = F.interpolate(gray, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
+    labels = torch.from_numpy(bunch.target.astype(np.int64))
+    tr, te = train_test_split(np.arange(len(labels)), test_size=0.3, stratify=bunch.target,
+                              random_state=SPLIT_SEED)
+    tr, te = torch.from_numpy(tr), torch.from_numpy(te)
+    return gray[tr], labels[tr], gray[te], labels[te]
+
+
+def _gray_to_rgb(gray: Tensor) -> Tensor:
+    return (gray * 255.0).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
+
+
+def _resize(images: Tensor, size: int) -> Tensor:
+    if images.shape[-1] == size and images.shape[-2] == size:
+        return images
+    out = F.interpolate(images.float(), size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+    return out.round().clamp(0, 255).to(torch.uint8)
+
+
+def _missing(name: str, where: Path, how: str) -> DatasetMissingError:
+    return DatasetMissingError(f"{name} not found under {where}: {how}")
+
+
+def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, ImageSet, ImageSet]:
+    tvd = require("torchvision.datasets", "vision")
+    sets = {"cifar10": (tvd.CIFAR10, "cifar-10-batches-py", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
+            "cifar100": (tvd.CIFAR100, "cifar-100-python", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
+            "stl10": (tvd.STL10, "stl10_binary", "https://ai.stanford.edu/~acoates/stl10/stl10_binary.tar.gz")}
+    cls, folder, url = sets[name]
+    try:
+        if name == "stl10":
+            parts = [cls(str(root), split=s, download=download) for s in ("train+unlabeled", "train", "test")]
+            return tuple(ImageSet(torch.from_numpy(p.data), torch.as_tensor(p.labels, dtype=torch.long))
+                         for p in parts)
+        train, test = (cls(str(root), train=t, download=download) for t in (True, False))
+    except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
+        raise _missing(name, root / folder, f"extract {url} there (it makes {folder}/), or pass "
+                       "--set download=true where the network allows") from exc
+    train, test = (ImageSet(torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous(),
+                            torch.as_tensor(d.targets, dtype=torch.long)) for d in (train, test))
+    return train, train, test
+
+
+def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    tvd = require("torchvision.datasets", "vision")
+    try:
+        train, test = (tvd.MNIST(str(root), train=t, download=download) for t in (True, False))
+    except RuntimeError as exc:
+        raise _missing("MNIST", root / "MNIST" / "raw", "put train-images-idx3-ubyte(.gz), train-labels-idx1-ubyte, "
+                       "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte there, or pass --set download=true") from exc
+    return (train.data[:, None].float() / 255.0, train.targets.long(),
+            test.data[:, None].float() / 255.0, test.targets.long())
+
+
+def _imagenet100(root: Path, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
+    wnids = IMAGENET100
+    base = next((root / d for d in ("imagenet100", "imagenet") if (root / d / "train").is_dir()), None)
+    if base is None:
+        raise _missing("ImageNet-100", root / "imagenet100", "make train/ and val/ with one folder per class "
+                       "(the WordNet ids of IMAGENET100 in domains/vision/data.py); a full ImageNet under "
+                       "<data root>/imagenet/ works too")
+    out = []
+    for split in ("train", "val"):
+        absent = [w for w in wnids if not (base / split / w).is_dir()]
+        if absent:
+            raise _missing("ImageNet-100", base / split, f"{len(absent)} class folders missing, e.g. {absent[0]}")
+        files = [(p, c) for c, w in enumerate(wnids) for p in sorted((base / split / w).iterdir()) if p.is_file()]
+        out.append(ImageSet(FolderImages([p for p, _ in files], size), torch.tensor([c for _, c in files])))
+    return out[0], out[0], out[1]
+
+
+def _bias_folder(name: str, root: Path, percent: str, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
+    """LfF / Barbano et al. layout: ``<name>/<percent>/{align,conflict}/<class>/*_<label>_<bias>.png`` and
+    ``<name>/test/...``; label and bias are read from the file names."""
+    folder = {"corrupted-cifar10": "cifar10c", "bffhq": "bffhq"}[name]
+    base = root / folder
+
+    def load(paths: list[Path]) -> ImageSet:
+        parts = [p.stem.split("_") for p in paths]
+        return ImageSet(FolderImages(paths, size), torch.tensor([int(s[-2]) for s in parts]),
+                        torch.tensor([int(s[-1]) for s in parts]))
+
+    train = sorted(p for sub in ("align", "conflict") for p in (base / percent / sub).glob("**/*.*") if p.is_file())
+    test = sorted(p for p in (base / "test").glob("**/*.*") if p.is_file())
+    if not train or not test:
+        raise _missing(name, base, f"put {percent}/align/, {percent}/conflict/ and test/ there with files "
+                       "named <id>_<label>_<bias>.<ext> (the layout of Barbano et al. / LfF)")
+    train_set = load(train)
+    return train_set, train_set, load(test)
+
+
+def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_percent: str = "0.5pct",
+         download: bool = False) -> VisionData:
+    """The dataset ``name`` at ``image_size`` (0: its own size)."""
+    root = Path(root)
+    stats = CIFAR_STATS
+    if name in ("digits", "biased-digits"):
+        size = image_size or 16  # twice the original 8x8: crops keep sub-pixel detail, a CPU stays quick
+        g_tr, y_tr, g_te, y_te = _digits(size)
+        stats, classes = HALF_STATS, 10
+        if name == "digits":
+            train, test = ImageSet(_gray_to_rgb(g_tr), y_tr), ImageSet(_gray_to_rgb(g_te), y_te)
+        else:
+            train, test = biased(g_tr, y_tr, rho, SPLIT_SEED), biased(g_te, y_te, UNBIASED_TEST_RHO, SPLIT_SEED + 1)
+        parts = (train, train, test)
+    elif name == "biased-mnist":
+        size, stats, classes = image_size or 28, HALF_STATS, 10
+        g_tr, y_tr, g_te, y_te = _mnist(root, download)
+        g_tr, g_te = (F.interpolate(g, size=(size, size), mode="bilinear") if size != 28 else g for g in (g_tr, g_te))
+        train = biased(g_tr, y_tr, rho, SPLIT_SEED)
+        parts = (train, train, biased(g_te, y_te, UNBIASED_TEST_RHO, SPLIT_SEED + 1))
+    elif name in ("cifar10", "cifar100", "stl10"):
+        parts = _torchvision(name, root, download)
+        size = image_size or parts[0].images.shape[-1]
+        parts = tuple(ImageSet(_resize(p.images, size), p.labels) for p in parts)
+        classes = int(parts[1].labels.max()) + 1
+        if name == "stl10":
+            stats = IMAGENET_STATS
+    elif name == "imagenet100":
+        size, stats, classes = image_size or 224, IMAGENET_STATS, 100
+        parts = _imagenet100(root, size * 8 // 7)  # stored at 256 for 224, cropped on the device
+    elif name in ("corrupted-cifar10", "bffhq"):
+        size = image_size or (32 if name == "corrupted-cifar10" else 224)
+        parts = _bias_folder(name, root, bias_percent, size)
+        classes = int(parts[1].labels.max()) + 1
+        stats = CIFAR_STATS if name == "corrupted-cifar10" else IMAGENET_STATS
+    else:
+        raise DatasetMissingError(f"unknown vision dataset '{name}'; available: {', '.join(DATASETS)}")
+    data = VisionData(name, *parts, num_classes=classes, image_size=size, mean=stats[0], std=stats[1])
+    data.fingerprint = fingerprint(data, rho=rho if name in BIASED[:2] else None)
+    return data
+
+
+def fingerprint(data: VisionData, **params) -> dict:
+    """sha256 of the pixels and labels (in-memory sets) or of the file list (folders), and sizes."""
+    parts, seen = [], {}
+    for split in (data.pretrain, data.train, data.test):
+        if id(split) in seen:  # STL-10 aside, pretraining and linear evaluation share the train set
+            parts.append(seen[id(split)])
+            continue
+        if isinstance(split.images, Tensor):
+            pixels = _tensor_hash(split.images)
+        else:
+            pixels = hash_jsonable([str(p) for p in split.images.paths])
+        bias = None if split.bias is None else _tensor_hash(split.bias)
+        seen[id(split)] = {"n": len(split), "pixels": pixels, "labels": _tensor_hash(split.labels), "bias": bias}
+        parts.append(seen[id(split)])
+    return {"dataset": data.name, "image_size": data.image_size, "splits": parts,
+            **{k: v for k, v in params.items() if v is not None}}
+
+
+def _tensor_hash(t: Tensor) -> str:
+    import hashlib
+
+    return hashlib.sha256(t.contiguous().numpy().tobytes()).hexdigest()

@@ -1,0 +1,66 @@
+"""What every pretraining method shares: the batch it receives, what it knows of the data, and the
+base class. A method is an ``nn.Module`` whose ``forward(batch)`` returns the training loss (so one
+``DistributedDataParallel`` wrapper serves all of them) and whose ``features(images)`` gives the frozen
+representation for evaluation. Banks and queues are buffers, so checkpoints carry them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from domains.vision import augment as aug
+from domains.vision.config import VisionConfig
+from losses.distributed import is_distributed
+
+
+@dataclass
+class Batch:
+    index: Tensor  # long [B]: positions in the pretraining set (the CMC bank rows)
+    images: Tensor  # uint8 [B, 3, H, W] on the device
+    labels: Tensor  # long [B], -1 for unlabelled images
+    bias: Tensor | None = None  # long [B]: bias labels of the biased datasets
+
+
+@dataclass
+class DataInfo:
+    """What a method may know of its pretraining set."""
+
+    size: int  # number of pretraining images
+    labels: Tensor  # long [size]: class labels (-1 unlabelled), for the oracle's bank labels
+    num_classes: int
+    image_size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+class Method(nn.Module):
+    """Base class: ``cfg`` is resolved (:func:`config.resolved`); ``loss`` a core loss or None."""
+
+    def __init__(self, cfg: VisionConfig, info: DataInfo, loss, needs_labels: bool):
+        super().__init__()
+        self.cfg, self.info, self.loss, self.needs_labels = cfg, info, loss, needs_labels
+        # Under torchrun the candidates of every rank are scored (gather=True in the constructors).
+        self.gather = is_distributed()
+
+    def view(self, images: Tensor) -> Tensor:
+        """One augmented, normalised view of a uint8 batch."""
+        x = aug.augment(images, self.cfg.augment, self.info.image_size, self.cfg.crop_min_scale)
+        return aug.normalize(x, self.info.mean, self.info.std)
+
+    def eval_input(self, images: Tensor) -> Tensor:
+        return aug.normalize(aug.evaluation_view(images, self.info.image_size), self.info.mean, self.info.std)
+
+    def labels_for_loss(self, batch: Batch) -> Tensor | None:
+        """The labels the loss may read: only the oracle (and supervised losses) get them."""
+        return batch.labels if self.needs_labels else None
+
+    def forward(self, batch: Batch) -> Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def features(self, images: Tensor) -> Tensor:
+        """Frozen encoder features of a uint8 batch (the caller sets eval mode)."""
+        raise NotImplementedError

@@ -1,0 +1,134 @@
+"""The pretraining loop shared by every method: Adam with an optional step or cosine schedule, bf16
+autocast on CUDA (the losses upcast to float32), DistributedDataParallel under torchrun, the kNN
+monitor for the learning curve, and a checkpoint after every epoch that ``--resume`` continues from.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+import torch
+
+from domains.base import PretrainResult, RunContext, UserError
+from domains.vision.config import VisionConfig
+from domains.vision.data import VisionData, batches
+from domains.vision.evaluate import extract, knn_top1
+from domains.vision.method import Batch, DataInfo, Method
+from losses.distributed import is_distributed
+
+
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process; (0, 1) outside torchrun."""
+    if is_distributed():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def setup_device(device: torch.device) -> torch.device:
+    """Under torchrun (WORLD_SIZE > 1) join the process group and use this rank's GPU."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return device
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cuda else "gloo")
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return device
+
+
+def make_scheduler(opt: torch.optim.Optimizer, cfg: VisionConfig):
+    if cfg.lr_decay == "step":  # Barbano et al.: x0.1 at 1/3 and 2/3 of the epochs (26 and 53 of 80)
+        return torch.optim.lr_scheduler.MultiStepLR(opt, [cfg.epochs // 3, 2 * cfg.epochs // 3], 0.1)
+    if cfg.lr_decay == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs)
+    return torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+
+
+def _rng_state() -> dict:
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def data_info(data: VisionData) -> DataInfo:
+    return DataInfo(len(data.pretrain), data.pretrain.labels, data.num_classes, data.image_size, data.mean, data.std)
+
+
+def pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunContext, device: torch.device,
+             desc: str) -> PretrainResult:
+    """Train ``method`` (already on ``device``) for ``cfg.epochs`` epochs, resuming from a checkpoint."""
+    rank, size = world()
+    model = method
+    if size > 1:
+        ids = [device.index] if device.type == "cuda" else None
+        # Banks and queues are kept in step by the methods; broadcasting them every step would be waste.
+        model = torch.nn.parallel.DistributedDataParallel(method, device_ids=ids, broadcast_buffers=False)
+    opt = torch.optim.Adam([p for p in method.parameters() if p.requires_grad], lr=cfg.lr,
+                           weight_decay=cfg.weight_decay)
+    sched = make_scheduler(opt, cfg)
+    start, curve, seen, train_time = 0, [], 0, 0.0
+    state = ctx.load_checkpoint()
+    if state is not None:
+        method.load_state_dict(state["method"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
+        _set_rng_state(state["rng"])
+        ctx.log(f"resumed from epoch {start}")
+    local_batch = cfg.batch_size // size
+    pre = data.pretrain
+    if len(pre) // size < local_batch:
+        raise UserError(f"batch_size {cfg.batch_size} is larger than the {len(pre)} pretraining images")
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
+    method.train()
+    for epoch in ctx.progress(range(start, cfg.epochs), desc=desc, total=cfg.epochs - start):
+        order = torch.randperm(len(pre), generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + epoch))
+        if size > 1:
+            order = order[: len(order) // size * size][rank::size]
+        t0, total, steps = time.perf_counter(), torch.zeros((), device=device), 0
+        for idx, images in batches(pre, order, local_batch, drop_last=True, num_workers=cfg.num_workers):
+            batch = Batch(idx.to(device), images.to(device, non_blocking=True), pre.labels[idx].to(device),
+                          None if pre.bias is None else pre.bias[idx].to(device))
+            with torch.autocast(**autocast):
+                loss = model(batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.detach().float()
+            steps += 1
+        mean_loss = float(total) / steps  # float() waits for the device: the epoch's time is honest
+        elapsed = time.perf_counter() - t0
+        seen, train_time = seen + steps * local_batch * size, train_time + elapsed
+        sched.step()
+        point = {"epoch": epoch + 1, "loss": mean_loss, "seconds": elapsed, "lr": opt.param_groups[0]["lr"]}
+        if rank == 0 and cfg.knn_every and ((epoch + 1) % cfg.knn_every == 0 or epoch + 1 == cfg.epochs):
+            feats = [extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test)]
+            point["knn_top1"] = knn_top1(feats[0], data.train.labels.to(device), feats[1],
+                                         data.test.labels.to(device), data.num_classes, cfg.knn_k, cfg.knn_temperature)
+        curve.append(point)
+        ctx.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()))
+        if rank == 0:
+            ctx.save_checkpoint({"epoch": epoch + 1, "method": method.state_dict(), "optimizer": opt.state_dict(),
+                                 "scheduler": sched.state_dict(), "curve": curve, "seen": seen,
+                                 "train_time": train_time, "rng": _rng_state()})
+    n_params = sum(p.numel() for p in method.parameters() if p.requires_grad)
+    return PretrainResult(
+        model=method, curve=curve,
+        throughput={"images_per_s": seen / train_time if train_time else 0.0},
+        info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
+              "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment},
+    )

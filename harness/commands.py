@@ -1,0 +1,58 @@
+"""``harness run``: turn the parsed arguments into a RunRequest, execute it, print one line per run."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import sys
+
+from harness import config as cfg
+from harness.runner import Outcome, RunRequest, execute
+
+
+def request_from_args(args: argparse.Namespace) -> RunRequest:
+    return RunRequest(
+        domain=args.domain, loss=args.loss, method=args.method, dataset=args.dataset,
+        seeds=cfg.parse_seeds(args.seeds) if args.seeds else None, preset=args.preset,
+        sets=cfg.parse_assignments(args.sets), device=args.device, data_root=args.data_root,
+        results=args.results, resume=args.resume, force=args.force, quiet=args.quiet,
+    )
+
+
+def summary_line(outcome: Outcome) -> str:
+    """One line per run: status, run id, primary metric, time, record path."""
+    record = outcome.record or {}
+    if outcome.status in ("completed", "skipped") and record.get("metrics"):
+        primary = record["primary_metric"]
+        took = record.get("timings", {}).get("total_s", 0.0)
+        what = "exists" if outcome.status == "skipped" else f"{took:.1f}s"
+        value = _fmt(record["metrics"][primary])
+        return f"[{outcome.status}] {outcome.run_id}: {primary}={value} ({what}) -> {outcome.path}"
+    if outcome.status == "busy":
+        return f"[busy] {outcome.run_id}: {outcome.error}; skipped"
+    return f"[{outcome.status}] {outcome.run_id}: {outcome.error} -> {outcome.path}"
+
+
+def _fmt(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    outcomes = execute(request_from_args(args))
+    for outcome in outcomes:
+        print(summary_line(outcome))
+    done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
+    for record in done:
+        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record["metrics"].items()))
+        print(f"  seed {record['seed']}: {metrics}")
+        print(f"    reproduce: {shlex.join(record['command'])}")
+    if len(done) > 1:
+        primary = done[0]["primary_metric"]
+        values = [r["metrics"][primary] for r in done]
+        print(f"{primary}: {statistics.mean(values):.4g} ± {statistics.stdev(values):.4g} over {len(values)} seeds")
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        print(f"error: {failed[0].error} (log: {failed[0].path.with_suffix('.log')})", file=sys.stderr)
+        return 2 if failed[0].user_error else 1
+    return 0

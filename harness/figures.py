@@ -1,0 +1,74 @@
+"""The report's figures, drawn with matplotlib's Agg backend (no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+
+def cd_diagram(mean_ranks: dict[str, float], cd: float, path: Path) -> None:
+    """A critical-difference diagram (Demšar 2006): losses on a rank axis, best (rank 1) on the left; losses
+    whose mean ranks differ by less than ``cd`` are joined by a thick bar; the CD is drawn above the axis."""
+    names = sorted(mean_ranks, key=lambda n: (mean_ranks[n], n))
+    k = len(names)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * k))
+    half = (k + 1) // 2
+    ax.set_xlim(0.5, k + 0.5)
+    ax.set_ylim(-(half + 1), 2)
+    ax.hlines(0, 1, k, color="black")
+    for r in range(1, k + 1):
+        ax.vlines(r, 0, 0.15, color="black")
+        ax.text(r, 0.3, str(r), ha="center", va="bottom", fontsize=8)
+    ax.hlines(1.3, 1, 1 + cd, color="black", lw=2)
+    ax.text(1 + cd / 2, 1.45, f"CD = {cd:.2f}", ha="center", va="bottom", fontsize=8)
+    for i, name in enumerate(names):
+        x = mean_ranks[name]
+        y = -(i % half + 1) if k > 1 else -1
+        left = i < half
+        end = 0.6 if left else k + 0.4
+        ax.plot([x, x, end], [0, y, y], color="black", lw=0.8)
+        ax.text(end, y, f"{name} ({x:.2f})", ha="right" if left else "left", va="center", fontsize=9)
+    cliques = _cliques([mean_ranks[n] for n in names], cd)
+    for j, (lo, hi) in enumerate(cliques):
+        ax.hlines(-0.4 - 0.25 * j, lo - 0.05, hi + 0.05, color="tab:red", lw=3)
+    ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _cliques(ranks: list[float], cd: float) -> list[tuple[float, float]]:
+    """Maximal runs of sorted ranks whose spread is below the critical difference."""
+    spans: list[tuple[float, float]] = []
+    for i, low in enumerate(ranks):
+        j = max(j for j in range(i, len(ranks)) if ranks[j] - low < cd)
+        if j > i and not any(a <= low and ranks[j] <= b for a, b in spans):
+            spans.append((low, ranks[j]))
+    return spans
+
+
+def improvement_bars(per_domain: dict[str, dict[str, float]], path: Path) -> bool:
+    """Grouped bars: mean relative improvement (%) over the baseline per loss, one group per domain.
+    Returns False (and draws nothing) when there is nothing to plot."""
+    domains = [d for d in sorted(per_domain) if per_domain[d]]
+    losses = sorted({loss for d in domains for loss in per_domain[d]})
+    if not losses:
+        return False
+    width = 0.8 / len(losses)
+    fig, ax = plt.subplots(figsize=(max(5, 1.5 * len(domains) * max(1, len(losses) / 4)), 3.5))
+    for i, loss in enumerate(losses):
+        xs = [d_i + (i - (len(losses) - 1) / 2) * width for d_i, d in enumerate(domains) if loss in per_domain[d]]
+        ys = [per_domain[d][loss] for d in domains if loss in per_domain[d]]
+        ax.bar(xs, ys, width=width, label=loss)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(range(len(domains)), domains)
+    ax.set_ylabel("relative improvement over baseline (%)")
+    ax.legend(fontsize=8, ncols=min(4, len(losses)))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -1,0 +1,160 @@
+"""Grouping records for leaderboards, reports and comparisons.
+
+A *group* is every completed record of one (domain, dataset, method, loss, loss hyper-parameters, config):
+the same run but for the seed (and, where asked, the version). A *setting* is a group without its loss: the
+rows a loss is compared against share it (same method, same config).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from domains.base import hash_jsonable
+from harness.records import record_version
+
+
+@dataclass
+class Group:
+    """The per-seed primary-metric values of one group, with what describes it."""
+
+    domain: str
+    dataset: str
+    method: str
+    loss: str
+    loss_params: dict[str, Any]
+    preset: str
+    overrides: dict[str, Any]
+    config: dict[str, Any]
+    primary_metric: str
+    higher_is_better: bool
+    baseline_loss: str
+    version: str
+    values: dict[int, float] = field(default_factory=dict)  # seed -> primary metric
+
+    @property
+    def key(self) -> str:
+        return hash_jsonable([self.domain, self.dataset, self.method, self.loss, self.loss_params, self.config])
+
+    @property
+    def setting(self) -> str:
+        """Identity of everything but the loss: rows with equal settings are comparable."""
+        return hash_jsonable([self.domain, self.dataset, self.method, self.config])
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values.values())
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values.values()) if len(self.values) > 1 else math.nan
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def sign(self) -> float:
+        """+1 when higher is better: ``sign * (a - b) > 0`` means a is better than b."""
+        return 1.0 if self.higher_is_better else -1.0
+
+    def hparams_label(self) -> str:
+        return ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.loss_params.items())) or "–"
+
+    def setting_label(self) -> str:
+        extra = ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.overrides.items()))
+        return f"{self.preset} ({extra})" if extra else self.preset
+
+    def sort_key(self) -> tuple:
+        return (self.domain, self.dataset, self.method, self.setting_label(), self.setting,
+                self.loss != self.baseline_loss, self.loss, json.dumps(self.loss_params, sort_keys=True))
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def version_key(version: str) -> tuple:
+    try:
+        return (1, Version(version), "")
+    except InvalidVersion:
+        return (0, Version("0"), version)
+
+
+def group_records(records: Iterable[dict[str, Any]], *, version: str | None = None) -> list[Group]:
+    """Completed records grouped on everything but seed and version, sorted deterministically.
+
+    ``version=None`` keeps, per group, only the records of the latest version present in that group;
+    otherwise only the records of ``version``. A seed recorded twice keeps its latest record.
+    """
+    by_key: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        if record.get("status") != "completed" or record.get("primary_metric") not in record.get("metrics", {}):
+            continue
+        if version is not None and record_version(record) != version:
+            continue
+        by_key.setdefault(_record_key(record), []).append(record)
+    groups = []
+    for members in by_key.values():
+        latest = max((record_version(r) for r in members), key=version_key)
+        members = sorted((r for r in members if record_version(r) == latest),
+                         key=lambda r: (r.get("finished_at", ""), r["run_id"]))
+        first = members[-1]
+        group = Group(
+            domain=first["domain"], dataset=first["dataset"], method=first["method"], loss=first["loss"],
+            loss_params=first["loss_params"], preset=first.get("preset", ""), overrides=first.get("overrides", {}),
+            config=first["config"], primary_metric=first["primary_metric"],
+            higher_is_better=bool(first["higher_is_better"]), baseline_loss=first.get("baseline_loss", "infonce"),
+            version=latest,
+        )
+        for record in members:
+            value = record["metrics"][record["primary_metric"]]
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                group.values[int(record["seed"])] = float(value)
+        if group.values:
+            groups.append(group)
+    return sorted(groups, key=Group.sort_key)
+
+
+def _record_key(record: dict[str, Any]) -> str:
+    return hash_jsonable([record["domain"], record["dataset"], record["method"], record["loss"],
+                          record["loss_params"], record["config"]])
+
+
+def baseline_for(group: Group, groups: list[Group]) -> Group | None:
+    """The baseline-loss group with the same setting (the one with most seeds, then default ordering)."""
+    candidates = [g for g in groups if g.setting == group.setting and g.loss == group.baseline_loss]
+    return max(candidates, key=lambda g: g.n, default=None)
+
+
+def best(groups: list[Group]) -> list[Group]:
+    """The groups with the best mean (several on a tie)."""
+    if not groups:
+        return []
+    top = max(g.sign * g.mean for g in groups)
+    return [g for g in groups if g.sign * g.mean == top]
+
+
+def fmt(value: float, digits: int | None = None) -> str:
+    """A metric for tables: 2 decimals from 1 to 1000, 1 above, 4 below 1."""
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.{decimals(value) if digits is None else digits}f}"
+
+
+def decimals(value: float) -> int:
+    magnitude = abs(value)
+    return 1 if magnitude >= 1000 else 2 if magnitude >= 1 else 4
+
+
+def cell(group: Group) -> str:
+    """``mean ± std (n seeds)``."""
+    digits = decimals(group.mean)
+    seeds = "1 seed" if group.n == 1 else f"{group.n} seeds"
+    return f"{fmt(group.mean, digits)} ± {fmt(group.std, digits)} ({seeds})"

@@ -1,0 +1,86 @@
+"""``harness list [domains|datasets|losses|presets]``: what exists, one line each.
+
+A domain whose extra is not installed (or which fails to import) is shown as unavailable, never a crash.
+"""
+
+from __future__ import annotations
+
+import losses
+from domains import available, get
+from domains.base import Domain
+
+
+def _load_domains() -> tuple[list[Domain], dict[str, str]]:
+    loaded, broken = [], {}
+    for name in available():
+        try:
+            loaded.append(get(name))
+        except Exception as exc:  # noqa: BLE001 - a missing extra or a broken plugin must not break listing
+            broken[name] = " ".join(str(exc).split())
+    return loaded, broken
+
+
+def domain_lines(loaded: list[Domain], broken: dict[str, str]) -> list[str]:
+    rows = [(d.name, f"{d.description} (methods: {', '.join(d.methods)}; primary metric: {d.primary_metric}, "
+             f"{'higher' if d.higher_is_better else 'lower'} is better; baseline: {d.baseline_loss})") for d in loaded]
+    rows += [(name, f"unavailable: {why}") for name, why in broken.items()]
+    return _align(sorted(rows))
+
+
+def dataset_lines(loaded: list[Domain]) -> list[str]:
+    rows = []
+    for d in loaded:
+        for name, ds in d.datasets.items():
+            tags = ["default, embedded" if name == d.default_dataset else
+                    ("download" if ds.needs_download else "embedded")]
+            rows.append((f"{d.name}/{name}", f"{ds.description} [{', '.join(tags)}]"))
+    return _align(rows)
+
+
+def preset_lines(loaded: list[Domain]) -> list[str]:
+    rows = []
+    for d in loaded:
+        for name, preset in d.presets.items():
+            overrides = ", ".join(f"{k}={v}" for k, v in preset.overrides.items()) or "config defaults"
+            seeds = ",".join(map(str, preset.seeds))
+            rows.append((f"{d.name}/{name}", f"{preset.description} ({overrides}; seeds {seeds})"))
+    return _align(rows)
+
+
+def loss_lines(loaded: list[Domain]) -> list[str]:
+    """Core losses with hyper-parameters (default and range), the domains accepting them, and domain objectives."""
+    accepted: dict[str, list[str]] = {}
+    for d in loaded:
+        for loss in d.losses:
+            accepted.setdefault(loss, []).append(d.name)
+    rows = []
+    for name in losses.available():
+        spec = losses.spec(name)
+        hparams = ", ".join(f"{h.name}={h.default} {h.describe()}" for h in spec.hparams) or "no hyper-parameters"
+        labels = " [needs labels]" if spec.needs_labels else ""
+        where = ", ".join(accepted.get(name, [])) or "none"
+        rows.append((name, f"{spec.summary}{labels}; {hparams}; domains: {where}"))
+    for name in sorted(set(accepted) - set(losses.available())):
+        rows.append((name, f"objective of domain {', '.join(accepted[name])} (not a core loss; no hyper-parameters)"))
+    return _align(rows)
+
+
+def _align(rows: list[tuple[str, str]]) -> list[str]:
+    width = max((len(k) for k, _ in rows), default=0)
+    return [f"{k.ljust(width)}  {v}" for k, v in rows]
+
+
+def cmd_list(what: str | None) -> int:
+    loaded, broken = _load_domains()
+    sections = {
+        "domains": lambda: domain_lines(loaded, broken),
+        "datasets": lambda: dataset_lines(loaded),
+        "losses": lambda: loss_lines(loaded),
+        "presets": lambda: preset_lines(loaded),
+    }
+    for name in [what] if what else list(sections):
+        if not what:
+            print(f"{name}:")
+        for line in sections[name]():
+            print(f"  {line}" if not what else line)
+    return 0

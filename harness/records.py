@@ -1,0 +1,161 @@
+"""Run records: one self-describing JSON file per run, written atomically, and the environment they note.
+
+A record is written to a unique temporary file in the results directory and renamed over
+``<run_id>.json`` (``os.replace`` is atomic on POSIX), so a reader or a crash never sees half a record
+and several processes can write into one directory at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domains.base import RunSpec, hash_jsonable
+from harness.version import package_version
+
+SCHEMA_VERSION = 1
+REQUIRED_FIELDS = (
+    "schema", "run_id", "status", "domain", "method", "dataset", "loss", "loss_params", "seed", "preset",
+    "overrides", "config", "config_hash", "metrics", "primary_metric", "higher_is_better", "baseline_loss",
+    "details", "curve", "timings", "throughput", "info", "hardware", "software", "data_fingerprint", "command",
+    "started_at", "finished_at",
+)
+
+
+def config_hash(spec: RunSpec, version: str | None = None) -> str:
+    """sha256 of everything that defines a run except its seed, including the package version."""
+    return hash_jsonable({
+        "domain": spec.domain, "method": spec.method, "dataset": spec.dataset, "loss": spec.loss,
+        "loss_params": spec.loss_params, "config": spec.config_dict(),
+        "version": version or package_version(),
+    })
+
+
+def run_id(spec: RunSpec) -> str:
+    """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the config hash>-s<seed>``."""
+    safe = [str(p).replace("/", "_").replace(" ", "_") for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
+    return "-".join([*safe, config_hash(spec)[:8], f"s{spec.seed}"])
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def jsonable(obj: Any) -> Any:
+    """Numpy/torch scalars and arrays, paths and other objects -> plain JSON types; NaN/inf -> None."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        return jsonable(obj.detach().cpu().tolist())
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return jsonable(obj.tolist())
+    return str(obj)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` through a unique temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(jsonable(data), fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def record_path(results: Path, rid: str) -> Path:
+    return results / f"{rid}.json"
+
+
+def read_record(path: Path) -> dict[str, Any] | None:
+    """The record at ``path``, or None when it is absent or unreadable."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def is_completed(results: Path, rid: str) -> bool:
+    record = read_record(record_path(results, rid))
+    return bool(record) and record.get("status") == "completed"
+
+
+def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[dict[str, Any]]:
+    """Every record (``*.json``, not hidden) in the results directories, sorted by run id."""
+    dirs = [results] if isinstance(results, (str, Path)) else list(results)
+    out = []
+    for directory in dirs:
+        for path in sorted(Path(directory).glob("*.json")):
+            record = read_record(path)
+            if not isinstance(record, dict) or "run_id" not in record:
+                continue
+            if completed_only and record.get("status") != "completed":
+                continue
+            out.append(record)
+    return sorted(out, key=lambda r: (r["run_id"], record_version(r)))
+
+
+def record_version(record: dict[str, Any]) -> str:
+    return str(record.get("software", {}).get("contrastive_harness", "0+unknown"))
+
+
+def _git(*args: str) -> str | None:
+    repo = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def software_info() -> dict[str, Any]:
+    """Package version, and the git commit (with a dirty flag) when the code is a git checkout."""
+    commit = _git("rev-parse", "HEAD")
+    dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return {"contrastive_harness": package_version(), "git_commit": commit, "git_dirty": dirty}
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+    return {
+        "device": str(device), "device_name": name, "cpu_count": os.cpu_count(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        "platform": platform.platform(),
+    }

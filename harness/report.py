@@ -1,0 +1,168 @@
+"""``harness report``: the cross-modality comparison of losses.
+
+A *task* is one (domain, dataset, method, setting); each loss enters a task with its best hyper-parameter
+setting there. Per loss, per domain and overall: the mean rank (1 = best, ties averaged), the win rate against
+the domain's baseline loss, and the mean relative improvement over it, ``sign · (loss − baseline) / |baseline|``
+in percent. A Friedman test (scipy.stats.friedmanchisquare) over the largest set of ≥3 losses sharing ≥2 tasks,
+with the Nemenyi critical difference (Demšar 2006) drawn as a CD diagram, and a bar plot of the relative
+improvement per domain; written to ``report.md`` with the PNG figures beside it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from filelock import FileLock
+from scipy import stats
+
+from harness.groups import Group, group_records
+from harness.records import load_records, write_text_atomic
+
+CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
+ALPHA = 0.05
+
+
+@dataclass
+class Task:
+    domain: str
+    label: str
+    baseline_loss: str
+    sign: float
+    values: dict[str, float] = field(default_factory=dict)  # loss -> mean primary metric (best hyper-parameters)
+
+    def ranks(self, among: list[str] | None = None) -> dict[str, float]:
+        names = sorted(among if among is not None else self.values)
+        ranked = stats.rankdata([-self.sign * self.values[n] for n in names])
+        return dict(zip(names, map(float, ranked)))
+
+    def relative(self, loss: str) -> float | None:
+        base = self.values.get(self.baseline_loss)
+        if loss == self.baseline_loss or base is None or base == 0 or loss not in self.values:
+            return None
+        return 100.0 * self.sign * (self.values[loss] - base) / abs(base)
+
+
+def build_tasks(groups: list[Group]) -> list[Task]:
+    tasks: dict[str, Task] = {}
+    for g in groups:
+        label = f"{g.domain}/{g.dataset}/{g.method}/{g.setting_label()}"
+        task = tasks.setdefault(g.setting, Task(g.domain, label, g.baseline_loss, g.sign))
+        if g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:
+            task.values[g.loss] = g.mean
+    return sorted(tasks.values(), key=lambda t: t.label)
+
+
+@dataclass
+class Summary:
+    loss: str
+    tasks: int
+    mean_rank: float
+    relative: list[float]  # relative improvement over the baseline, one per task that has a baseline
+
+    @property
+    def win_rate(self) -> float | None:
+        return sum(x > 0 for x in self.relative) / len(self.relative) if self.relative else None
+
+    @property
+    def mean_relative(self) -> float | None:
+        return statistics.fmean(self.relative) if self.relative else None
+
+
+def summarise(tasks: list[Task]) -> list[Summary]:
+    """One summary per loss, sorted by mean rank."""
+    ranks = [t.ranks() for t in tasks]
+    rows = []
+    for loss in sorted({name for t in tasks for name in t.values}):
+        mine = [r[loss] for r in ranks if loss in r]
+        rel = [x for t in tasks if (x := t.relative(loss)) is not None]
+        rows.append(Summary(loss, len(mine), statistics.fmean(mine), rel))
+    return sorted(rows, key=lambda r: (r.mean_rank, r.loss))
+
+
+def friedman_block(tasks: list[Task]) -> tuple[list[str], list[Task]]:
+    """The most losses (≥3) that share ≥2 tasks: drop the least covered loss until they do; else empty."""
+    losses = sorted({name for t in tasks for name in t.values})
+    while len(losses) >= 3:
+        shared = [t for t in tasks if all(name in t.values for name in losses)]
+        if len(shared) >= 2:
+            return losses, shared
+        coverage = {name: sum(name in t.values for t in tasks) for name in losses}
+        losses.remove(min(losses, key=lambda n: (coverage[n], n)))
+    return [], []
+
+
+def nemenyi_cd(k: int, n: int, alpha: float = ALPHA) -> float:
+    """Critical difference of mean ranks: q_alpha · sqrt(k (k+1) / (6 n)), q from the studentized range."""
+    q = stats.studentized_range.ppf(1 - alpha, k, np.inf) / math.sqrt(2)
+    return float(q * math.sqrt(k * (k + 1) / (6 * n)))
+
+
+def _table(rows: list[Summary]) -> list[str]:
+    out = ["| loss | tasks | mean rank | win rate vs baseline (tasks) | mean relative improvement |",
+           "|---|---|---|---|---|"]
+    for r in rows:
+        win = "–" if r.win_rate is None else f"{100 * r.win_rate:.0f}% ({len(r.relative)})"
+        gain = "–" if r.mean_relative is None else f"{r.mean_relative:+.2f}%"
+        out.append(f"| {r.loss} | {r.tasks} | {r.mean_rank:.2f} | {win} | {gain} |")
+    return out
+
+
+def write_report(results: Path, out: Path) -> Path:
+    from harness import figures
+
+    tasks = build_tasks(group_records(load_records(results)))
+    domains = sorted({t.domain for t in tasks})
+    lines = [
+        "<!-- generated by `harness report`; do not edit -->", "", "# Cross-modality report", "",
+        f"{len(tasks)} tasks over {len(domains)} domains ({', '.join(domains) or 'none'}). A task is one (domain, "
+        "dataset, method, setting); each loss enters a task with its best hyper-parameter setting there, which "
+        "favours losses that have hyper-parameters. Mean rank: 1 is the best loss of a task (ties averaged). Win "
+        "rate and relative improvement are against the domain's baseline loss in the same task; relative "
+        "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
+    ]
+    if not tasks:
+        lines += ["No completed records: nothing to compare yet.", ""]
+    else:
+        lines += ["## Overall", "", *_table(summarise(tasks)), ""]
+        lines += ["## Per domain", ""]
+        for domain in domains:
+            lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
+    lines += ["## Friedman test and critical difference", ""]
+    block_losses, block = friedman_block(tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out / ".report.lock")):
+        if block:
+            matrix = [[t.sign * t.values[name] for t in block] for name in block_losses]
+            chi2, p = stats.friedmanchisquare(*matrix)
+            mean_ranks = np.mean([[t.ranks(block_losses)[n] for n in block_losses] for t in block], axis=0)
+            cd = nemenyi_cd(len(block_losses), len(block))
+            figures.cd_diagram(dict(zip(block_losses, map(float, mean_ranks))), cd, out / CD_PNG)
+            lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
+                      f"({', '.join(block_losses)}) on the {len(block)} tasks where all have records: "
+                      f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
+                      f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar).", "",
+                      f"![critical difference diagram]({CD_PNG})", ""]
+        else:
+            (out / CD_PNG).unlink(missing_ok=True)
+            lines += ["Too few tasks for a Friedman test: it needs at least 3 losses that share at least 2 tasks.", ""]
+        lines += ["## Relative improvement per domain", ""]
+        per_domain = {d: {r.loss: r.mean_relative for r in summarise([t for t in tasks if t.domain == d])
+                          if r.mean_relative is not None} for d in domains}
+        if figures.improvement_bars(per_domain, out / BARS_PNG):
+            lines += [f"![relative improvement per domain]({BARS_PNG})", ""]
+        else:
+            (out / BARS_PNG).unlink(missing_ok=True)
+            lines += ["No task has both a baseline and another loss yet.", ""]
+        lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(sorted(t.values))}" for t in tasks], ""]
+        path = out / "report.md"
+        write_text_atomic(path, "\n".join(lines))
+    return path
+
+
+def cmd_report(results: str, out: str) -> int:
+    print(f"wrote {write_report(Path(results), Path(out))}")
+    return 0

@@ -1,0 +1,229 @@
+"""One ``harness run``: resolve the request into RunSpecs, then for each seed pretrain, evaluate, record.
+
+The same code path serves ``harness run`` and every ``harness sweep`` job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from filelock import FileLock, Timeout
+
+import domains
+from domains.base import Domain, RunContext, RunSpec, UserError
+from harness import config as cfg
+from harness import records
+
+LOGGER = logging.getLogger("harness")
+
+
+@dataclass
+class RunRequest:
+    """What ``harness run`` was asked for (before resolution)."""
+
+    domain: str
+    loss: str
+    method: str | None = None
+    dataset: str | None = None
+    seeds: list[int] | None = None
+    preset: str = "quick"
+    sets: dict[str, str] = field(default_factory=dict)
+    device: str = "auto"
+    data_root: str | None = None
+    results: str = "leaderboards/results"
+    resume: bool = False
+    force: bool = False
+    quiet: bool = False
+
+
+@dataclass
+class Outcome:
+    """The result of one seed: status is completed, failed, skipped (record exists) or busy (running elsewhere)."""
+
+    run_id: str
+    status: str
+    path: Path
+    record: dict[str, Any] | None = None
+    error: str | None = None
+    user_error: bool = False
+
+
+@dataclass
+class Plan:
+    domain: Domain
+    specs: list[RunSpec]
+    overrides: dict[str, Any]
+
+
+def default_data_root(cli_value: str | None) -> Path:
+    """``--data-root`` > ``$HARNESS_DATA_ROOT`` > ``~/.cache/contrastive-harness/data``."""
+    value = cli_value or os.environ.get("HARNESS_DATA_ROOT")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "contrastive-harness" / "data"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"--device {name} but no CUDA device is available; use --device cpu or auto")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown --device '{name}'; use auto, cpu or cuda") from None
+
+
+def plan(req: RunRequest) -> Plan:
+    """Resolve domain, method, dataset, loss, preset, overrides and seeds; UserError on any mistake."""
+    domain = domains.get(req.domain)
+    method = req.method or domain.default_method
+    if method not in domain.methods:
+        raise UserError(f"unknown method '{method}' for domain '{domain.name}'; available: {', '.join(domain.methods)}")
+    dataset = req.dataset or domain.default_dataset
+    if dataset not in domain.datasets:
+        raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'; "
+                        f"available: {', '.join(domain.datasets)}")
+    config_sets, loss_sets = cfg.split_sets(req.sets)
+    loss_params = cfg.resolve_loss(domain, req.loss, loss_sets)
+    config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
+    seeds = req.seeds if req.seeds is not None else list(domain.presets[req.preset].seeds)
+    specs = [RunSpec(domain=domain.name, method=method, dataset=dataset, loss=req.loss, loss_params=loss_params,
+                     preset=req.preset, seed=seed, config=config) for seed in seeds]
+    for spec in specs[:1]:
+        domain.validate(spec)
+    return Plan(domain, specs, overrides)
+
+
+def command_for(spec: RunSpec, overrides: dict[str, Any], device: torch.device) -> list[str]:
+    """The argv that reproduces exactly this run (one seed)."""
+    argv = ["harness", "run", "--domain", spec.domain, "--method", spec.method, "--dataset", spec.dataset,
+            "--loss", spec.loss, "--preset", spec.preset, "--seeds", str(spec.seed), "--device", device.type]
+    for key in sorted(overrides):
+        argv += ["--set", f"{key}={cfg.format_value(overrides[key])}"]
+    for key in sorted(spec.loss_params):
+        argv += ["--set", f"{cfg.LOSS_PREFIX}{key}={cfg.format_value(spec.loss_params[key])}"]
+    return argv
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
+
+
+def execute(req: RunRequest) -> list[Outcome]:
+    """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts."""
+    the_plan = plan(req)
+    device = resolve_device(req.device)
+    data_root = default_data_root(req.data_root)
+    results = Path(req.results)
+    results.mkdir(parents=True, exist_ok=True)
+    outcomes = []
+    for spec in the_plan.specs:
+        outcome = _run_locked(the_plan, spec, device, data_root, results, req)
+        outcomes.append(outcome)
+        if outcome.status == "failed":
+            break
+    return outcomes
+
+
+def _run_locked(the_plan: Plan, spec: RunSpec, device: torch.device, data_root: Path, results: Path,
+                req: RunRequest) -> Outcome:
+    rid = records.run_id(spec)
+    path = records.record_path(results, rid)
+    if records.is_completed(results, rid) and not req.force:
+        return Outcome(rid, "skipped", path, records.read_record(path))
+    work_dir = results / ".work" / rid
+    work_dir.parent.mkdir(parents=True, exist_ok=True)
+    # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
+    try:
+        lock = FileLock(str(results / ".work" / f"{rid}.lock"), timeout=0)
+        lock.acquire()
+    except Timeout:
+        return Outcome(rid, "busy", path, error="another process is running it")
+    try:
+        if records.is_completed(results, rid) and not req.force:  # finished while we waited for the lock
+            return Outcome(rid, "skipped", path, records.read_record(path))
+        if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
+            shutil.rmtree(work_dir, ignore_errors=True)
+        work_dir.mkdir(exist_ok=True)
+        return _run_one(the_plan, spec, rid, path, work_dir, device, data_root, req)
+    finally:
+        lock.release()
+
+
+def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path, device: torch.device,
+             data_root: Path, req: RunRequest) -> Outcome:
+    domain = the_plan.domain
+    handler = logging.FileHandler(path.with_suffix(".log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(logging.INFO)
+    record: dict[str, Any] = {
+        "schema": records.SCHEMA_VERSION, "run_id": rid, "domain": spec.domain, "method": spec.method,
+        "dataset": spec.dataset, "loss": spec.loss, "loss_params": spec.loss_params, "seed": spec.seed,
+        "preset": spec.preset, "overrides": the_plan.overrides, "config": spec.config_dict(),
+        "config_hash": records.config_hash(spec), "primary_metric": domain.primary_metric,
+        "higher_is_better": domain.higher_is_better, "baseline_loss": domain.baseline_loss,
+        "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
+        "software": records.software_info(), "started_at": records.utc_now(), "resumed": req.resume,
+        "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},
+        "data_fingerprint": {},
+    }
+    ctx = RunContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir, resume=req.resume,
+                     quiet=req.quiet, logger=logging.getLogger("harness.run"))
+    try:
+        LOGGER.info("run %s: %s", rid, " ".join(record["command"]))
+        outcome = _attempt(domain, spec, ctx, record, path)
+        record["finished_at"] = records.utc_now()
+        if outcome.status == "failed" and records.is_completed(path.parent, rid):
+            # A --force rerun that fails keeps the completed record; the failure is in the log.
+            LOGGER.warning("run %s failed; keeping its earlier completed record", rid)
+        else:
+            records.write_json_atomic(path, record)
+    finally:
+        LOGGER.removeHandler(handler)
+        handler.close()
+    if outcome.status == "completed":
+        shutil.rmtree(work_dir, ignore_errors=True)  # the checkpoint is only needed to resume
+    return outcome
+
+
+def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, record: dict[str, Any], path: Path) -> Outcome:
+    """Seed, fingerprint the data, pretrain, evaluate; fill ``record`` as completed or failed."""
+    rid = record["run_id"]
+    start = time.perf_counter()
+    try:
+        seed_everything(spec.seed)
+        record["data_fingerprint"] = domain.data_fingerprint(spec, ctx)
+        t0 = time.perf_counter()
+        pretrained = domain.pretrain(spec, ctx)
+        t1 = time.perf_counter()
+        result = domain.evaluate(spec, pretrained, ctx)
+        t2 = time.perf_counter()
+        if domain.primary_metric not in result.metrics:
+            raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
+        user = isinstance(exc, UserError)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        error = message if user else f"{type(exc).__name__}: {message}"
+        if user:
+            LOGGER.error("run %s failed: %s", rid, error)
+        else:
+            LOGGER.error("run %s failed:\n%s", rid, traceback.format_exc())
+        record.update(status="failed", error=error, timings={"total_s": time.perf_counter() - start})
+        return Outcome(rid, "failed", path, record, error=error, user_error=user)
+    record.update(status="completed", metrics=result.metrics, details=result.details, curve=pretrained.curve,
+                  throughput=pretrained.throughput, info=pretrained.info,
+                  timings={"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start})
+    LOGGER.info("run %s completed: %s", rid, result.metrics)
+    return Outcome(rid, "completed", path, record)

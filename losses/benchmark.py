@@ -1,0 +1,185 @@
+"""Speed and peak memory of the losses against a plain NT-Xent (issue 2's benchmark).
+
+Each measured step is what a SimCLR training step pays for its loss: from raw embeddings ``z1, z2``
+of shape ``[B, d]`` that require grad, the constructor (``pair_scores``: normalisation, the
+``2B x 2B`` similarity matrix, the masks), the loss, and the backward pass to ``z1, z2``. The
+baseline is NT-Xent written the usual way (``F.normalize``, one matmul, ``F.cross_entropy`` over the
+other ``2B - 1`` rows). ``unbiased`` gets class labels (10 classes), the others none.
+
+Time: the median over ``repeats`` steps (after ``warmup`` steps) of the wall time, and of the CPU
+time of the process (``time.process_time``: on a shared machine it leaves out the time the process
+waits for a core, so its ratios are the steadier ones). The losses are timed in turns (one step of
+each, then again) so that a change in machine load hits them all alike.
+
+Peak memory: the largest amount of memory the step holds above what was live when it began. On
+CUDA that is ``torch.cuda.max_memory_allocated`` minus the allocation before the step. On the CPU,
+where PyTorch keeps no such counter, one extra step runs under ``torch.profiler`` with
+``profile_memory=True``: every allocation and free of the step is recorded with its size and time,
+and the peak is the maximum of their running sum. That counts every tensor the step allocates
+(intermediates, autograd buffers, gradients), including the scratch memory of the kernels.
+
+    python -m losses.benchmark --batch-sizes 256 512 1024 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+import losses
+
+UNSUPERVISED = ("infonce", "dcl", "hcl", "pucl", "debiased_pos", "jsd")
+LABELLED = ("unbiased",)
+BASELINE = "nt_xent"
+TEMPERATURE = 0.5
+N_CLASSES = 10
+TARGET = {"time_ratio": 1.3, "memory_ratio": 1.5, "batch_size": 512}
+
+Step = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def nt_xent(z1: Tensor, z2: Tensor, temperature: float) -> Tensor:
+    """SimCLR's NT-Xent, the plain way: cross-entropy of each row against the other 2B - 1 rows."""
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    sim = (z @ z.T / temperature).fill_diagonal_(float("-inf"))
+    b = z1.shape[0]
+    target = torch.cat([torch.arange(b, 2 * b, device=z.device), torch.arange(b, device=z.device)])
+    return F.cross_entropy(sim, target)
+
+
+def _steps() -> dict[str, Step]:
+    steps: dict[str, Step] = {BASELINE: lambda z1, z2, y: nt_xent(z1, z2, TEMPERATURE)}
+    for name in UNSUPERVISED + LABELLED:
+        loss = losses.get(name)
+        labelled = name in LABELLED
+        steps[name] = (lambda z1, z2, y, loss=loss, labelled=labelled:
+                       loss(losses.pair_scores(z1, z2, TEMPERATURE, labels=y if labelled else None)))
+    return steps
+
+
+def _run_step(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> None:
+    a, b = z1.detach().requires_grad_(), z2.detach().requires_grad_()
+    step(a, b, y).backward()
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time_once(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> tuple[float, float]:
+    """Wall time and CPU time of this process for one step, in seconds."""
+    _sync(z1.device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    _run_step(step, z1, z2, y)
+    _sync(z1.device)
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def peak_memory(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> int:
+    """Bytes the step holds at its peak above what was live before it (see the module docstring)."""
+    if z1.device.type == "cuda":
+        _sync(z1.device)
+        torch.cuda.reset_peak_memory_stats(z1.device)
+        before = torch.cuda.memory_allocated(z1.device)
+        _run_step(step, z1, z2, y)
+        _sync(z1.device)
+        return torch.cuda.max_memory_allocated(z1.device) - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        _run_step(step, z1, z2, y)
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]")
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak
+
+
+def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128, device: str = "cpu",
+                  repeats: int = 20, warmup: int = 3, threads: int | None = 1, seed: int = 0) -> list[dict]:
+    """Time and peak memory of forward + backward for every loss and NT-Xent, one row per (B, loss).
+
+    Each row: ``loss, batch_size, dim, device, threads, repeats, time_ms`` (median wall time),
+    ``time_ratio`` (to NT-Xent at the same B), ``cpu_ms`` (median CPU time), ``cpu_ratio``, ``peak_mib``,
+    ``memory_ratio``. ``threads`` sets ``torch.set_num_threads`` for the run (restored after); None
+    keeps the current setting."""
+    dev = torch.device(device)
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        steps = _steps()
+        rows = []
+        for batch in batch_sizes:
+            gen = torch.Generator().manual_seed(seed + batch)
+            z1 = torch.randn(batch, dim, generator=gen).to(dev)
+            z2 = (z1 + 0.5 * torch.randn(batch, dim, generator=gen).to(dev))
+            y = torch.randint(N_CLASSES, (batch,), generator=gen).to(dev)
+            for _ in range(warmup):
+                for step in steps.values():
+                    _run_step(step, z1, z2, y)
+            wall: dict[str, list[float]] = {name: [] for name in steps}
+            cpu: dict[str, list[float]] = {name: [] for name in steps}
+            for _ in range(repeats):
+                for name, step in steps.items():
+                    w, c = _time_once(step, z1, z2, y)
+                    wall[name].append(w)
+                    cpu[name].append(c)
+            memory = {name: peak_memory(step, z1, z2, y) for name, step in steps.items()}
+            for name in steps:
+                time_s, cpu_s = statistics.median(wall[name]), statistics.median(cpu[name])
+                rows.append({
+                    "loss": name, "batch_size": batch, "dim": dim, "device": dev.type,
+                    "threads": torch.get_num_threads(), "repeats": repeats,
+                    "time_ms": 1e3 * time_s, "time_ratio": time_s / statistics.median(wall[BASELINE]),
+                    "cpu_ms": 1e3 * cpu_s, "cpu_ratio": cpu_s / statistics.median(cpu[BASELINE]),
+                    "peak_mib": memory[name] / 2**20, "memory_ratio": memory[name] / memory[BASELINE],
+                })
+        return rows
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as a fixed-width table; ratios past the issue's targets at B=512 are flagged."""
+    lines = [f"{'B':>5}  {'loss':<13} {'wall ms':>8} {'ratio':>6} {'cpu ms':>8} {'ratio':>6} "
+             f"{'peak MiB':>9} {'ratio':>6}"]
+    for r in rows:
+        over = [what for what, ratio, limit in (("time", r["time_ratio"], TARGET["time_ratio"]),
+                                                ("cpu", r["cpu_ratio"], TARGET["time_ratio"]),
+                                                ("memory", r["memory_ratio"], TARGET["memory_ratio"]))
+                if r["batch_size"] == TARGET["batch_size"] and ratio > limit]
+        lines.append(f"{r['batch_size']:>5}  {r['loss']:<13} {r['time_ms']:>8.2f} {r['time_ratio']:>6.2f} "
+                     f"{r['cpu_ms']:>8.2f} {r['cpu_ratio']:>6.2f} {r['peak_mib']:>9.2f} {r['memory_ratio']:>6.2f}"
+                     + (f"  over target: {', '.join(over)}" if over else ""))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m losses.benchmark", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--dim", type=int, default=128)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the run (default 1)")
+    args = parser.parse_args(argv)
+    rows = run_benchmark(args.batch_sizes, args.dim, args.device, args.repeats, threads=args.threads)
+    print(f"forward + backward from raw [B, {args.dim}] embeddings (pair_scores, t={TEMPERATURE}) on "
+          f"{rows[0]['device']} with {rows[0]['threads']} thread(s); medians of {args.repeats} steps; ratios to "
+          f"NT-Xent. Target at B={TARGET['batch_size']}: time <= {TARGET['time_ratio']}x, "
+          f"peak memory <= {TARGET['memory_ratio']}x.")
+    print(format_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

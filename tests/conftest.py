@@ -1,0 +1,26 @@
+"""Shared test fixtures. Tests run on the CPU with one thread: the machine has two cores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _data_root() -> Path:
+    env = os.environ.get("HARNESS_DATA_ROOT")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The real data beside the repo (``../shared/data`` or HARNESS_DATA_ROOT); skips when absent."""
+    root = _data_root()
+    if not root.is_dir():
+        pytest.skip(f"real data not found at {root} (set HARNESS_DATA_ROOT)")
+    return root

@@ -1,0 +1,363 @@
+"""Naive float64 references of the loss core, written directly from ``shared/specs/losses.md``.
+
+Independent of ``losses/``: every quantity is a plain Python loop over anchors and candidates with
+``math.exp`` / ``math.log`` on Python floats (float64), no log-sum-exp tricks, no vectorisation.
+A :class:`Ref` holds what a ``Scores`` holds, as nested lists. ``min_logit`` / ``max_logit`` may be
+a float, None (then the row min / max of the logits is used, as the spec says), or one value per
+row (used to freeze the detached bounds when differentiating numerically).
+
+The constructors' layouts are written here too (``ref_pair`` ...), from the spec's prose, so the
+tests can check the masks and logits the package builds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+Matrix = list[list[float]]
+Mask = list[list[bool]]
+Bound = float | list[float] | None
+
+
+@dataclass
+class Ref:
+    logits: Matrix
+    pos: Mask
+    neg: Mask
+    min_logit: Bound = None
+    max_logit: Bound = None
+    anchor_labels: list[int] | None = None
+    candidate_labels: list[int] | None = None
+
+    @property
+    def n_anchors(self) -> int:
+        return len(self.logits)
+
+    def positives(self, a: int) -> list[float]:
+        return [x for x, p in zip(self.logits[a], self.pos[a]) if p]
+
+    def negatives(self, a: int) -> list[float]:
+        return [x for x, n in zip(self.logits[a], self.neg[a]) if n]
+
+    def floor(self, a: int) -> float:
+        """``exp(min_logit)``, or ``exp(min_k logits[a, k])`` without a known bound."""
+        return math.exp(_bound(self.min_logit, a, min(self.logits[a])))
+
+    def self_term(self, a: int) -> float:
+        """``s_a = exp(max_logit)``, or ``exp(max_k logits[a, k])`` without a known bound."""
+        return math.exp(_bound(self.max_logit, a, max(self.logits[a])))
+
+
+def _bound(bound: Bound, a: int, fallback: float) -> float:
+    if bound is None:
+        return fallback
+    return bound[a] if isinstance(bound, list) else bound
+
+
+def to_ref(scores) -> Ref:
+    """A ``losses.Scores`` as nested float64 lists."""
+    labels = None if scores.anchor_labels is None else scores.anchor_labels.tolist()
+    cand = None if scores.candidate_labels is None else scores.candidate_labels.tolist()
+    return Ref(scores.logits.detach().double().tolist(), scores.pos_mask.tolist(), scores.neg_mask.tolist(),
+               scores.min_logit, scores.max_logit, labels, cand)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _mean_over_anchors(per_anchor: list[float | None], loss: str) -> float:
+    kept = [x for x in per_anchor if x is not None]
+    if not kept:
+        raise ValueError(f"{loss}: no anchor qualifies")
+    return _mean(kept)
+
+
+# ---------------------------------------------------------------- the losses, one anchor at a time
+
+def infonce(r: Ref) -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos:
+            out.append(None)
+            continue
+        neg_sum = sum(math.exp(x) for x in neg)
+        out.append(_mean([-math.log(math.exp(p) / (math.exp(p) + neg_sum)) for p in pos]))
+    return _mean_over_anchors(out, "infonce")
+
+
+def _debiased(r: Ref, name: str, neg_coef: float, pos_coef: float, reweight: float | None = None) -> float:
+    """``-log(e_ap / (e_ap + N_a·g_a))`` with ``g_a = max(neg_coef·r_a - pos_coef·pos_mean_a, floor)``;
+    ``r_a`` is the plain negative mean, or HCL's reweighted mean when ``reweight`` (beta) is given."""
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos or not neg:
+            out.append(None)
+            continue
+        n = len(neg)
+        pos_mean = _mean([math.exp(p) for p in pos])
+        if reweight is None:
+            r_a = _mean([math.exp(x) for x in neg])
+        else:
+            z = _mean([math.exp(reweight * x) for x in neg])
+            weights = [math.exp(reweight * x) / z for x in neg]
+            r_a = sum(w * math.exp(x) for w, x in zip(weights, neg)) / n
+        g = max(neg_coef * r_a - pos_coef * pos_mean, r.floor(a))
+        out.append(_mean([-math.log(math.exp(p) / (math.exp(p) + n * g)) for p in pos]))
+    return _mean_over_anchors(out, name)
+
+
+def dcl(r: Ref, tau_plus: float = 0.1) -> float:
+    return _debiased(r, "dcl", 1 / (1 - tau_plus), tau_plus / (1 - tau_plus))
+
+
+def hcl(r: Ref, tau_plus: float = 0.1, beta: float = 1.0) -> float:
+    return _debiased(r, "hcl", 1 / (1 - tau_plus), tau_plus / (1 - tau_plus), reweight=beta)
+
+
+def pucl(r: Ref, alpha: float = 0.1, c: float = 0.01) -> float:
+    return _debiased(r, "pucl", (1 - alpha * c) / (1 - alpha), alpha * (1 - c) / (1 - alpha))
+
+
+def dcl_floor_rows(r: Ref, tau_plus: float) -> list[bool]:
+    """Which anchors have DCL's floor active (``g_a`` = floor); for checking test coverage."""
+    rows = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if pos and neg:
+            est = (_mean([math.exp(x) for x in neg]) - tau_plus * _mean([math.exp(p) for p in pos])) / (1 - tau_plus)
+            rows.append(est < r.floor(a))
+    return rows
+
+
+def _debiased_pos_parts(r: Ref, a: int, pos: list[float], neg: list[float],
+                        tau_plus: float) -> tuple[float, float, float]:
+    """The estimate ``P_a - tau_minus·neg_mean_a``, its floor ``tau_plus·floor`` and the denominator."""
+    tau_minus = 1 - tau_plus
+    n, m = len(neg), len(pos)
+    neg_mean = _mean([math.exp(x) for x in neg])
+    density = (sum(math.exp(x) for x in neg) + sum(math.exp(p) for p in pos) + r.self_term(a)) / (n + m + 1)
+    return density - tau_minus * neg_mean, tau_plus * r.floor(a), density + (n * tau_plus - tau_minus) * neg_mean
+
+
+def _debiased_pos_term(r: Ref, a: int, pos: list[float], neg: list[float], tau_plus: float) -> float:
+    estimate, floor, den = _debiased_pos_parts(r, a, pos, neg, tau_plus)
+    num = max(estimate, floor)
+    # The spec's ratio is undefined when the denominator reaches 0 (very few negatives); losses/
+    # documents (debiased_pos.py) that the ratio is then floored at 1, i.e. the loss is 0.
+    if den <= num:
+        return 0.0
+    return -math.log(num / den)
+
+
+def debiased_pos_regimes(r: Ref, tau_plus: float) -> list[str]:
+    """Per qualifying anchor (grouping): "floor" where the numerator is floored, "guard" where the
+    ratio is floored at 1, else "plain"; for checking test coverage."""
+    out = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if pos and neg:
+            estimate, floor, den = _debiased_pos_parts(r, a, pos, neg, tau_plus)
+            out.append("guard" if den <= max(estimate, floor) else "floor" if estimate < floor else "plain")
+    return out
+
+
+def debiased_pos(r: Ref, tau_plus: float = 0.1, aggregation: str = "grouping") -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos or not neg:
+            out.append(None)
+        elif aggregation == "grouping":
+            out.append(_debiased_pos_term(r, a, pos, neg, tau_plus))
+        else:
+            out.append(_mean([_debiased_pos_term(r, a, [p], neg, tau_plus) for p in pos]))
+    return _mean_over_anchors(out, "debiased_pos")
+
+
+def supcon(r: Ref) -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos:
+            out.append(None)
+            continue
+        total = sum(math.exp(x) for x in pos + neg)
+        out.append(-_mean([math.log(math.exp(p) / total) for p in pos]))
+    return _mean_over_anchors(out, "supcon")
+
+
+def eps_supcon(r: Ref, epsilon: float = 0.0) -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos:
+            out.append(None)
+            continue
+        den = math.exp(-epsilon) * sum(math.exp(p) for p in pos) + sum(math.exp(x) for x in neg)
+        out.append(epsilon - _mean([math.log(math.exp(p) / den) for p in pos]))
+    return _mean_over_anchors(out, "eps_supcon")
+
+
+def eps_supinfonce(r: Ref, epsilon: float = 0.0) -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos, neg = r.positives(a), r.negatives(a)
+        if not pos:
+            out.append(None)
+            continue
+        neg_sum = sum(math.exp(x) for x in neg)
+        out.append(-_mean([math.log(math.exp(p) / (math.exp(-epsilon) * math.exp(p) + neg_sum)) for p in pos]))
+    return _mean_over_anchors(out, "eps_supinfonce")
+
+
+def unbiased(r: Ref) -> float:
+    out: list[float | None] = []
+    for a in range(r.n_anchors):
+        pos = r.positives(a)
+        n_all = sum(r.neg[a])
+        true_neg = [x for k, x in enumerate(r.logits[a])
+                    if r.neg[a][k] and r.candidate_labels[k] != r.anchor_labels[a]]
+        if not pos or not true_neg:
+            out.append(None)
+            continue
+        term = n_all / len(true_neg) * sum(math.exp(x) for x in true_neg)
+        out.append(_mean([-math.log(math.exp(p) / (math.exp(p) + term)) for p in pos]))
+    return _mean_over_anchors(out, "unbiased")
+
+
+def _softplus(x: float) -> float:
+    return math.log1p(math.exp(x)) if x < 30 else x + math.log1p(math.exp(-x))
+
+
+def jsd(r: Ref) -> float:
+    pos_terms, neg_terms = [], []
+    for a in range(r.n_anchors):
+        for k, x in enumerate(r.logits[a]):
+            if r.pos[a][k]:
+                pos_terms.append(_softplus(-x))
+            elif r.neg[a][k]:
+                neg_terms.append(_softplus(x))
+    if not pos_terms or not neg_terms:
+        raise ValueError("jsd: needs a positive and a negative pair")
+    return _mean(pos_terms) + _mean(neg_terms) - 2 * math.log(2)
+
+
+REFERENCES: dict[str, Callable[..., float]] = {
+    "infonce": infonce, "dcl": dcl, "hcl": hcl, "pucl": pucl, "debiased_pos": debiased_pos,
+    "supcon": supcon, "eps_supcon": eps_supcon, "eps_supinfonce": eps_supinfonce, "unbiased": unbiased,
+    "jsd": jsd,
+}
+
+
+# ---------------------------------------------------------------- FairKL
+
+def fairkl(z: Matrix, labels: list[int], bias: list[int], moments: str = "full") -> float:
+    norms = [math.sqrt(sum(x * x for x in row)) for row in z]
+    unit = [[x / n for x in row] for row, n in zip(z, norms)]
+    groups: dict[tuple[bool, bool], list[float]] = {(sl, sb): [] for sl in (True, False) for sb in (True, False)}
+    for i in range(len(z)):
+        for j in range(len(z)):
+            if i != j:
+                s = sum(x * y for x, y in zip(unit[i], unit[j]))
+                groups[(labels[i] == labels[j], bias[i] == bias[j])].append(s)
+
+    def stats(values: list[float]) -> tuple[float, float]:
+        mu = _mean(values)
+        return mu, max(_mean([(v - mu) ** 2 for v in values]), 1e-6)
+
+    total = 0.0
+    for same_label in (True, False):
+        aligned, conflicting = groups[(same_label, True)], groups[(same_label, False)]
+        if not aligned or not conflicting:
+            continue
+        (mu_p, var_p), (mu_q, var_q) = stats(aligned), stats(conflicting)
+        if moments == "full":
+            total += 0.5 * ((var_p + (mu_p - mu_q) ** 2) / var_q - math.log(var_p / var_q) - 1)
+        else:
+            total += (mu_p - mu_q) ** 2
+    return total
+
+
+# ---------------------------------------------------------------- numerical gradients
+
+def frozen_bounds(r: Ref) -> Ref:
+    """The same Ref with the detached row min / max frozen at their current values (per row)."""
+    lo = r.min_logit if r.min_logit is not None else [min(row) for row in r.logits]
+    hi = r.max_logit if r.max_logit is not None else [max(row) for row in r.logits]
+    return replace(r, min_logit=lo, max_logit=hi)
+
+
+def numerical_grad(fn: Callable[[Ref], float], r: Ref, h: float = 1e-6) -> Matrix:
+    """Central differences of ``fn`` with respect to every logit, the detached bounds held fixed."""
+    base = frozen_bounds(r)
+    grad = [[0.0] * len(row) for row in r.logits]
+    for a, row in enumerate(r.logits):
+        for k in range(len(row)):
+            values = []
+            for step in (h, -h):
+                logits = [list(x) for x in r.logits]
+                logits[a][k] += step
+                values.append(fn(replace(base, logits=logits)))
+            grad[a][k] = (values[0] - values[1]) / (2 * h)
+    return grad
+
+
+# ---------------------------------------------------------------- the constructors' layouts
+
+def _unit(z: Matrix) -> Matrix:
+    return [[x / math.sqrt(sum(y * y for y in row)) for x in row] for row in z]
+
+
+def _logits(anchors: Matrix, candidates: Matrix, t: float) -> Matrix:
+    return [[sum(x * y for x, y in zip(a, c)) / t for c in candidates] for a in anchors]
+
+
+def ref_multiview(views: list[Matrix], t: float, normalize: bool = True) -> Ref:
+    """Rows view-major (view v, sample i at v·B + i); positives: same sample, other view."""
+    b = len(views[0])
+    rows = [row for view in views for row in view]
+    rows = _unit(rows) if normalize else rows
+    n = len(rows)
+    pos = [[i != j and i % b == j % b for j in range(n)] for i in range(n)]
+    neg = [[i % b != j % b for j in range(n)] for i in range(n)]
+    bound = 1 / t if normalize else None
+    return Ref(_logits(rows, rows, t), pos, neg, -bound if normalize else None, bound)
+
+
+def ref_bank(query: Matrix, key: Matrix, bank: Matrix, t: float, normalize: bool = True) -> Ref:
+    """Candidates of query i: [key_i] + bank; column 0 positive, the bank negatives."""
+    if normalize:
+        query, key, bank = _unit(query), _unit(key), _unit(bank)
+    logits = [[sum(x * y for x, y in zip(q, k)) / t] + _logits([q], bank, t)[0] for q, k in zip(query, key)]
+    width = 1 + len(bank)
+    pos = [[j == 0 for j in range(width)] for _ in query]
+    neg = [[j > 0 for j in range(width)] for _ in query]
+    bound = 1 / t if normalize else None
+    return Ref(logits, pos, neg, -bound if normalize else None, bound)
+
+
+def ref_label(z: Matrix, labels: list[int], t: float, normalize: bool = True) -> Ref:
+    rows = _unit(z) if normalize else z
+    n = len(rows)
+    pos = [[i != j and labels[i] == labels[j] for j in range(n)] for i in range(n)]
+    neg = [[labels[i] != labels[j] for j in range(n)] for i in range(n)]
+    bound = 1 / t if normalize else None
+    return Ref(_logits(rows, rows, t), pos, neg, -bound if normalize else None, bound, list(labels), list(labels))
+
+
+def ref_membership(anchors: Matrix, candidates: Matrix, member_of: list[int], t: float,
+                   members: str = "candidates", normalize: bool = True) -> Ref:
+    if normalize:
+        anchors, candidates = _unit(anchors), _unit(candidates)
+    if members == "candidates":
+        pos = [[member_of[k] == a for k in range(len(candidates))] for a in range(len(anchors))]
+    else:
+        pos = [[member_of[a] == k for k in range(len(candidates))] for a in range(len(anchors))]
+    neg = [[not p for p in row] for row in pos]
+    bound = 1 / t if normalize else None
+    return Ref(_logits(anchors, candidates, t), pos, neg, -bound if normalize else None, bound)

@@ -1,0 +1,135 @@
+"""``harness run`` through subprocesses on the tiny domain: records, errors, skip/--force, concurrency, resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+from filelock import FileLock
+from tiny_domain import REPO, harness, harness_env
+
+from harness.cli import main
+from harness.records import REQUIRED_FIELDS
+
+
+def _records(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+
+
+def test_run_writes_a_schema_complete_record(tmp_path):
+    out = harness("run", "--domain", "tiny", "--loss", "pucl", "--seeds", "3", "--set", "loss.alpha=0.2",
+                  "--set", "epochs=2", "--results", str(tmp_path), "--quiet")
+    assert out.returncode == 0, out.stderr
+    [record] = _records(tmp_path)
+    assert set(REQUIRED_FIELDS) <= set(record)
+    assert record["status"] == "completed" and record["seed"] == 3
+    assert record["loss_params"] == {"alpha": 0.2, "c": 0.01}
+    assert record["config"]["epochs"] == 2 and record["overrides"] == {"epochs": 2}
+    assert record["run_id"] == f"tiny-blobs-linear-pucl-{record['config_hash'][:8]}-s3"
+    assert 0 <= record["metrics"]["accuracy"] <= 100 and len(record["curve"]) == 2
+    assert set(record["timings"]) == {"pretrain_s", "evaluate_s", "total_s"}
+    assert record["software"]["contrastive_harness"] and record["hardware"]["torch"]
+    assert (tmp_path / f"{record['run_id']}.log").read_text().count("epoch ") == 2
+    assert record["run_id"] in out.stdout and "accuracy=" in out.stdout
+    # The recorded command reproduces the same run (same run id), so it is skipped as existing.
+    assert main([*record["command"][1:], "--results", str(tmp_path)]) == 0
+    assert _records(tmp_path) == [record]
+
+
+def test_user_error_from_a_subprocess_is_one_line(tmp_path):
+    out = harness("run", "--domain", "nope", "--loss", "infonce", "--results", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.startswith("error: unknown domain 'nope'; available: ")
+    assert len(out.stderr.strip().splitlines()) == 1 and "tiny" in out.stderr
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--domain", "nope", "--loss", "infonce"], "unknown domain 'nope'"),
+    (["--domain", "tiny", "--loss", "jsd"], "does not accept loss 'jsd'; accepted: infonce"),
+    (["--domain", "tiny", "--loss", "infonce", "--set", "nope=1"], "valid keys: classes, dim_in"),
+    (["--domain", "tiny", "--loss", "infonce", "--set", "epochs=x"], "--set epochs=x: expected int"),
+    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must lie in (0, 1)"),
+    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "valid: loss.alpha, loss.c"),
+])
+def test_user_errors_are_one_line_exit_2(tmp_path, capsys, args, expected):
+    assert main(["run", *args, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_failures_write_a_failed_record(tmp_path, capsys):
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
+                 "--results", str(tmp_path), "--quiet"]) == 1
+    assert "Traceback" not in capsys.readouterr().err
+    [record] = _records(tmp_path)
+    assert record["status"] == "failed" and record["error"] == "RuntimeError: planted failure"
+    assert "Traceback" in (tmp_path / f"{record['run_id']}.log").read_text()
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--dataset", "absent", "--seeds", "0",
+                 "--results", str(tmp_path), "--quiet"]) == 2
+    assert "put it under" in capsys.readouterr().err
+
+
+def test_skip_and_force(tmp_path, capsys):
+    args = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(tmp_path), "--quiet"]
+    assert main(args) == 0
+    [first] = _records(tmp_path)
+    assert main(args) == 0
+    assert "[skipped]" in capsys.readouterr().out and _records(tmp_path) == [first]
+    assert main([*args, "--force"]) == 0
+    assert "[completed]" in capsys.readouterr().out
+    [second] = _records(tmp_path)
+    assert second["run_id"] == first["run_id"] and second["started_at"] >= first["started_at"]
+    assert second["metrics"] == first["metrics"]  # every random source is seeded from the run's seed
+
+
+def test_concurrent_writers_into_one_directory(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", "run", "--domain", "tiny", "--loss", "dcl",
+                               "--seeds", str(seed), "--results", str(tmp_path), "--quiet"],
+                              cwd=REPO, env=harness_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for seed in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    records = _records(tmp_path)
+    assert sorted(r["seed"] for r in records) == [0, 1, 2, 3]
+    assert all(r["status"] == "completed" for r in records)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_resume_after_a_killed_run(tmp_path):
+    args = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6",
+            "--set", "sleep_s=0.5", "--results", str(tmp_path), "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline and "epoch 2:" not in "".join(p.read_text() for p in tmp_path.glob("*.log")):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not list(tmp_path.glob("*.json"))  # a killed run leaves no record, only its checkpoint
+    assert list((tmp_path / ".work").glob("*/checkpoint.pt"))
+    out = harness(*args, "--resume")
+    assert out.returncode == 0, out.stderr
+    [record] = _records(tmp_path)
+    assert record["info"]["start_epoch"] >= 2 and record["resumed"] is True
+    assert [c["epoch"] for c in record["curve"]] == [1, 2, 3, 4, 5, 6]
+    assert not (tmp_path / ".work" / record["run_id"]).exists()  # the checkpoint goes once the record exists
+
+
+def test_a_run_held_by_another_process_is_skipped_and_failed_force_keeps_the_record(tmp_path, capsys, monkeypatch):
+    args = ["run", "--domain", "tiny", "--loss", "hcl", "--seeds", "0", "--set", "epochs=1",
+            "--results", str(tmp_path), "--quiet"]
+    assert main(args) == 0
+    [record] = _records(tmp_path)
+    capsys.readouterr()
+    with FileLock(str(tmp_path / ".work" / f"{record['run_id']}.lock")):
+        assert main([*args, "--force"]) == 0
+    assert "[busy]" in capsys.readouterr().out and _records(tmp_path) == [record]
+    monkeypatch.setenv("TINY_DOMAIN_FAIL", "1")
+    assert main([*args, "--force"]) == 1
+    assert _records(tmp_path) == [record]  # a failed --force rerun keeps the completed record
+    assert "keeping its earlier completed record" in (tmp_path / f"{record['run_id']}.log").read_text()

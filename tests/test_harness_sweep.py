@@ -1,0 +1,51 @@
+"""``harness sweep`` with the local executor: the grid, hyper-parameters only where they apply, skipping."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+from tiny_domain import harness
+
+from harness.cli import main
+from harness.sweep import run_slurm
+
+
+def test_sweep_grid_and_dry_run(tmp_path, capsys):
+    assert main(["sweep", "--domains", "tiny", "--losses", "infonce,pucl,hcl", "--grid", "loss.alpha=0.1,0.5",
+                 "--grid", "epochs=1,2", "--seeds", "0,1", "--results", str(tmp_path), "--dry-run"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("harness run")]
+    # infonce: 2 epochs x 2 seeds; pucl: 2 alphas x 2 epochs x 2 seeds; hcl: 2 epochs x 2 seeds.
+    assert len(lines) == 4 + 8 + 4
+    assert all("loss.alpha" in x for x in lines if "--loss pucl" in x)
+    assert not any("loss.alpha" in x for x in lines if "--loss pucl" not in x)
+    assert main(["sweep", "--domains", "tiny", "--grid", "loss.nope=1", "--results", str(tmp_path)]) == 2
+    assert "applies to no domain/loss" in capsys.readouterr().err
+
+
+def test_sweep_skips_existing_records(tmp_path):
+    # Two of the six runs exist already.
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=2",
+                 "--results", str(tmp_path), "--quiet"]) == 0
+    before = {p.name: p.read_text() for p in tmp_path.glob("*.json")}
+    out = harness("sweep", "--domains", "tiny", "--losses", "infonce,pucl", "--grid", "loss.alpha=0.1,0.5",
+                  "--set", "epochs=2", "--seeds", "0,1", "--executor", "local", "--workers", "2",
+                  "--results", str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "6 runs, 2 with a completed record (skipped), 4 to run" in out.stdout
+    assert "sweep done: 4 completed" in out.stdout
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert len(records) == 6 and all(r["status"] == "completed" for r in records)
+    assert sorted(r["loss_params"].get("alpha", 0) for r in records) == [0, 0, 0.1, 0.1, 0.5, 0.5]
+    assert all(p.read_text() == text for p in tmp_path.glob("*.json") if (text := before.get(p.name)))
+    again = harness("sweep", "--domains", "tiny", "--losses", "infonce,pucl", "--grid", "loss.alpha=0.1,0.5",
+                    "--set", "epochs=2", "--seeds", "0,1", "--results", str(tmp_path))
+    assert again.returncode == 0 and "6 with a completed record (skipped), 0 to run" in again.stdout
+
+
+def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys):
+    args = argparse.Namespace(results=str(tmp_path), timeout_min=10, device="cpu", slurm_partition=None)
+    assert run_slurm([], 1, args) is None  # submitit's AutoExecutor finds no Slurm on this machine
+    assert "no Slurm cluster found (submitit detected 'local'); running with the local executor" in \
+        capsys.readouterr().out

@@ -1,0 +1,188 @@
+"""A tiny domain, registered only in the tests (``HARNESS_PLUGINS=tiny_domain`` with ``tests/`` on the path).
+
+A linear encoder on a synthetic Gaussian mixture, pretrained for a few epochs with any unsupervised loss on
+``pair_scores`` of two noisy views (or the domain's own objective ``ce``, supervised cross-entropy), and
+evaluated by nearest-centroid accuracy (percent) on a held-out half. Seconds per run. It checkpoints every
+epoch and can sleep per epoch (``sleep_s``) so a test can kill it mid-run; ``info["start_epoch"]`` says
+where a run started, so resuming is observable. ``fail=true`` (or the env var TINY_DOMAIN_FAIL) makes pretraining raise.
+Also the helpers that call the CLI in a subprocess with this domain plugged in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import losses
+from domains import register
+from domains.base import (
+    DatasetSpec,
+    Domain,
+    EvalResult,
+    Preset,
+    PretrainResult,
+    Reference,
+    RunContext,
+    RunSpec,
+    UserError,
+    hash_jsonable,
+)
+
+
+@dataclass
+class TinyConfig:
+    epochs: int = 3
+    n_per_class: int = 40
+    classes: int = 3
+    dim_in: int = 8
+    dim_out: int = 4
+    lr: float = 0.05
+    temperature: float = 0.5
+    noise: float = 0.3
+    sleep_s: float = 0.0
+    fail: bool = False
+    tag: str | None = None
+
+
+def make_data(spec: RunSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """A fixed Gaussian mixture (the data does not depend on the run seed); ``blobs_hard`` has closer means."""
+    c = spec.config
+    rng = np.random.default_rng(0)
+    spread = 3.0 if spec.dataset == "blobs" else 1.0
+    centers = rng.normal(0.0, spread, size=(c.classes, c.dim_in))
+    y = np.repeat(np.arange(c.classes), c.n_per_class)
+    x = centers[y] + rng.normal(size=(len(y), c.dim_in))
+    return torch.tensor(x, dtype=torch.float32), torch.tensor(y)
+
+
+@register
+class TinyDomain(Domain):
+    name = "tiny"
+    description = "a linear encoder on a Gaussian mixture (tests only)"
+    config_class = TinyConfig
+    methods = {"linear": "one linear layer", "linear2": "the same, under another name"}
+    default_method = "linear"
+    datasets = {"blobs": DatasetSpec("blobs", "3 well separated Gaussians", needs_download=False),
+                "blobs_hard": DatasetSpec("blobs_hard", "3 overlapping Gaussians", needs_download=False),
+                "absent": DatasetSpec("absent", "a dataset that is never on disk")}
+    default_dataset = "blobs"
+    losses = ("infonce", "dcl", "pucl", "hcl", "supcon", "ce")
+    presets = {"quick": Preset("seconds", {}, seeds=(0, 1)), "paper": Preset("a bit longer", {"epochs": 5})}
+    primary_metric = "accuracy"
+    baseline_loss = "infonce"
+    references = (Reference("Tiny et al. 2024, Table 1", "blobs", "Linear+InfoNCE", 90.0, 1.0),)
+
+    def validate(self, spec: RunSpec) -> None:
+        if spec.method == "linear2" and spec.dataset == "blobs_hard":
+            raise UserError("method linear2 does not support blobs_hard")
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+        if spec.dataset == "absent":
+            raise UserError(f"dataset 'absent' not found; put it under {ctx.data_root / 'absent'}")
+        c = spec.config
+        x, y = make_data(spec)
+        encoder = torch.nn.Linear(c.dim_in, c.dim_out)
+        head = torch.nn.Linear(c.dim_out, c.classes)
+        opt = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=c.lr)
+        start, curve = 0, []
+        state = ctx.load_checkpoint()
+        if state is not None:
+            encoder.load_state_dict(state["encoder"])
+            head.load_state_dict(state["head"])
+            opt.load_state_dict(state["opt"])
+            start, curve = state["epoch"], state["curve"]
+        loss_fn = None if spec.loss == "ce" else spec.make_loss()
+        gen = torch.Generator().manual_seed(ctx.seed)
+        t0 = time.perf_counter()
+        for epoch in ctx.progress(range(start, c.epochs), desc="epochs", total=c.epochs - start):
+            if c.fail or os.environ.get("TINY_DOMAIN_FAIL"):
+                raise RuntimeError("planted failure")
+            v1 = x + c.noise * torch.randn(x.shape, generator=gen)
+            v2 = x + c.noise * torch.randn(x.shape, generator=gen)
+            if loss_fn is None:
+                loss = torch.nn.functional.cross_entropy(head(encoder(v1)), y)
+            else:
+                labels = y if losses.spec(spec.loss).needs_labels else None
+                loss = loss_fn(losses.pair_scores(encoder(v1), encoder(v2), c.temperature, labels=labels))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            curve.append({"epoch": epoch + 1, "loss": loss.item()})
+            ctx.save_checkpoint({"encoder": encoder.state_dict(), "head": head.state_dict(),
+                                 "opt": opt.state_dict(), "epoch": epoch + 1, "curve": curve})
+            ctx.log(f"epoch {epoch + 1}: loss {loss.item():.4f}")
+            time.sleep(c.sleep_s)
+        took = max(time.perf_counter() - t0, 1e-9)
+        return PretrainResult(encoder, curve, {"samples_per_s": len(x) * (c.epochs - start) / took},
+                              {"start_epoch": start})
+
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        x, y = make_data(spec)
+        with torch.no_grad():
+            z = pretrained.model(x)
+        perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(ctx.seed))
+        train, test = perm[: len(y) // 2], perm[len(y) // 2:]
+        centroids = torch.stack([z[train][y[train] == k].mean(0) for k in range(spec.config.classes)])
+        pred = torch.cdist(z[test], centroids).argmin(1)
+        accuracy = 100.0 * float((pred == y[test]).float().mean())
+        return EvalResult({"accuracy": accuracy, "n_test": float(len(test))}, {"per_class_n": [40, 40, 40]})
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict:
+        return {"dataset": spec.dataset, "generator": "gaussian mixture, numpy seed 0"}
+
+    def benchmark(self, device: torch.device, data_root, quick: bool) -> list[dict]:
+        rows = []
+        for n in (64, 256) if quick else (64, 256, 1024):
+            z = torch.randn(n, 16, device=device)
+            t0 = time.perf_counter()
+            losses.get("infonce")(losses.pair_scores(z, z + 0.1, 0.5))
+            rows.append({"batch": n, "device": str(device), "ms": 1000 * (time.perf_counter() - t0)})
+        return rows
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def harness_env() -> dict[str, str]:
+    """The environment for a ``python -m harness`` subprocess that knows the tiny domain."""
+    env = dict(os.environ, HARNESS_PLUGINS="tiny_domain", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "tests"), str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the ``harness`` CLI in a subprocess (cwd = repo root), capturing its output."""
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def synthetic_record(loss: str, seed: int, value: float, *, dataset: str = "blobs", method: str = "linear",
+                     loss_params: dict | None = None, version: str = "0.1.0", config: dict | None = None,
+                     domain: str = "tiny", status: str = "completed", higher_is_better: bool = True,
+                     baseline_loss: str = "infonce", preset: str = "quick", metric: str = "accuracy") -> dict:
+    """A hand-written record with the fields the leaderboard, report and compare read."""
+    params = loss_params or {}
+    tag = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
+    config = config or {"epochs": 3}
+    return {
+        "run_id": f"{domain}-{dataset}-{method}-{loss}{tag}-{version}-{hash_jsonable(config)[:6]}-s{seed}",
+        "status": status, "domain": domain, "dataset": dataset, "method": method, "loss": loss,
+        "loss_params": params, "seed": seed, "preset": preset, "overrides": {}, "config": config,
+        "primary_metric": metric, "higher_is_better": higher_is_better, "baseline_loss": baseline_loss,
+        "metrics": {metric: value} if status == "completed" else {},
+        "software": {"contrastive_harness": version}, "finished_at": "2026-01-01T00:00:00+00:00",
+    }
+
+
+def write_records(results: Path, records: list[dict]) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    for record in records:
+        (results / f"{record['run_id']}.json").write_text(json.dumps(record))
