@@ -61,37 +61,56 @@ def prepare(scores: Scores) -> Prepared:
 
 
 class _MaskedLogSumExp(torch.autograd.Function):
-    """``(scale·x).masked_fill(~mask, -inf).logsumexp(1)`` for ``scale > 0``, the same value in fewer
-    passes over the matrix: the backward reuses the forward's exponentials (their softmax over the
-    mask times the incoming gradient) instead of recomputing them, and entries outside the mask get
-    an exact 0."""
+    """For each ``s > 0`` of ``scales``, ``(s·x).masked_fill(~mask, -inf).logsumexp(1)``, stacked
+    ``[S, A]``: the same values in fewer passes over the matrix. The mask is applied once for every
+    scale; the backward reuses the forward's exponentials (their softmax over the mask times the
+    incoming gradient) instead of recomputing them, and entries outside the mask get an exact 0."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mask: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, mask: Tensor, scales: tuple[float, ...]) -> Tensor:  # type: ignore[override]
         masked = torch.where(mask, x, float("-inf"))
-        if scale != 1.0:
-            masked.mul_(scale)
-        shift = masked.amax(dim=1, keepdim=True)
-        shift.masked_fill_(~torch.isfinite(shift), 0.0)  # a row with no entry stays all -inf
-        exps = masked.sub_(shift).exp_()
-        total = exps.sum(dim=1)
-        ctx.scale = scale
-        ctx.save_for_backward(exps, total)
-        return total.log() + shift.squeeze(1)
+        row_max = masked.amax(dim=1, keepdim=True)
+        row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry stays all -inf
+        results, saved = [], []
+        for i, scale in enumerate(scales):
+            last = i == len(scales) - 1  # the last scale may overwrite the masked matrix
+            if scale == 1.0:
+                scaled = masked if last else masked.clone()
+            else:
+                scaled = masked.mul_(scale) if last else masked * scale
+            shift = row_max * scale  # the row max of the scaled entries, as scale > 0
+            exps = scaled.sub_(shift).exp_()
+            total = exps.sum(dim=1)
+            results.append(total.log() + shift.squeeze(1))
+            saved += [exps, total]
+        ctx.scales = scales
+        ctx.save_for_backward(*saved)
+        return torch.stack(results)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        exps, total = ctx.saved_tensors
-        # An empty row gets 0, not 0/0.
-        scale = torch.where(total > 0, grad * ctx.scale / total, torch.zeros_like(total))
-        return exps * scale[:, None], None, None
+        saved = ctx.saved_tensors
+        grad_x = None
+        for i, scale in enumerate(ctx.scales):
+            exps, total = saved[2 * i], saved[2 * i + 1]
+            # An empty row gets 0, not 0/0.
+            coef = torch.where(total > 0, grad[i] * scale / total, torch.zeros_like(total))[:, None]
+            grad_x = exps * coef if grad_x is None else grad_x.addcmul_(exps, coef)
+        return grad_x, None, None
+
+
+def masked_logsumexps(logits: Tensor, mask: Tensor, scales: tuple[float, ...]) -> list[Tensor]:
+    """Row-wise ``log Σ_{k∈mask} exp(s·logits)`` for each ``s >= 0`` of ``scales`` ([A] each; -inf for
+    an empty row), with one masking pass for all of them."""
+    positive = tuple(s for s in scales if s != 0.0)
+    stacked = iter(_MaskedLogSumExp.apply(logits, mask, positive) if positive else ())
+    # With s = 0 every entry of the mask contributes exp(0) = 1: the log of the count.
+    return [next(stacked) if s != 0.0 else torch.log(mask.sum(dim=1, dtype=torch.int32).float()) for s in scales]
 
 
 def masked_logsumexp(logits: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor:
     """Row-wise ``log Σ_{k∈mask} exp(scale·logits)`` for ``scale >= 0``; -inf for an empty row."""
-    if scale == 0.0:
-        return torch.log(mask.sum(dim=1, dtype=torch.int32).float())
-    return _MaskedLogSumExp.apply(logits, mask, scale)
+    return masked_logsumexps(logits, mask, (scale,))[0]
 
 
 def per_anchor_mean(per_pair: Tensor, p: Prepared) -> Tensor:

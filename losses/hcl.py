@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from losses._core import Prepared, debiased_loss, masked_logsumexp
+from losses._core import Prepared, debiased_loss, masked_logsumexps
 from losses.dcl import TAU_PLUS
 from losses.registry import HParam, LossSpec, register
 from losses.scores import Scores
@@ -27,7 +27,8 @@ def hcl(scores: Scores, tau_plus: float = 0.1, beta: float = 1.0) -> Tensor:
     tau_plus, beta = TAU_PLUS.check(tau_plus), BETA.check(beta)
 
     def log_reweighted_mean(p: Prepared, s: Scores) -> Tensor:
-        return masked_logsumexp(p.logits, s.neg_mask, 1.0 + beta) - masked_logsumexp(p.logits, s.neg_mask, beta)
+        log_num, log_den = masked_logsumexps(p.logits, s.neg_mask, (1.0 + beta, beta))
+        return log_num - log_den
 
     return debiased_loss(scores, "hcl", log_reweighted_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
 

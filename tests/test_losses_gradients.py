@@ -15,10 +15,10 @@ The losses compute in float32 whatever the input precision (the spec), so two ch
 from __future__ import annotations
 
 import pytest
+import reference_losses as ref
 import torch
 
 import losses
-import reference_losses as ref
 
 GRADCHECK = {"eps": 1e-3, "atol": 1e-3, "rtol": 1e-2}
 LOSSES = [

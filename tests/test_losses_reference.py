@@ -9,10 +9,11 @@ varying M_a, and ``normalize=False`` (no known bounds: the floor is the row min,
 from __future__ import annotations
 
 import pytest
+import reference_losses as ref
 import torch
 
 import losses
-import reference_losses as ref
+from losses._core import true_entries
 
 
 def _g(seed: int) -> torch.Generator:
@@ -181,3 +182,15 @@ def test_fairkl_term_with_an_empty_group_contributes_zero():
     assert losses.fairkl(z, y, bias).item() == pytest.approx(expected, rel=1e-4, abs=1e-6)
     # One bias value everywhere: no conflicting pair at all, so R = 0.
     assert losses.fairkl(z, y, torch.zeros(6, dtype=torch.long)).item() == 0.0
+
+
+@pytest.mark.parametrize("shape, density", [((1024, 1024), 0.001), ((7, 9), 0.3), ((16, 16), 1.0), ((3, 5), 0.5),
+                                            ((0, 8), 0.5), ((8, 0), 0.5)])
+def test_true_entries_is_nonzero_in_row_major_order(shape, density):
+    """The positives' finder used by every loss (words of 8 mask entries at a time) equals nonzero."""
+    mask = torch.rand(shape, generator=_g(1)) < density
+    sliced = (torch.rand(5, 16, generator=_g(2)) < density)[1:]  # a view at a storage offset of 16
+    odd = (torch.rand(6, 9, generator=_g(3)) < density)[:, 1:]  # not contiguous
+    for m in (mask, sliced, odd):
+        for got, expected in zip(true_entries(m), m.nonzero(as_tuple=True)):
+            assert torch.equal(got, expected)

@@ -7,10 +7,10 @@ still match the float64 reference (logits reach 1/t = 100, far past float32's ex
 from __future__ import annotations
 
 import pytest
+import reference_losses as ref
 import torch
 
 import losses
-import reference_losses as ref
 
 ENTRIES = [(name, {}) for name in losses.available()] + [
     ("debiased_pos", {"aggregation": "combination"}), ("dcl", {"tau_plus": 0.9}),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_losses import Ref, ref_bank, ref_label, ref_membership, ref_multiview
 
 import losses
-from reference_losses import Ref, ref_bank, ref_label, ref_membership, ref_multiview
 
 
 def _check(scores: losses.Scores, ref: Ref) -> None:

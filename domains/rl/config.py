@@ -43,11 +43,11 @@ class CurlConfig:
     """CURL + SAC arguments. Defaults are the quick CPU setting; the presets give the paper's."""
 
     # Budget and evaluation (environment steps).
-    num_env_steps: int = 4000
-    eval_freq: int = 2000  # evaluate every this many environment steps (at the next episode end)
-    eval_episodes: int = 3
+    num_env_steps: int = 2000
+    eval_freq: int = 1000  # evaluate every this many environment steps (at the next episode end)
+    eval_episodes: int = 2
     checkpoint_freq: int = 10_000  # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never
-    seed_agent_steps: int = 100  # uniformly random actions before learning (agent steps, CURL: 1000)
+    seed_agent_steps: int = 200  # uniformly random actions before learning (agent steps, CURL: 1000)
     # Observations.
     action_repeat: int | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)
     frame_stack: int = 3
@@ -102,11 +102,11 @@ class CurlConfig:
 _PAPER = dict(eval_freq=10_000, eval_episodes=10, seed_agent_steps=1000, batch_size=512, checkpoint_freq=10_000)
 
 PRESETS: dict[str, Preset] = {
-    "quick": Preset("a smoke-scale CPU run: 4k env steps, batch 128, 3 eval episodes (not a result)", {}),
-    "cpu": Preset("the reduced-step CPU protocol: 20k env steps, batch 128, eval every 5k env steps with "
-                  "5 episodes, 100 seed agent steps",
-                  dict(num_env_steps=20_000, eval_freq=5000, eval_episodes=5, seed_agent_steps=100,
-                       batch_size=128)),
+    "quick": Preset("smoke scale, not a result: 2k env steps (cartpole: 200 random agent steps, then 50 updates "
+                    "at batch 128), 2 eval episodes", {}),
+    "cpu": Preset("reduced-step CPU protocol, not the paper's: 8k env steps, batch 32, 100 seed agent steps, "
+                  "eval every 2k env steps with 5 episodes (cartpole: 900 updates)",
+                  dict(num_env_steps=8000, eval_freq=2000, eval_episodes=5, seed_agent_steps=100, batch_size=32)),
     "paper": Preset("CURL/DCL protocol at 100k environment steps: batch 512, eval every 10k env steps with "
                     "10 episodes, 1000 seed agent steps", dict(num_env_steps=100_000, **_PAPER)),
     "100k": Preset("same as paper: 100k environment steps", dict(num_env_steps=100_000, **_PAPER)),

@@ -61,7 +61,7 @@ class TextConfig:
     kfold: int = 10
     senteval_max_samples: int = 0  # subsample each task (train and test) to this size, for smoke tests; 0: all
     eval_seed: int = 1111  # SentEval's seed: the folds do not change with the run seed
-    eval_solver: Literal["liblinear", "lbfgs"] = "liblinear"  # liblinear: scikit-learn's default in SentEval's day
+    eval_solver: Literal["auto", "liblinear", "lbfgs"] = "auto"  # auto: liblinear on sparse, lbfgs on dense
     eval_max_iter: int = 1000
     eval_jobs: int = 1
     eval_batch_size: int = 256

@@ -2,8 +2,10 @@
 random images at batch 512, through the harness code path (the SimCLR method, the shared training loop,
 ``pair_scores`` and the core ``infonce``) beside a minimal hand-written PyTorch SimCLR loop (the same
 network, the same batch-wise augmentation, NT-Xent as a cross-entropy over the masked similarity
-matrix) on the same device. Target: the harness within 5% of the hand-written loop. On CUDA both run
-in float32 and with bf16 autocast; the augmentation runs on the device in every case.
+matrix) on the same device. Each rate is taken from a second pass over the data (the first warms up),
+the loops alternate and each keeps its best of ``repeats``. Target: the harness within 5% of the
+hand-written loop. On CUDA both run in float32 and with bf16 autocast; the augmentation runs on the
+device in every case.
 """
 
 from __future__ import annotations
@@ -69,25 +71,29 @@ def minimal_rate(device: torch.device, cfg: VisionConfig, data: VisionData) -> f
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        float(loss)
+        loss.item()
         _sync(device)
         elapsed = time.perf_counter() - t0
     return (len(images) // b) * b / elapsed
 
 
-def run(device: torch.device, quick: bool) -> list[dict]:
+def run(device: torch.device, quick: bool, repeats: int = 2) -> list[dict]:
     batch, steps = (64, 3) if quick else (512, 20)
     data = _random_data(batch * steps)
     rows = []
     for bf16 in ((False, True) if device.type == "cuda" else (False,)):
         cfg = resolved(replace(VisionConfig(), arch="resnet18", batch_size=batch, epochs=2, knn_every=0,
                                bf16=bf16, num_workers=0), "simclr", "cifar10")
-        torch.manual_seed(0)
-        minimal = minimal_rate(device, cfg, data)
-        torch.manual_seed(0)
-        harness = harness_rate(device, cfg, data)
+        # Alternate the two loops and keep each one's best pass: load from other processes hits both alike.
+        minimal = harness = 0.0
+        for _ in range(repeats):
+            torch.manual_seed(0)
+            minimal = max(minimal, minimal_rate(device, cfg, data))
+            torch.manual_seed(0)
+            harness = max(harness, harness_rate(device, cfg, data))
         row = {"benchmark": "simclr_pretrain", "arch": "resnet18", "image_size": 32, "batch_size": batch,
-               "steps": steps, "device": str(device), "bf16": bf16, "augment": "batch-wise on the device",
+               "steps": steps, "repeats": repeats, "device": str(device), "bf16": bf16,
+               "augment": "batch-wise on the device",
                "harness_images_per_s": round(harness, 2), "minimal_images_per_s": round(minimal, 2),
                "ratio": round(harness / minimal, 4)}
         print(f"vision simclr resnet18 batch {batch} bf16={bf16} on {device}: harness {harness:.1f} img/s, "

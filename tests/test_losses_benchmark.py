@@ -1,0 +1,55 @@
+"""The loss benchmark runs and returns well-formed rows (never gated on time: that is its report)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import losses
+from losses import benchmark
+
+KEYS = {"loss", "batch_size", "dim", "device", "threads", "repeats", "time_ms", "time_ratio", "cpu_ms", "cpu_ratio",
+        "peak_mib", "memory_ratio"}
+
+
+def test_run_benchmark_rows():
+    threads = torch.get_num_threads()
+    rows = benchmark.run_benchmark(batch_sizes=(8, 12), dim=4, repeats=2, warmup=1)
+    assert torch.get_num_threads() == threads  # restored
+    expected = [benchmark.BASELINE, *benchmark.UNSUPERVISED, *benchmark.LABELLED]
+    assert [r["loss"] for r in rows] == expected * 2
+    for r in rows:
+        assert set(r) == KEYS
+        assert r["device"] == "cpu" and r["dim"] == 4 and r["threads"] == 1 and r["repeats"] == 2
+        for key in ("time_ms", "time_ratio", "cpu_ratio", "peak_mib", "memory_ratio"):
+            assert math.isfinite(r[key]) and r[key] > 0, (r["loss"], key)
+    for r in rows:
+        if r["loss"] == benchmark.BASELINE:
+            assert r["time_ratio"] == r["memory_ratio"] == r["cpu_ratio"] == 1.0
+
+
+def test_peak_memory_counts_the_step():
+    z, y = torch.randn(64, 16), torch.zeros(64, dtype=torch.long)
+
+    def step(a, b, labels):
+        return benchmark.nt_xent(a, b, 0.5)
+
+    small = benchmark.peak_memory(step, z, z, y)
+    big = benchmark.peak_memory(step, z.repeat(4, 1), z.repeat(4, 1), y)
+    # The step holds a few [2B, 2B] float32 matrices: 4x the batch is ~16x the memory.
+    assert 3 * (128 * 128 * 4) <= small < 20 * (128 * 128 * 4)
+    assert big > 8 * small
+
+
+def test_the_baseline_is_nt_xent():
+    z1, z2 = torch.randn(6, 5), torch.randn(6, 5)
+    expected = losses.infonce(losses.pair_scores(z1, z2, 0.5)).item()
+    assert benchmark.nt_xent(z1, z2, 0.5).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_main_prints_the_table(capsys):
+    assert benchmark.main(["--batch-sizes", "8", "--dim", "4", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "nt_xent" in out and "debiased_pos" in out and "peak MiB" in out
