@@ -8,7 +8,8 @@ other ``2B - 1`` rows). ``unbiased`` gets class labels (10 classes), the others 
 
 Time: the median over ``repeats`` steps (after ``warmup`` steps) of the wall time, and of the CPU
 time of the process (``time.process_time``: on a shared machine it leaves out the time the process
-waits for a core, so its ratios are the steadier ones). The losses are timed in turns (one step of
+waits for a core), and the best (minimum) CPU time, the least disturbed estimate of the step's own
+cost (on CUDA only the wall time means something). The losses are timed in turns (one step of
 each, then again) so that a change in machine load hits them all alike.
 
 Peak memory: the largest amount of memory the step holds above what was live when it began. On
@@ -109,9 +110,9 @@ def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128,
     """Time and peak memory of forward + backward for every loss and NT-Xent, one row per (B, loss).
 
     Each row: ``loss, batch_size, dim, device, threads, repeats, time_ms`` (median wall time),
-    ``time_ratio`` (to NT-Xent at the same B), ``cpu_ms`` (median CPU time), ``cpu_ratio``, ``peak_mib``,
-    ``memory_ratio``. ``threads`` sets ``torch.set_num_threads`` for the run (restored after); None
-    keeps the current setting."""
+    ``time_ratio`` (to NT-Xent at the same B), ``cpu_ms`` (median CPU time), ``cpu_ratio``,
+    ``best_cpu_ms`` (minimum CPU time), ``best_cpu_ratio``, ``peak_mib``, ``memory_ratio``. ``threads``
+    sets ``torch.set_num_threads`` for the run (restored after); None keeps the current setting."""
     dev = torch.device(device)
     previous_threads = torch.get_num_threads()
     if threads is not None:
@@ -122,7 +123,7 @@ def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128,
         for batch in batch_sizes:
             gen = torch.Generator().manual_seed(seed + batch)
             z1 = torch.randn(batch, dim, generator=gen).to(dev)
-            z2 = (z1 + 0.5 * torch.randn(batch, dim, generator=gen).to(dev))
+            z2 = z1 + 0.5 * torch.randn(batch, dim, generator=gen).to(dev)
             y = torch.randint(N_CLASSES, (batch,), generator=gen).to(dev)
             for _ in range(warmup):
                 for step in steps.values():
@@ -142,6 +143,7 @@ def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128,
                     "threads": torch.get_num_threads(), "repeats": repeats,
                     "time_ms": 1e3 * time_s, "time_ratio": time_s / statistics.median(wall[BASELINE]),
                     "cpu_ms": 1e3 * cpu_s, "cpu_ratio": cpu_s / statistics.median(cpu[BASELINE]),
+                    "best_cpu_ms": 1e3 * min(cpu[name]), "best_cpu_ratio": min(cpu[name]) / min(cpu[BASELINE]),
                     "peak_mib": memory[name] / 2**20, "memory_ratio": memory[name] / memory[BASELINE],
                 })
         return rows
@@ -152,14 +154,14 @@ def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128,
 def format_table(rows: list[dict]) -> str:
     """The rows as a fixed-width table; ratios past the issue's targets at B=512 are flagged."""
     lines = [f"{'B':>5}  {'loss':<13} {'wall ms':>8} {'ratio':>6} {'cpu ms':>8} {'ratio':>6} "
-             f"{'peak MiB':>9} {'ratio':>6}"]
+             f"{'best cpu':>8} {'ratio':>6} {'peak MiB':>9} {'ratio':>6}"]
     for r in rows:
-        over = [what for what, ratio, limit in (("time", r["time_ratio"], TARGET["time_ratio"]),
-                                                ("cpu", r["cpu_ratio"], TARGET["time_ratio"]),
-                                                ("memory", r["memory_ratio"], TARGET["memory_ratio"]))
-                if r["batch_size"] == TARGET["batch_size"] and ratio > limit]
+        over = [what for what, limit in (("time", "time_ratio"), ("cpu", "time_ratio"), ("best_cpu", "time_ratio"),
+                                         ("memory", "memory_ratio"))
+                if r["batch_size"] == TARGET["batch_size"] and r[f"{what}_ratio"] > TARGET[limit]]
         lines.append(f"{r['batch_size']:>5}  {r['loss']:<13} {r['time_ms']:>8.2f} {r['time_ratio']:>6.2f} "
-                     f"{r['cpu_ms']:>8.2f} {r['cpu_ratio']:>6.2f} {r['peak_mib']:>9.2f} {r['memory_ratio']:>6.2f}"
+                     f"{r['cpu_ms']:>8.2f} {r['cpu_ratio']:>6.2f} {r['best_cpu_ms']:>8.2f} {r['best_cpu_ratio']:>6.2f} "
+                     f"{r['peak_mib']:>9.2f} {r['memory_ratio']:>6.2f}"
                      + (f"  over target: {', '.join(over)}" if over else ""))
     return "\n".join(lines)
 

@@ -30,7 +30,7 @@ class _MaskedSoftplusSum(torch.autograd.Function):
     def forward(ctx, x: Tensor, mask: Tensor) -> Tensor:  # type: ignore[override]
         outside = true_entries(~mask)
         ctx.save_for_backward(x, *outside)
-        softplus = x.clamp_min(0.0).sub_(torch.sigmoid(x.abs()).log_())
+        softplus = x.abs().sigmoid_().log_().neg_().add_(x.clamp_min(0.0))  # in place: one matrix held
         softplus[outside] = 0.0
         return softplus.sum()
 

@@ -50,3 +50,23 @@ def test_seeded_and_standardize_option():
     std = svm_protocol(x_scaled, y, seed=5, folds=3, standardize=True)["accuracy"]
     assert std == pytest.approx(svm_protocol(x, y, seed=5, folds=3, standardize=True)["accuracy"])
     assert std >= raw
+
+
+def test_inner_search_agrees_with_gridsearchcv():
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import SVC
+
+    rng = np.random.RandomState(4)
+    y = np.repeat([0, 1], 45)
+    x = rng.randn(90, 4) + y[:, None] * 0.8
+    ours = svm_protocol(x, y, seed=7, folds=3, inner_folds=3)
+    # The same splits (outer seeded by the seed, inner by a RandomState(seed) stream) through GridSearchCV.
+    stream = np.random.RandomState(7)
+    ref_acc, ref_c = [], []
+    for tr, te in StratifiedKFold(3, shuffle=True, random_state=7).split(x, y):
+        inner = StratifiedKFold(3, shuffle=True, random_state=stream.randint(2**31 - 1))
+        grid = GridSearchCV(SVC(), {"C": list(C_GRID)}, cv=inner, scoring="accuracy").fit(x[tr], y[tr])
+        ref_acc.append(100.0 * grid.score(x[te], y[te]))
+        ref_c.append(grid.best_params_["C"])
+    assert ours["chosen_C"] == ref_c
+    assert ours["fold_accuracy"] == pytest.approx(ref_acc)

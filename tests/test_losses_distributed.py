@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,7 @@ def _value_and_grads(case: str, d: dict[str, torch.Tensor], gather: bool) -> tup
 def _worker(rank: int, port: int, out_dir: str) -> None:
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
     try:
         results = {}
         for case, (full, local, _, _) in CASES.items():

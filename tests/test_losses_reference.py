@@ -93,6 +93,9 @@ def _cases() -> dict[str, losses.Scores]:
                                                      labels=_labels(4, 2, seed=43))
     cases["label-raw"] = losses.label_scores(z, torch.tensor([0, 1, 0, 2, 1, 0, 3, 1, 2, 4]), 2.0,
                                              normalize=False)
+    cases["bank-raw"] = losses.bank_scores(q, k, bank, 1.0, labels=_labels(4, 3, seed=32),
+                                           bank_labels=_labels(10, 3, seed=33), normalize=False)
+    cases["membership-raw"] = losses.membership_scores(graphs, nodes, member_of, 1.0, normalize=False)
     return cases
 
 

@@ -66,3 +66,27 @@ def test_missing_torchvision_sets_say_where_to_put_the_files(tmp_path):
                         ("corrupted-cifar10", "cifar10c")):
         with pytest.raises(DatasetMissingError, match=where):
             data.load(name, tmp_path)
+
+
+def test_imagenet100_is_the_cmc_list():
+    assert len(data.IMAGENET100) == len(set(data.IMAGENET100)) == 100
+    assert list(data.IMAGENET100) == sorted(data.IMAGENET100)
+    assert {"n02869837", "n02090622", "n01558993"} <= set(data.IMAGENET100)
+
+
+def test_bias_folder_reads_labels_and_bias_from_file_names(tmp_path):
+    from PIL import Image
+
+    base = tmp_path / "cifar10c"
+    files = {"0.5pct/align/0/a_0_0.png": (0, 0), "0.5pct/align/1/b_1_1.png": (1, 1),
+             "0.5pct/conflict/1/c_1_0.png": (1, 0), "test/0/d_0_1.png": (0, 1), "test/1/e_1_1.png": (1, 1)}
+    for rel, (label, _) in files.items():
+        (base / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.new("RGB", (40, 30), (200 * label, 10, 10)).save(base / rel)
+    d = data.load("corrupted-cifar10", tmp_path)
+    assert len(d.train) == 3 and len(d.test) == 2 and d.image_size == 32
+    assert d.train.labels.tolist() == [0, 1, 1] and d.train.bias.tolist() == [0, 1, 0]
+    assert d.test.bias.tolist() == [1, 1]
+    (idx, images), = data.batches(d.train, torch.arange(3), 8, drop_last=False)
+    assert images.shape == (3, 3, 32, 32) and images.dtype == torch.uint8
+    assert images[1, 0, 5, 5] == 200 and images[0, 0, 5, 5] == 0

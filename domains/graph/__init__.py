@@ -44,6 +44,23 @@ _TU = {
     "IMDB-BINARY": "1,000 actor ego-networks, action or romance (2 classes, no node features)",
     "REDDIT-BINARY": "2,000 discussion threads, Q&A or discussion (2 classes, no node features; large graphs)",
 }
+_TU_NAME = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+class _Datasets(dict):
+    """The listed data sets, and any other TU name on demand: ``name in datasets`` holds for every
+    name shaped like a TU data set (looked up under <data root>/TU/<name>/raw/ or downloaded), so the
+    harness accepts e.g. ``--dataset NCI1``; iteration lists only the named ones."""
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and bool(_TU_NAME.fullmatch(name)))
+
+    def __missing__(self, name: str) -> DatasetSpec:
+        if _TU_NAME.fullmatch(name):
+            return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)")
+        raise KeyError(name)
+
+
 _INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
 _PUCL = "PUCL paper, Table 2"
 _PUCL_DATASETS = ("PTC_MR", "ENZYMES", "DD", "REDDIT-BINARY")
@@ -60,11 +77,11 @@ class GraphDomain(Domain):
     config_class = GraphConfig
     methods = {"infograph": "InfoGraph: GIN encoder, FF heads, node-vs-graph pairs (Sun et al. 2020)"}
     default_method = "infograph"
-    datasets = {
-        synthetic.NAME: DatasetSpec(synthetic.NAME, "500 generated graphs (BA base + house or bowtie motif), "
+    datasets = _Datasets({
+        synthetic.NAME: DatasetSpec(synthetic.NAME, "500 generated graphs (BA base + 3 house or 3 bowtie motifs), "
                                     "label = motif; embedded, no download", needs_download=False),
         **{name: DatasetSpec(name, f"TU: {text}") for name, text in _TU.items()},
-    }
+    })
     default_dataset = synthetic.NAME
     losses = ("jsd", "infonce", "dcl", "hcl", "pucl", "debiased_pos")
     presets = {
@@ -89,13 +106,12 @@ class GraphDomain(Domain):
         spec.config.check()
         if spec.loss not in self.losses:
             raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")
-        # Any TU name is allowed (it is looked up under <data root>/TU/ or downloaded), but only a name.
-        if spec.dataset != synthetic.NAME and not re.fullmatch(r"[A-Za-z0-9_\-]+", spec.dataset):
+        if spec.dataset not in self.datasets:
             raise UserError(f"graph domain: '{spec.dataset}' is not a TU dataset name (letters, digits, '_', '-')")
 
     def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
         if dataset == synthetic.NAME:
-            return synthetic.load_synthetic(cfg)
+            return synthetic.load_synthetic()
         return load_tu(dataset, Path(data_root), cfg)
 
     def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:

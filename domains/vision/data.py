@@ -192,7 +192,7 @@ def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, Image
             return tuple(ImageSet(torch.from_numpy(p.data), torch.as_tensor(p.labels, dtype=torch.long))
                          for p in parts)
         train, test = (cls(str(root), train=t, download=download) for t in (True, False))
-    except RuntimeError as exc:  # torchvision: "Dataset not found or corrupted"
+    except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found or corrupted"; no network
         raise _missing(name, root / folder, f"extract {url} there (it makes {folder}/), or pass "
                        "--set download=true where the network allows") from exc
     train, test = (ImageSet(torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous(),
@@ -204,7 +204,7 @@ def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     tvd = require("torchvision.datasets", "vision")
     try:
         train, test = (tvd.MNIST(str(root), train=t, download=download) for t in (True, False))
-    except RuntimeError as exc:
+    except (RuntimeError, OSError) as exc:
         raise _missing("MNIST", root / "MNIST" / "raw", "put train-images-idx3-ubyte(.gz), train-labels-idx1-ubyte, "
                        "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte there, or pass --set download=true") from exc
     return (train.data[:, None].float() / 255.0, train.targets.long(),

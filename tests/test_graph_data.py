@@ -1,0 +1,104 @@
+"""Graph data: the embedded default, the featureless rule, TU loading from the data root (read-only,
+processed in a cache), and the missing-dataset error (never touching the network)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("torch_geometric")
+
+import domains  # noqa: E402
+from domains.base import DatasetMissingError, hash_files  # noqa: E402
+from domains.graph import data as graph_data  # noqa: E402
+from domains.graph import synthetic  # noqa: E402
+from domains.graph.config import GraphConfig  # noqa: E402
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_embedded_default_is_deterministic_and_balanced():
+    a, b = synthetic.load_synthetic(), synthetic.load_synthetic()
+    for field in ("x", "edge_index", "node_ptr", "edge_ptr", "y"):
+        assert torch.equal(getattr(a, field), getattr(b, field))
+    assert a.num_graphs == 500 and a.y.bincount().tolist() == [250, 250]
+    assert torch.equal(a.x, torch.ones_like(a.x))  # structure only
+    sizes = a.node_ptr[1:] - a.node_ptr[:-1]
+    edges = a.edge_ptr[1:] - a.edge_ptr[:-1]
+    # Both motifs have 5 nodes and 6 edges: per class, sizes and edge counts have the same range.
+    for label in (0, 1):
+        assert sizes[a.y == label].min() >= 20 + 15 and sizes[a.y == label].max() <= 80 + 15
+    assert torch.equal(edges, 2 * (2 * (sizes - 15 - 2) + 3 * 7))  # BA(m=2) edges + 3 x (6 motif + 1 bridge)
+    assert synthetic.fingerprint() == synthetic.fingerprint()
+    assert domains.get("graph").default_dataset == synthetic.NAME
+
+
+def test_featureless_rule():
+    from torch_geometric.data import Data
+
+    star = Data(edge_index=torch.tensor([[0, 0, 0, 1, 2, 3], [1, 2, 3, 0, 0, 0]]), y=torch.tensor([0]), num_nodes=4)
+    pair = Data(edge_index=torch.tensor([[0, 1], [1, 0]]), y=torch.tensor([1]), num_nodes=2)
+
+    def build(**kw):
+        return graph_data.add_featureless(graph_data.from_data_list("t", [star, pair], "none"), GraphConfig(**kw))
+
+    onehot = build()
+    assert onehot.x.tolist() == [[0, 0, 0, 1], [0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0]]
+    assert onehot.node_features.startswith("one-hot degree 0..3")
+    scalar = build(degree_onehot_limit=3)  # largest degree 3 >= limit: standardised degree
+    deg = torch.tensor([3.0, 1, 1, 1, 1, 1])
+    torch.testing.assert_close(scalar.x.view(-1), (deg - deg.mean()) / deg.std())
+    assert scalar.node_features.startswith("standardised degree")
+    assert build(featureless="constant").x.tolist() == [[1.0]] * 6
+
+
+def test_missing_dataset_says_where_to_put_files(tmp_path, cache):
+    domain = domains.get("graph")
+    with pytest.raises(DatasetMissingError) as err:
+        domain.load("NOSUCHSET", tmp_path, GraphConfig(download=False))
+    assert str(tmp_path / "TU" / "NOSUCHSET" / "raw") in str(err.value)
+    assert "download disabled" in str(err.value)
+
+
+def test_failed_download_becomes_dataset_missing(tmp_path, cache, monkeypatch):
+    import torch_geometric.datasets
+
+    def offline(root, name, **kw):
+        raise OSError("network unreachable")  # stands in for PyG's download, no network is touched
+
+    monkeypatch.setattr(torch_geometric.datasets, "TUDataset", offline)
+    with pytest.raises(DatasetMissingError, match="download failed: OSError: network unreachable"):
+        graph_data.locate_raw("MUTAG", tmp_path, download=True)
+
+
+def test_any_tu_name_is_accepted_but_not_a_path():
+    ds = domains.get("graph").datasets
+    assert "NCI1" in ds and ds["NCI1"].needs_download
+    assert "../etc" not in ds and "a/b" not in ds
+    assert list(ds)[0] == synthetic.NAME and "NCI1" not in list(ds)
+
+
+def test_mutag_from_read_only_data_root(data_root, cache):
+    raw = data_root / "TU" / "MUTAG" / "raw"
+    if not raw.is_dir():
+        pytest.skip("MUTAG not in the data root")
+    mutag = graph_data.load_tu("MUTAG", data_root, GraphConfig(download=False))
+    assert mutag.num_graphs == 188 and mutag.num_features == 7 and mutag.num_classes == 2
+    assert sorted(mutag.y.bincount().tolist()) == [63, 125]
+    assert int(mutag.node_ptr[-1]) == 3371 and mutag.edge_index.shape[1] == 7442
+    assert not (data_root / "TU" / "MUTAG" / "processed").exists()  # processed in the cache
+    assert any(cache.glob("TU/*/MUTAG/processed"))
+    fp = graph_data.tu_fingerprint("MUTAG", data_root, download=False)
+    assert fp["sha256"] == hash_files(sorted(raw.glob("MUTAG_*.txt")))
+
+
+def test_imdb_gets_one_hot_degree(data_root):
+    if not (data_root / "TU" / "IMDB-BINARY" / "raw").is_dir():
+        pytest.skip("IMDB-BINARY not in the data root")
+    imdb = graph_data.load_tu("IMDB-BINARY", data_root, GraphConfig(download=False))
+    assert imdb.num_graphs == 1000 and imdb.node_features.startswith("one-hot degree 0..")
+    assert torch.equal(imdb.x.sum(1), torch.ones(imdb.x.shape[0]))

@@ -1,0 +1,136 @@
+"""SentEval readers on the real data, and the protocol on synthetic embeddings with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from domains.text.senteval import (
+    INNER_CS,
+    BowEncoder,
+    Classifier,
+    cross_validate,
+    pair_features,
+    read_task,
+    select_C,
+    train_test,
+)
+
+
+@pytest.mark.parametrize("name, n_train, n_test, counts", [
+    ("MR", 10662, None, [5331, 5331]),
+    ("CR", 3775, None, [1368, 2407]),
+    ("SUBJ", 10000, None, [5000, 5000]),
+    ("MPQA", 10606, None, [7294, 3312]),
+    ("TREC", 5452, 500, [86, 1162, 1250, 1223, 835, 896]),
+    ("MRPC", 4076, 1725, [1323, 2753]),
+])
+def test_readers_give_the_published_counts(data_root, name, n_train, n_test, counts):
+    task = read_task(data_root, name)
+    assert len(task.train) == n_train
+    assert (len(task.test) if task.test else None) == n_test
+    assert np.bincount(task.train.labels).tolist() == counts
+
+
+def test_blank_lines_are_samples_as_in_senteval(data_root):
+    # SentEval reads read().splitlines(): CR's 4 and MPQA's 3 blank lines are empty sentences, which is how the
+    # published counts (3,775 and 10,606) arise.
+    assert sum(s == "" for s in read_task(data_root, "CR").train.sentences) == 4
+    assert sum(s == "" for s in read_task(data_root, "MPQA").train.sentences) == 3
+    assert sum(s == "" for s in read_task(data_root, "MR").train.sentences) == 0
+
+
+def test_trec_latin1_and_test_labels(data_root):
+    task = read_task(data_root, "TREC")
+    assert any("sister\xf0city" in s for s in task.train.sentences)  # the one latin-1 byte, decoded
+    assert np.bincount(task.test.labels).tolist() == [9, 138, 94, 65, 81, 113]
+    assert not any(s.split()[0].count(":") for s in task.train.sentences)  # the fine label is dropped
+
+
+def test_mrpc_header_and_bom(data_root):
+    task = read_task(data_root, "MRPC")
+    assert np.bincount(task.test.labels).tolist() == [578, 1147]
+    everything = task.train.sentences + task.train.second + task.test.sentences + task.test.second
+    assert not any("\ufeff" in s or "#1 String" in s for s in everything)
+    assert len(task.train.second) == len(task.train.sentences)
+
+
+def test_samples_are_sorted_like_senteval(data_root):
+    split = read_task(data_root, "SUBJ").train
+    keys = [(len(s.split()), int(y)) for s, y in zip(split.sentences, split.labels)]
+    assert keys == sorted(keys)
+
+
+def _gaussians(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """x ~ N(+1, 1) for label 1 and N(-1, 1) for label 0: the Bayes accuracy is Phi(1) = 84.13%."""
+    rng = np.random.default_rng(seed)
+    y = rng.permutation(np.arange(n) % 2)
+    x = (2.0 * y - 1.0 + rng.standard_normal(n))[:, None]
+    noise = 0.01 * rng.standard_normal((n, 3))  # irrelevant features
+    return np.hstack([x, noise]), y
+
+
+def test_cross_validation_reaches_the_bayes_accuracy():
+    X, y = _gaussians(2000)
+    result = cross_validate(X, y, kfold=5)
+    assert abs(result["accuracy"] - 100 * norm.cdf(1.0)) < 2.5
+    assert len(result["fold_accuracies"]) == 5 and set(result["chosen_C"]) <= set(INNER_CS)
+
+
+def test_selection_of_C_matches_grid_search():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 20))
+    y = (X[:, 0] + 0.8 * rng.standard_normal(300) > 0).astype(int)
+    Cs = (0.001, 0.01, 0.1, 1.0)
+    folds = StratifiedKFold(n_splits=4, shuffle=True, random_state=1111)
+    grid = GridSearchCV(LogisticRegression(solver="lbfgs", random_state=1111, max_iter=1000), {"C": list(Cs)},
+                        cv=folds, refit=False).fit(X, y)
+    C, dev = select_C(X, y, Cs, 4, Classifier(solver="lbfgs"))
+    assert C == grid.best_params_["C"]
+    assert dev == pytest.approx(100 * grid.best_score_, abs=0.01)
+
+
+def test_train_test_on_separable_pairs_is_perfect():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((400, 8))
+    same = np.arange(400) % 2 == 1
+    b = np.where(same[:, None], a, rng.standard_normal((400, 8)))  # paraphrase iff the two vectors are equal
+    X = pair_features(a, b)
+    assert X.shape == (400, 16)
+    result = train_test(X[:300], same[:300].astype(int), X[300:], same[300:].astype(int), kfold=3)
+    assert result["accuracy"] == 100.0 and result["f1"] == 100.0
+
+
+def test_multiclass_train_test_with_both_solvers():
+    rng = np.random.default_rng(2)
+    y = np.arange(600) % 3
+    X = np.eye(3)[y] * 3 + 0.3 * rng.standard_normal((600, 3))
+    for solver in ("lbfgs", "liblinear"):
+        result = train_test(X[:450], y[:450], X[450:], y[450:], kfold=3, clf=Classifier(solver=solver))
+        assert result["accuracy"] == 100.0 and "f1" not in result
+
+
+def test_bag_of_words_counts_and_sparse_pairs():
+    enc = BowEncoder()
+    enc.prepare(["the cat sat", "The dog", ""])
+    X = enc.encode(["the the cat", "", "unknown"]).toarray()
+    vocab = enc.vocab
+    expected = np.zeros(len(vocab))
+    expected[vocab["the"]], expected[vocab["cat"]] = 2, 1
+    assert np.allclose(X[0], expected / np.linalg.norm(expected))
+    assert not X[1].any() and not X[2].any()
+    pairs = pair_features(enc.encode(["the cat"]), enc.encode(["the dog"])).toarray()
+    assert pairs.shape == (1, 2 * len(vocab))
+    assert np.isclose(pairs[0, len(vocab) + vocab["the"]], 0.5)  # u * v on the shared word
+
+
+def test_bag_of_words_with_word_vectors(tmp_path):
+    path = tmp_path / "vectors.txt"
+    path.write_text("2 2\ncat 1 0\ndog 0 1\n")  # word2vec header, then two vectors
+    enc = BowEncoder(str(path))
+    enc.prepare(["cat dog", "bird"])
+    assert np.allclose(enc.encode(["cat dog", "bird", "cat"]), [[0.5, 0.5], [0, 0], [1, 0]])
