@@ -64,7 +64,9 @@ class _MaskedLogSumExp(torch.autograd.Function):
     """For each ``s > 0`` of ``scales``, ``(s·x).masked_fill(~mask, -inf).logsumexp(1)``, stacked
     ``[S, A]``: the same values in fewer passes over the matrix. The mask is applied once for every
     scale; the backward reuses the forward's exponentials (their softmax over the mask times the
-    incoming gradient) instead of recomputing them, and entries outside the mask get an exact 0."""
+    incoming gradient) instead of recomputing them, and entries outside the mask get an exact 0.
+    Under ``create_graph=True`` the backward recomputes the same gradient from differentiable
+    operations instead, so that higher-order gradients stay right."""
 
     @staticmethod
     def forward(ctx, x: Tensor, mask: Tensor, scales: tuple[float, ...]) -> Tensor:  # type: ignore[override]
@@ -83,15 +85,22 @@ class _MaskedLogSumExp(torch.autograd.Function):
             total = exps.sum(dim=1)
             results.append(total.log() + shift.squeeze(1))
             saved += [exps, total]
+        result = torch.stack(results)
         ctx.scales = scales
-        ctx.save_for_backward(*saved)
-        return torch.stack(results)
+        ctx.save_for_backward(x, mask, result, *saved)
+        return result
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        saved = ctx.saved_tensors
+        x, mask, result, *saved = ctx.saved_tensors
         grad_x = None
         for i, scale in enumerate(ctx.scales):
+            if torch.is_grad_enabled():  # create_graph: softmax over the mask, from the inputs
+                lse = torch.where(torch.isfinite(result[i]), result[i], torch.zeros_like(result[i]))
+                exps = torch.exp(torch.where(mask, scale * x - lse[:, None], float("-inf")))
+                term = exps * (scale * grad[i])[:, None]
+                grad_x = term if grad_x is None else grad_x + term
+                continue
             exps, total = saved[2 * i], saved[2 * i + 1]
             # An empty row gets 0, not 0/0.
             coef = torch.where(total > 0, grad[i] * scale / total, torch.zeros_like(total))[:, None]

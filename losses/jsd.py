@@ -23,7 +23,7 @@ class _MaskedSoftplusSum(torch.autograd.Function):
     """``Σ_{mask} softplus(x)`` over the whole matrix. ``F.softplus`` runs a scalar ``log1p`` kernel
     on the CPU (about ten times the cost of ``exp``); ``softplus(x) = max(x, 0) - log(sigmoid(|x|))``
     uses vectorised kernels only (absolute error below 1e-7), and its gradient is ``sigmoid(x)``.
-    The entries outside the mask (few: the positives and the anchor itself) are zeroed in place by
+    The entries outside the mask (usually few: the positives, the anchor itself) are zeroed in place by
     index rather than by a masked pass over the whole matrix."""
 
     @staticmethod
@@ -37,6 +37,8 @@ class _MaskedSoftplusSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
         x, *outside = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: out of place, so higher-order gradients stay right
+            return (torch.sigmoid(x) * grad).index_put(tuple(outside), x.new_zeros(())), None
         grad_x = torch.sigmoid(x).mul_(grad)
         grad_x[tuple(outside)] = 0.0
         return grad_x, None

@@ -58,6 +58,5 @@ def test_trained_encoder_beats_random_on_the_embedded_default(tmp_path):
         ctx = _ctx(tmp_path / str(epochs))
         torch.manual_seed(0)
         accuracy[epochs] = domain.evaluate(spec, domain.pretrain(spec, ctx), ctx).metrics["accuracy"]
-    print(accuracy)
     assert accuracy[0] < 65.0, accuracy  # sum-pooled random GIN features: near chance
     assert accuracy[3] > 85.0, accuracy

@@ -10,9 +10,14 @@ The losses compute in float32 whatever the input precision (the spec), so two ch
   ``reference_losses``, which are accurate to ~1e-9, at ``atol=2e-5``: this check is tight and
   independent of the package. The detached quantities (the row-min floor and debiased_pos's row-max
   ``s_a`` when the Scores know no bound) are held fixed in the reference, as the spec detaches them.
+
+The fused kernels (masked log-sum-exp, masked softplus sum) also get gradgradcheck, and second-order
+gradients through whole losses are compared with the same losses written in plain torch.
 """
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import reference_losses as ref
@@ -135,3 +140,43 @@ def test_detached_bounds_carry_no_gradient():
     logits = _hard_logits()
     (grad,) = torch.autograd.grad(losses.dcl(_scores(logits, bounded=False), tau_plus=0.6), logits)
     assert torch.count_nonzero(grad[4]).item() == 1 and grad[4, 5] < 0
+
+
+def test_fused_kernels_have_right_second_order_gradients():
+    """The masked log-sum-exp and the masked softplus sum are custom autograd functions; under
+    create_graph their backward is differentiable (gradgradcheck, exact in float64)."""
+    from losses._core import masked_logsumexps
+    from losses.jsd import _MaskedSoftplusSum
+
+    x = _logits(8)
+    pos, neg = _masks()
+    neg[0] = False  # an empty row
+    for fn in (lambda v: torch.stack(masked_logsumexps(v, neg, (1.0, 2.5, 0.0))).nan_to_num(neginf=0.0).sum(),
+               lambda v: _MaskedSoftplusSum.apply(v, neg)):
+        assert torch.autograd.gradcheck(fn, (x,))
+        assert torch.autograd.gradgradcheck(fn, (x,))
+
+
+@pytest.mark.parametrize("name", ["infonce", "hcl", "jsd"])
+def test_second_order_gradients_match_plain_torch(name):
+    """Through a whole loss: the gradient of the squared gradient norm equals that of the same loss
+    written with plain torch operations (``logsumexp``, ``softplus``)."""
+    def plain(scores: losses.Scores) -> torch.Tensor:
+        x, pos, neg = scores.logits, scores.pos_mask, scores.neg_mask
+        anchor, cand = pos.nonzero(as_tuple=True)
+        if name == "jsd":
+            return (torch.nn.functional.softplus(-x[anchor, cand]).mean()
+                    + (torch.nn.functional.softplus(x) * neg).sum() / neg.sum() - 2 * math.log(2))
+        lse = x.masked_fill(~neg, float("-inf")).logsumexp(1)
+        if name == "hcl":  # tau_plus = 0 keeps only the reweighted negatives: N·r_a
+            lse = ((2 * x).masked_fill(~neg, float("-inf")).logsumexp(1)
+                   - x.masked_fill(~neg, float("-inf")).logsumexp(1) + neg.sum(1).log())
+        return (torch.logaddexp(x[anchor, cand], lse[anchor]) - x[anchor, cand]).mean()
+
+    ours = losses.get(name, **({"tau_plus": 0.0} if name == "hcl" else {}))
+    z = torch.randn(5, 3, generator=_g(6), dtype=torch.float64).requires_grad_()
+    results = []
+    for fn in (ours, plain):
+        (grad,) = torch.autograd.grad(fn(losses.pair_scores(z, z.roll(1, 0), 0.5)), z, create_graph=True)
+        results.append(torch.autograd.grad(grad.pow(2).sum(), z)[0])
+    torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-6)

@@ -72,10 +72,10 @@ def _gaussians(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_cross_validation_reaches_the_bayes_accuracy():
-    X, y = _gaussians(2000)
-    result = cross_validate(X, y, kfold=5)
-    assert abs(result["accuracy"] - 100 * norm.cdf(1.0)) < 2.5
-    assert len(result["fold_accuracies"]) == 5 and set(result["chosen_C"]) <= set(INNER_CS)
+    X, y = _gaussians(1500)
+    result = cross_validate(X, y, kfold=3)
+    assert abs(result["accuracy"] - 100 * norm.cdf(1.0)) < 3.0  # 3 standard errors at n = 1500
+    assert len(result["fold_accuracies"]) == 3 and set(result["chosen_C"]) <= set(INNER_CS)
 
 
 def test_selection_of_C_matches_grid_search():

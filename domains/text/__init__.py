@@ -62,7 +62,8 @@ class TextDomain(Domain):
     default_dataset = "synthetic-topics"
     losses = ("infonce", "dcl", "hcl", "pucl", "debiased_pos")
     presets = {
-        "quick": Preset("small GRUs (word 128, hidden 256), 2 epochs over at most 20k sentences: CPU minutes"),
+        "quick": Preset("small GRUs (word 128, hidden 256), batch 100, lr 2e-3, 3 epochs over at most 20k "
+                       "sentences: CPU minutes"),
         "paper": Preset("quick-thought's scale: vocabulary 50k, word 620, GRU 1200, batch 400, max length 30, "
                         "Adam 5e-4, clip 5.0, every sentence, one pass (BookCorpus has 74M sentences; on small "
                         "corpora raise epochs)",

@@ -49,10 +49,10 @@ class TextConfig:
     temperature: float = 1.0  # logits are similarity / temperature
     context: int = 1  # positives: the sentences within this distance in the same document (M = 2·context)
     # --- training ---
-    batch_size: int = 400
-    lr: float = 5e-4
+    batch_size: int = 100  # paper: 400; smaller batches give a CPU run more updates
+    lr: float = 2e-3  # paper: 5e-4
     grad_clip: float = 5.0
-    epochs: int = 2
+    epochs: int = 3
     max_steps: int = 0  # stop after this many optimiser steps; 0: run every epoch
     log_every: int = 10
     checkpoint_every: int = 200

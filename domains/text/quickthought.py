@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import losses
-from domains.base import RunContext
+from domains.base import RunContext, UserError
 from domains.text.config import TextConfig
 from domains.text.corpus import Corpus
 from domains.text.models import QuickThought
@@ -70,6 +70,10 @@ def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: 
     return same / total if total else None
 
 
+def _new_window() -> dict[str, float]:
+    return {"loss": 0.0, "steps": 0, "sentences": 0, "seconds": 0.0}
+
+
 def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg: TextConfig, loss_fn,
           ctx: RunContext, checkpoint: dict[str, Any] | None) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
     """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
@@ -82,7 +86,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
     doc_ids = torch.from_numpy(corpus.doc_ids)
     batches = contiguous_batches(len(corpus), cfg.batch_size)
     if not batches:
-        raise ValueError(f"the corpus has {len(corpus)} sentence(s): quick-thought needs at least 2")
+        raise UserError(f"the corpus has {len(corpus)} sentence(s): quick-thought needs at least 2")
     per_epoch = len(batches)
     total = per_epoch * cfg.epochs
     if cfg.max_steps:
@@ -100,7 +104,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                              "curve": curve, "elapsed_s": elapsed, "sentences_seen": seen,
                              "skipped_batches": skipped, "tokenizer": tokenizer.to_str()})
 
-    window = {"loss": 0.0, "steps": 0, "sentences": 0, "seconds": 0.0}
+    window = _new_window()
     order: np.ndarray | None = None
     for step_index in ctx.progress(range(step, total), desc="quick-thought", total=total - step):
         tic = time.perf_counter()
@@ -122,10 +126,11 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
-            seconds = time.perf_counter() - tic  # .item() above waited for the device
+            loss_value = loss.item()  # waits for the device, so the step's time is all in
+            seconds = time.perf_counter() - tic
             elapsed += seconds
             seen += sl.stop - sl.start
-            for key, value in (("loss", loss.item()), ("steps", 1), ("sentences", sl.stop - sl.start),
+            for key, value in (("loss", loss_value), ("steps", 1), ("sentences", sl.stop - sl.start),
                                ("seconds", seconds)):
                 window[key] += value
         else:
@@ -134,7 +139,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             curve.append({"step": step, "epoch": round(step / per_epoch, 4),
                           "loss": window["loss"] / window["steps"],
                           "sentences_per_s": window["sentences"] / max(window["seconds"], 1e-9)})
-            window = dict.fromkeys(window, 0) | {"loss": 0.0, "seconds": 0.0}
+            window = _new_window()
         if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
             save()
     throughput = {"sentences_per_s": seen / elapsed if elapsed > 0 else 0.0, "train_s": elapsed}

@@ -1,0 +1,71 @@
+"""End to end through the command line: the embedded default, two Gutenberg books, the bag-of-words baseline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = ["--set", "max_steps=3", "--set", "word_dim=16", "--set", "hidden_dim=32", "--set", "batch_size=50",
+        "--set", "kfold=3", "--seeds", "0", "--device", "cpu", "--quiet"]
+
+
+def _run(tmp_path: Path, *args: str, data_root: Path | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "harness", "run", "--domain", "text", *args, "--results", str(tmp_path)]
+    if data_root is not None:
+        cmd += ["--data-root", str(data_root)]
+    env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+
+
+def _record(tmp_path: Path) -> dict:
+    (path,) = tmp_path.glob("text-*.json")
+    return json.loads(path.read_text())
+
+
+def test_cli_embedded_default(tmp_path):
+    out = _run(tmp_path, "--loss", "dcl", "--set", "loss.tau_plus=0.01", "--set", "synthetic_documents=40",
+               "--set", "synthetic_sentences_per_doc=10", "--set", "synthetic_eval_sentences=300", *TINY)
+    assert out.returncode == 0, out.stderr
+    record = _record(tmp_path)
+    assert record["status"] == "completed"
+    assert (record["method"], record["dataset"], record["loss"]) == ("quickthought", "synthetic-topics", "dcl")
+    assert record["loss_params"]["tau_plus"] == 0.01
+    metrics, details = record["metrics"], record["details"]
+    assert 100 / 4 - 15 < metrics["accuracy"] <= 100 and metrics["bayes_accuracy"] > 50
+    assert details["chance_accuracy"] == 25.0 and details["class_prior"] == [0.25] * 4
+    assert record["info"]["steps"] == 3 and record["throughput"]["sentences_per_s"] > 0
+    assert len(record["curve"]) >= 1 and record["config"]["similarity"] == "dot"
+
+
+def test_cli_two_books_on_two_senteval_tasks(tmp_path, data_root):
+    out = _run(tmp_path, "--loss", "infonce", "--dataset", "books", "--set", "books=blake-poems,carroll-alice",
+               "--set", "max_sentences=600", "--set", "senteval_tasks=MR,MRPC", "--set", "senteval_max_samples=300",
+               *TINY, data_root=data_root)
+    assert out.returncode == 0, out.stderr
+    record = _record(tmp_path)
+    assert record["status"] == "completed", record.get("error")
+    assert record["data_fingerprint"]["books"] == ["blake-poems", "carroll-alice"]
+    assert record["info"]["documents"] == 2 and record["info"]["train_sentences"] <= 600
+    metrics = record["metrics"]
+    assert set(metrics) == {"accuracy", "MR", "MRPC", "MRPC_f1"}
+    assert metrics["accuracy"] == pytest.approx((metrics["MR"] + metrics["MRPC"]) / 2)
+    assert record["details"]["tasks"]["MR"]["n_train"] == 300 and record["details"]["subsampled_to"] == 300
+
+
+def test_cli_bag_of_words_ignores_the_loss(tmp_path, data_root):
+    out = _run(tmp_path, "--method", "bow", "--loss", "infonce", "--dataset", "books", "--set", "senteval_tasks=TREC",
+               "--set", "senteval_max_samples=400", *TINY, data_root=data_root)
+    assert out.returncode == 0, out.stderr
+    record = _record(tmp_path)
+    assert record["info"] == {"trained": False, "loss_ignored": True} and record["details"]["loss_used"] is False
+    assert record["metrics"]["TREC"] > 50  # word counts separate question types well above chance (23%)
+
+
+def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path):
+    out = _run(tmp_path, "--method", "hf", "--loss", "infonce", "--seeds", "0")
+    assert out.returncode != 0
+    assert "hf_model_dir" in out.stderr and "Traceback" not in out.stderr

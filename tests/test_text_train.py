@@ -1,0 +1,125 @@
+"""Corpora, tokenisers, encoders and the quick-thought training loop (checkpoint and resume)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import losses
+from domains.base import RunContext, UserError
+from domains.text.config import TextConfig
+from domains.text.corpus import keep_prefixes, load_books, split_sentences, synthetic_corpus, synthetic_task
+from domains.text.models import GRUEncoder, QuickThoughtEncoder, build_model
+from domains.text.quickthought import train
+from domains.text.tokenize import train_tokenizer
+
+SMALL = TextConfig(synthetic_documents=12, synthetic_sentences_per_doc=10, synthetic_eval_sentences=200,
+                   word_dim=16, hidden_dim=24, batch_size=20, epochs=1, log_every=1, checkpoint_every=2)
+
+
+def test_synthetic_corpus_is_deterministic_and_topical():
+    a, b = synthetic_corpus(SMALL), synthetic_corpus(SMALL)
+    assert a.sentences == b.sentences and np.array_equal(a.doc_ids, b.doc_ids)
+    assert len(a) == 120 and np.all(np.diff(a.doc_ids) >= 0)
+    assert np.bincount(a.doc_labels).tolist() == [3, 3, 3, 3]  # balanced topics: the prior is 1/K
+    sentences, labels, bayes = synthetic_task(SMALL)
+    assert np.bincount(labels).tolist() == [50] * 4
+    assert 25 < bayes < 100  # above chance (1/K), below certainty: some sentences have no topic word
+
+
+def test_keep_prefixes_is_proportional_and_ordered():
+    docs = [[f"a{i}" for i in range(100)], [f"b{i}" for i in range(50)]]
+    kept = keep_prefixes(docs, 30)
+    assert kept == [docs[0][:20], docs[1][:10]]
+    assert keep_prefixes(docs, 0) is docs
+
+
+def test_sentence_splitting_unwraps_paragraphs():
+    text = "Mr. Smith went\nto Washington. He\nsaw it!\n\nA new paragraph? Yes.\r\n"
+    assert split_sentences(text) == ["Mr. Smith went to Washington.", "He saw it!", "A new paragraph?", "Yes."]
+
+
+def test_two_books_are_two_documents_in_order(data_root, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
+    corpus = load_books(data_root, replace(SMALL, books=("blake-poems", "carroll-alice"), max_sentences=0))
+    assert corpus.doc_names == ["blake-poems", "carroll-alice"]
+    assert set(corpus.doc_ids.tolist()) == {0, 1} and np.all(np.diff(corpus.doc_ids) >= 0)
+    alice = [s for s, d in zip(corpus.sentences, corpus.doc_ids) if d == 1]
+    assert alice[0].startswith("[Alice's Adventures in Wonderland")
+    assert any(p.suffix == ".json" for p in (tmp_path / "text").iterdir())  # the split is cached
+    with pytest.raises(UserError, match="unknown book"):
+        load_books(data_root, replace(SMALL, books=("no-such-book",)))
+
+
+def test_packed_gru_ignores_padding():
+    torch.manual_seed(0)
+    enc = GRUEncoder(50, 8, 12, bidirectional=True, pad_id=0).eval()
+    ids = torch.tensor([[5, 6, 7, 0, 0], [5, 6, 7, 8, 9]])
+    with torch.no_grad():
+        batched = enc(ids, torch.tensor([3, 5]))
+        alone = enc(ids[:1, :3], torch.tensor([3]))
+    assert batched.shape == (2, 12)
+    assert torch.allclose(batched[0], alone[0], atol=1e-6)
+
+
+def test_word_vectors_initialise_the_embeddings(tmp_path):
+    tok = train_tokenizer(["the cat sat", "the dog"], "word", 100, 30)
+    path = tmp_path / "vectors.txt"
+    path.write_text("cat 1 2 3\nzebra 4 5 6\n")  # GloVe format, no header
+    model, info = build_model("quickthought", replace(SMALL, word_vectors=str(path), word_dim=3), tok)
+    assert torch.equal(model.f.embed.weight[tok.vocab()["cat"]], torch.tensor([1.0, 2.0, 3.0]))
+    assert info["word_vectors_coverage"] == pytest.approx(1 / tok.vocab_size)
+    with pytest.raises(UserError, match="word_dim=3"):
+        build_model("quickthought", replace(SMALL, word_vectors=str(path), word_dim=16), tok)
+
+
+def _train(cfg: TextConfig, work: Path, resume: bool = False, seed: int = 0):
+    corpus = synthetic_corpus(cfg)
+    tok = train_tokenizer(corpus.sentences, "word", cfg.vocab_size, cfg.max_len)
+    torch.manual_seed(seed)
+    model, _ = build_model("quickthought", cfg, tok)
+    ctx = RunContext(seed=seed, device=torch.device("cpu"), data_root=Path("."), work_dir=work, resume=resume,
+                     quiet=True)
+    curve, throughput, info = train(model, tok, corpus, cfg, losses.get("dcl", tau_plus=0.01), ctx,
+                                    ctx.load_checkpoint())
+    return model, tok, curve, throughput, info
+
+
+def test_training_resumes_from_its_checkpoint(tmp_path):
+    full, _, curve, throughput, info = _train(replace(SMALL, max_steps=4), tmp_path / "a")
+    assert info["steps"] == 4 and [p["step"] for p in curve] == [1, 2, 3, 4]
+    assert throughput["sentences_per_s"] > 0 and info["positives_per_anchor"] == 2
+    assert 0 < info["negative_same_topic_fraction"] < 1
+    half, *_ = _train(replace(SMALL, max_steps=2), tmp_path / "b")  # "killed" after its checkpoint at step 2
+    assert not torch.allclose(half.f.embed.weight, full.f.embed.weight)
+    resumed, _, curve_b, _, info_b = _train(replace(SMALL, max_steps=4), tmp_path / "b", resume=True, seed=0)
+    assert info_b["steps"] == 4 and [p["step"] for p in curve_b] == [1, 2, 3, 4]
+    for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_encoder_gives_concatenated_embeddings(tmp_path):
+    model, tok, *_ = _train(replace(SMALL, max_steps=1), tmp_path)
+    enc = QuickThoughtEncoder(model, tok, torch.device("cpu"), batch_size=7, truncate=False)
+    sentences = synthetic_task(SMALL)[0][:20] + [""]
+    out = enc.encode(sentences)
+    assert out.shape == (21, 2 * SMALL.hidden_dim) and np.isfinite(out).all()
+    assert np.allclose(out[3], enc.encode([sentences[3]])[0], atol=1e-5)  # independent of the batch
+
+
+def test_bert_encoder_builds_from_a_config_and_trains():
+    pytest.importorskip("transformers")
+    cfg = replace(SMALL, bert_layers=1, bert_heads=2, bert_hidden=16, bert_intermediate=32)
+    corpus = synthetic_corpus(cfg)
+    tok = train_tokenizer(corpus.sentences, "wordpiece", 300, cfg.max_len)
+    model, _ = build_model("quickthought-bert", cfg, tok)
+    ids, lengths = tok.batch(corpus.sentences[:5])
+    assert ids[0, 0] == tok.tokenizer.token_to_id("[CLS]")
+    u, v = model(ids, lengths)
+    assert u.shape == v.shape == (5, 16)
+    enc = QuickThoughtEncoder(model, tok, torch.device("cpu"), 4, truncate=True)
+    assert enc.encode(["a " * 100]).shape == (1, 32)  # truncated to the position limit
