@@ -140,6 +140,11 @@ def _run_locked(the_plan: Plan, spec: RunSpec, device: torch.device, data_root: 
                 req: RunRequest) -> Outcome:
     rid = records.run_id(spec)
     path = records.record_path(results, rid)
+    if _secondary_rank():
+        # Under torchrun every rank trains; rank 0 alone holds the lock and writes the record.
+        work_dir = results / ".work" / rid
+        work_dir.mkdir(parents=True, exist_ok=True)
+        return _run_one(the_plan, spec, rid, path, work_dir, device, data_root, req, write=False)
     if records.is_completed(results, rid) and not req.force:
         return Outcome(rid, "skipped", path, records.read_record(path))
     work_dir = results / ".work" / rid
@@ -161,10 +166,14 @@ def _run_locked(the_plan: Plan, spec: RunSpec, device: torch.device, data_root: 
         lock.release()
 
 
+def _secondary_rank() -> bool:
+    return int(os.environ.get("RANK", "0")) != 0
+
+
 def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path, device: torch.device,
-             data_root: Path, req: RunRequest) -> Outcome:
+             data_root: Path, req: RunRequest, write: bool = True) -> Outcome:
     domain = the_plan.domain
-    handler = logging.FileHandler(path.with_suffix(".log"))
+    handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)
     LOGGER.setLevel(logging.INFO)
@@ -185,15 +194,16 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path
         LOGGER.info("run %s: %s", rid, " ".join(record["command"]))
         outcome = _attempt(domain, spec, ctx, record, path)
         record["finished_at"] = records.utc_now()
-        if outcome.status == "failed" and records.is_completed(path.parent, rid):
+        keep_earlier = outcome.status == "failed" and records.is_completed(path.parent, rid)
+        if write and keep_earlier:
             # A --force rerun that fails keeps the completed record; the failure is in the log.
             LOGGER.warning("run %s failed; keeping its earlier completed record", rid)
-        else:
+        elif write:
             records.write_json_atomic(path, record)
     finally:
         LOGGER.removeHandler(handler)
         handler.close()
-    if outcome.status == "completed":
+    if outcome.status == "completed" and write:
         shutil.rmtree(work_dir, ignore_errors=True)  # the checkpoint is only needed to resume
     return outcome
 

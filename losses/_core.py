@@ -73,17 +73,16 @@ class _MaskedLogSumExp(torch.autograd.Function):
         masked = torch.where(mask, x, float("-inf"))
         row_max = masked.amax(dim=1, keepdim=True)
         row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry stays all -inf
+        centred = masked.sub_(row_max)  # <= 0 on the mask, so s·centred is shifted by its row max too
         results, saved = [], []
         for i, scale in enumerate(scales):
-            last = i == len(scales) - 1  # the last scale may overwrite the masked matrix
+            last = i == len(scales) - 1  # the last scale may overwrite the centred matrix
             if scale == 1.0:
-                scaled = masked if last else masked.clone()
+                exps = centred.exp_() if last else centred.exp()
             else:
-                scaled = masked.mul_(scale) if last else masked * scale
-            shift = row_max * scale  # the row max of the scaled entries, as scale > 0
-            exps = scaled.sub_(shift).exp_()
+                exps = (centred.mul_(scale) if last else centred * scale).exp_()
             total = exps.sum(dim=1)
-            results.append(total.log() + shift.squeeze(1))
+            results.append(total.log() + scale * row_max.squeeze(1))
             saved += [exps, total]
         result = torch.stack(results)
         ctx.scales = scales

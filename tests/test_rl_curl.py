@@ -213,7 +213,7 @@ def test_update_schedule_and_key_encoder_ema():
     target_before = copy.deepcopy(agent.critic_target)
     w_before = agent.W.detach().clone()
     stats = agent.update(tiny_batch(cfg), step=2)
-    assert set(stats) == {"critic_loss", "actor_loss"} and torch.equal(agent.W, w_before)
+    assert set(stats) == {"critic_loss", "actor_loss", "alpha"} and torch.equal(agent.W, w_before)
     for online, target, old, tau in ((agent.critic.encoder, agent.critic_target.encoder, target_before.encoder, 0.05),
                                      (agent.critic.q1, agent.critic_target.q1, target_before.q1, 0.01)):
         for p, tp, op in zip(online.parameters(), target.parameters(), old.parameters()):
@@ -230,7 +230,7 @@ def test_update_schedule_and_key_encoder_ema():
 def test_two_positive_crops_run():
     agent, cfg = tiny_agent(num_positives=2)
     stats = agent.update(tiny_batch(cfg), step=0)
-    assert set(stats) == {"critic_loss", "actor_loss", "curl_loss"} and np.isfinite(stats["curl_loss"])
+    assert set(stats) == {"critic_loss", "actor_loss", "alpha", "curl_loss"} and np.isfinite(stats["curl_loss"])
 
 
 def test_config_rejects_bad_values():

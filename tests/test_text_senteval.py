@@ -134,3 +134,17 @@ def test_bag_of_words_with_word_vectors(tmp_path):
     enc = BowEncoder(str(path))
     enc.prepare(["cat dog", "bird"])
     assert np.allclose(enc.encode(["cat dog", "bird", "cat"]), [[0.5, 0.5], [0, 0], [1, 0]])
+
+
+@pytest.mark.slow
+def test_bag_of_words_matches_published_unigram_baselines(data_root):
+    """Full protocol, every task (minutes). Unigram bag-of-words linear classifiers of Wang & Manning (2012,
+    Table 3: SVM-uni / MNB-uni): MR 76.2 / 77.9, CR 79.0 / 79.8, SUBJ 90.8 / 88.3, MPQA 86.1 / 85.3."""
+    from domains.text.config import TextConfig
+    from domains.text.senteval import evaluate_senteval
+
+    metrics, _ = evaluate_senteval(BowEncoder(), data_root, TextConfig(), log=lambda _: None)
+    for task, (low, high) in {"MR": (76.2, 77.9), "CR": (79.0, 79.8), "SUBJ": (88.3, 90.8),
+                              "MPQA": (85.3, 86.1)}.items():
+        assert low - 1.5 <= metrics[task] <= high + 1.5, task
+    assert metrics["TREC"] > 80 and metrics["MRPC"] > 68

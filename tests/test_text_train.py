@@ -123,3 +123,22 @@ def test_bert_encoder_builds_from_a_config_and_trains():
     assert u.shape == v.shape == (5, 16)
     enc = QuickThoughtEncoder(model, tok, torch.device("cpu"), 4, truncate=True)
     assert enc.encode(["a " * 100]).shape == (1, 32)  # truncated to the position limit
+
+
+def test_hf_text_without_datasets_is_a_user_error(monkeypatch):
+    from domains.text.corpus import load_hf
+
+    monkeypatch.setitem(__import__("sys").modules, "datasets", None)  # as if not installed; never downloads
+    with pytest.raises(UserError, match="pip install datasets"):
+        load_hf(replace(SMALL, hf_dataset="bookcorpus"))
+    with pytest.raises(UserError, match="hf_dataset"):
+        load_hf(SMALL)
+
+
+@pytest.mark.slow
+def test_benchmark_rows(data_root):
+    from domains.text.bench import benchmark
+
+    rows = benchmark(torch.device("cpu"), data_root, quick=True)
+    assert rows[0]["benchmark"] == "train" and rows[0]["sentences_per_s"] > 0
+    assert [r["task"] for r in rows if r["benchmark"] == "senteval"] == ["MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC"]

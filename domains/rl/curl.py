@@ -361,6 +361,7 @@ class CurlSac:
         stats = {"critic_loss": self.update_critic(obs, action, reward, next_obs, not_done)}
         if step % cfg.actor_update_freq == 0:
             stats["actor_loss"] = self.update_actor_and_alpha(obs)
+            stats["alpha"] = self.alpha.item()
         if step % cfg.critic_target_update_freq == 0:
             ema_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
             ema_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
