@@ -11,9 +11,10 @@ and the sample itself (``s_a = exp(max_logit)``, the logit of a sample with itse
 loss over positives, each building ``P_a`` from itself alone (``M_a = 1``). They agree for M_a = 1.
 Where ``max_logit`` is None, ``s_a = exp(max_k logits[a, k])`` (detached).
 
-For very few negatives (``N_a·tau_plus`` well below ``tau_minus``) the denominator can fall below
-the floored numerator; there the ratio is floored at 1 (loss 0) instead of taking the log of a
-non-positive number.
+For very few negatives (``N_a·tau_plus`` well below ``tau_minus``) the denominator can reach 0 or
+below, where the ratio is undefined; there the ratio is taken as 1 (loss 0) instead of taking the
+log of a non-positive number. A positive denominator below the numerator gives a negative loss, as
+the formula says.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grou
     above = estimate > torch.exp(log_floor)
     log_num = torch.where(above, torch.log(torch.where(above, estimate, torch.ones_like(estimate))), log_floor)
     denom = density + (n_neg[a] * tau_plus - tau_minus) * neg_mean
-    ok = denom > torch.exp(log_num)
+    ok = denom > 0
     log_den = torch.where(ok, torch.log(torch.where(ok, denom, torch.ones_like(denom))), log_num)
     return reduce_anchors(per_anchor_mean(log_den - log_num, p), valid, "debiased_pos",
                           "both a positive and a negative")

@@ -148,21 +148,21 @@ def _debiased_pos_term(r: Ref, a: int, pos: list[float], neg: list[float], tau_p
     estimate, floor, den = _debiased_pos_parts(r, a, pos, neg, tau_plus)
     num = max(estimate, floor)
     # The spec's ratio is undefined when the denominator reaches 0 (very few negatives); losses/
-    # documents (debiased_pos.py) that the ratio is then floored at 1, i.e. the loss is 0.
-    if den <= num:
+    # documents (debiased_pos.py) that the ratio is then taken as 1, i.e. the loss is 0.
+    if den <= 0:
         return 0.0
     return -math.log(num / den)
 
 
 def debiased_pos_regimes(r: Ref, tau_plus: float) -> list[str]:
     """Per qualifying anchor (grouping): "floor" where the numerator is floored, "guard" where the
-    ratio is floored at 1, else "plain"; for checking test coverage."""
+    denominator is not positive, else "plain"; for checking test coverage."""
     out = []
     for a in range(r.n_anchors):
         pos, neg = r.positives(a), r.negatives(a)
         if pos and neg:
             estimate, floor, den = _debiased_pos_parts(r, a, pos, neg, tau_plus)
-            out.append("guard" if den <= max(estimate, floor) else "floor" if estimate < floor else "plain")
+            out.append("guard" if den <= 0 else "floor" if estimate < floor else "plain")
     return out
 
 

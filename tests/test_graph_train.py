@@ -60,3 +60,16 @@ def test_trained_encoder_beats_random_on_the_embedded_default(tmp_path):
         accuracy[epochs] = domain.evaluate(spec, domain.pretrain(spec, ctx), ctx).metrics["accuracy"]
     assert accuracy[0] < 65.0, accuracy  # sum-pooled random GIN features: near chance
     assert accuracy[3] > 85.0, accuracy
+
+
+def test_benchmark_parts_and_skipped_rows(tmp_path, monkeypatch):
+    from domains.graph.bench import PARTS, run_benchmark, time_epoch
+    from domains.graph.model import InfoGraph
+
+    data = from_data_list("small", synthetic.generate(SMALL), "constant")
+    model = InfoGraph(data.num_features, 8, 2)
+    parts = time_epoch(model, data, "pucl", GraphConfig(batch_size=16), torch.device("cpu"), max_batches=1)
+    assert set(parts) == set(PARTS) and all(v >= 0 for v in parts.values())
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    rows = run_benchmark(domains.get("graph"), torch.device("cpu"), tmp_path, quick=True)  # no TU data here
+    assert [r["dataset"] for r in rows] == ["MUTAG", "REDDIT-BINARY"] and all("skipped" in r for r in rows)

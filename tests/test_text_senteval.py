@@ -148,3 +148,35 @@ def test_bag_of_words_matches_published_unigram_baselines(data_root):
                               "MPQA": (85.3, 86.1)}.items():
         assert low - 1.5 <= metrics[task] <= high + 1.5, task
     assert metrics["TREC"] > 80 and metrics["MRPC"] > 68
+
+
+def test_option_to_run_the_senteval_package(data_root, monkeypatch):
+    """The glue to the original package, with a stand-in ``senteval.engine`` (the package is not a dependency)."""
+    import os
+    import sys
+    import types
+
+    from domains.text.config import TextConfig
+    from domains.text.senteval import evaluate_senteval
+
+    seen = {}
+
+    class SE:
+        def __init__(self, params, batcher, prepare):
+            self.params, self.batcher, self.prepare = params, batcher, prepare
+
+        def eval(self, name):
+            assert os.path.isdir(os.path.join(self.params["task_path"], "downstream", name))  # SentEval's layout
+            self.prepare(self.params, [["a", "b"], ["c"]])
+            seen[name] = self.batcher(self.params, [["a", "b"], []])
+            return {"acc": 80.0, "devacc": 79.0, **({"f1": 85.0} if name == "MRPC" else {})}
+
+    engine = types.ModuleType("senteval.engine")
+    engine.SE = SE
+    monkeypatch.setitem(sys.modules, "senteval", types.ModuleType("senteval"))
+    monkeypatch.setitem(sys.modules, "senteval.engine", engine)
+    cfg = TextConfig(senteval_tasks=("CR", "MRPC"), use_senteval_package=True)
+    metrics, details = evaluate_senteval(BowEncoder(), data_root, cfg)
+    assert metrics == {"CR": 80.0, "MRPC": 80.0, "MRPC_f1": 85.0, "accuracy": 80.0}
+    assert details["protocol"] == "senteval package"
+    assert seen["CR"].shape == (2, 3) and not seen["CR"][1].any()  # dense rows, the empty sentence is zero

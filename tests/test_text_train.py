@@ -142,3 +142,23 @@ def test_benchmark_rows(data_root):
     rows = benchmark(torch.device("cpu"), data_root, quick=True)
     assert rows[0]["benchmark"] == "train" and rows[0]["sentences_per_s"] > 0
     assert [r["task"] for r in rows if r["benchmark"] == "senteval"] == ["MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC"]
+
+
+def test_hf_encoder_reads_a_local_model_directory(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from domains.text.models import HFEncoder
+
+    sentences = synthetic_corpus(SMALL).sentences
+    tok = train_tokenizer(sentences, "wordpiece", 200, 30)
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok.tokenizer, unk_token="[UNK]",
+                                                pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]")
+    config = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=32, max_position_embeddings=64)
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    fast.save_pretrained(tmp_path)
+    enc = HFEncoder(str(tmp_path), torch.device("cpu"), batch_size=3)
+    out = enc.encode(sentences[:5])
+    assert out.shape == (5, 16) and np.isfinite(out).all()
+    assert np.allclose(out[1], enc.encode([sentences[1]])[0], atol=1e-5)  # padding does not leak into the mean
+    with pytest.raises(UserError, match="hf_model_dir"):
+        HFEncoder(str(tmp_path / "missing"), torch.device("cpu"), 3)

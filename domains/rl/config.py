@@ -104,9 +104,9 @@ _PAPER = dict(eval_freq=10_000, eval_episodes=10, seed_agent_steps=1000, batch_s
 PRESETS: dict[str, Preset] = {
     "quick": Preset("smoke scale, not a result: 2k env steps (cartpole: 200 random agent steps, then 50 updates "
                     "at batch 128), 2 eval episodes", {}),
-    "cpu": Preset("reduced-step CPU protocol, not the paper's: 8k env steps, batch 32, 100 seed agent steps, "
-                  "eval every 2k env steps with 5 episodes (cartpole: 900 updates)",
-                  dict(num_env_steps=8000, eval_freq=2000, eval_episodes=5, seed_agent_steps=100, batch_size=32)),
+    "cpu": Preset("reduced-step CPU protocol, not the paper's: 10k env steps, batch 32, 100 seed agent steps, "
+                  "eval every 2.5k env steps with 5 episodes (cartpole: 1150 updates, about 14 CPU-minutes)",
+                  dict(num_env_steps=10_000, eval_freq=2500, eval_episodes=5, seed_agent_steps=100, batch_size=32)),
     "paper": Preset("CURL/DCL protocol at 100k environment steps: batch 512, eval every 10k env steps with "
                     "10 episodes, 1000 seed agent steps", dict(num_env_steps=100_000, **_PAPER)),
     "100k": Preset("same as paper: 100k environment steps", dict(num_env_steps=100_000, **_PAPER)),
