@@ -4,6 +4,7 @@ and one agent update (which parameters each loss moves)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import domains
 import losses
 from domains.rl.config import CurlConfig
 from domains.rl.curl import CurlSac, ReplayBuffer, center_crop, curl_scores, ema_update, random_crop
@@ -240,3 +242,12 @@ def test_config_rejects_bad_values():
         CurlConfig(num_positives=3)
     with pytest.raises(ValueError, match="batch_size"):
         CurlConfig(batch_size=0)
+
+
+def test_presets_are_valid_configs():
+    domain = domains.get("rl")
+    for name, preset in domain.presets.items():
+        cfg = dataclasses.replace(CurlConfig(), **preset.overrides)
+        assert cfg.num_env_steps >= cfg.eval_freq, name
+    assert domain.presets["paper"].overrides["num_env_steps"] == 100_000
+    assert domain.presets["paper"].overrides["batch_size"] == 512

@@ -108,3 +108,23 @@ def test_bad_input(rendering):
     with pytest.raises(ValueError, match="outside"):
         env.step(np.array([1.5]))
     env.close()
+
+
+def test_backend_falls_back_to_osmesa_then_names_the_packages(monkeypatch):
+    import sys
+
+    from domains.rl import env as env_module
+
+    monkeypatch.setattr(env_module, "_backend", None)
+    monkeypatch.delenv("MUJOCO_GL", raising=False)
+    monkeypatch.delitem(sys.modules, "dm_control.mujoco", raising=False)
+    tried = []
+    monkeypatch.setattr(env_module, "_renders", lambda backend: tried.append(backend) or backend == "osmesa")
+    assert env_module.rendering_backend() == "osmesa" and tried == ["egl", "osmesa"]
+    assert env_module.os.environ["MUJOCO_GL"] == "osmesa"
+
+    monkeypatch.setattr(env_module, "_backend", None)
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setattr(env_module, "_renders", lambda backend: False)
+    with pytest.raises(UserError, match="libegl1 libgl1 libosmesa6"):
+        env_module.rendering_backend()

@@ -4,7 +4,6 @@ one does (networks, optimisers, replay buffer and random states all restored).""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import pytest
@@ -85,12 +84,3 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
         for name, tensor in a[key].items():
             assert torch.equal(tensor, b[key][name]), f"{key}.{name}"
     assert torch.equal(a["W"], b["W"]) and torch.equal(a["log_alpha"], b["log_alpha"])
-
-
-def test_presets_are_valid_configs():
-    domain = domains.get("rl")
-    for name, preset in domain.presets.items():
-        cfg = dataclasses.replace(CurlConfig(), **preset.overrides)
-        assert cfg.num_env_steps >= cfg.eval_freq, name
-    assert domain.presets["paper"].overrides["num_env_steps"] == 100_000
-    assert domain.presets["paper"].overrides["batch_size"] == 512
