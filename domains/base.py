@@ -185,7 +185,7 @@ class Domain(ABC):
     baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
     references: ClassVar[tuple[Reference, ...]] = ()
 
-    def validate(self, spec: RunSpec) -> None:
+    def validate(self, spec: RunSpec) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
 
     @abstractmethod

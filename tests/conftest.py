@@ -24,3 +24,15 @@ def data_root() -> Path:
     if not root.is_dir():
         pytest.skip(f"real data not found at {root} (set HARNESS_DATA_ROOT)")
     return root
+
+
+@pytest.fixture(scope="session")
+def rendering() -> str:
+    """The MuJoCo rendering backend (egl or osmesa); skips when dm_control cannot render here."""
+    from domains.base import UserError
+    from domains.rl.env import rendering_backend
+
+    try:
+        return rendering_backend()
+    except UserError as exc:
+        pytest.skip(f"dm_control cannot render here: {exc}")

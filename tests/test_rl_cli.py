@@ -11,19 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from domains.base import UserError
-
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module", autouse=True)
-def rendering() -> None:
-    from domains.rl.env import rendering_backend
-
-    try:
-        rendering_backend()
-    except UserError as exc:
-        pytest.skip(f"dm_control cannot render here: {exc}")
+pytestmark = pytest.mark.usefixtures("rendering")
 
 
 def test_cli_smoke_run_writes_record_with_evaluation(tmp_path):

@@ -9,16 +9,6 @@ import pytest
 from domains.base import UserError
 
 
-@pytest.fixture(scope="module")
-def rendering() -> str:
-    from domains.rl.env import rendering_backend
-
-    try:
-        return rendering_backend()
-    except UserError as exc:
-        pytest.skip(f"dm_control cannot render here: {exc}")
-
-
 def make(seed: int = 0, **kw):
     from domains.rl.env import DMCEnv
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import domains
-from domains.base import RunContext, RunSpec, UserError
+from domains.base import RunContext, RunSpec
 from domains.rl.config import CurlConfig
 
 # 100 repeats: an episode is 10 agent steps, so a few episodes render quickly.
@@ -19,14 +19,7 @@ TINY = dict(num_env_steps=2000, eval_freq=1000, eval_episodes=1, checkpoint_freq
             batch_size=4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def rendering() -> None:
-    from domains.rl.env import rendering_backend
-
-    try:
-        rendering_backend()
-    except UserError as exc:
-        pytest.skip(f"dm_control cannot render here: {exc}")
+pytestmark = pytest.mark.usefixtures("rendering")
 
 
 class Killed(Exception):
