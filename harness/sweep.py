@@ -134,9 +134,10 @@ def _share_cores(threads: int) -> None:
 def run_local(requests: list[RunRequest], workers: int) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
-    # share the cores instead of each starting one thread per core.
+    # share the cores instead of each starting one thread per core. An explicit OMP_NUM_THREADS wins: on a
+    # machine shared with other jobs, one thread per worker avoids OpenMP threads spinning on busy cores.
     context = multiprocessing.get_context("spawn")
-    threads = max(1, (os.cpu_count() or 1) // workers)
+    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // workers))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_share_cores,
                              initargs=(threads,)) as pool, _progress(len(requests)) as bar:
         for future in as_completed([pool.submit(run_job, r) for r in requests]):
