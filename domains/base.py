@@ -206,6 +206,13 @@ class Domain(ABC):
         raise UserError(f"domain '{self.name}' has no benchmark")
 
 
+def cache_dir() -> Path:
+    """The writable cache for derived files (processed datasets, split corpora): ``$HARNESS_CACHE_DIR``
+    or ``~/.cache/contrastive-harness``; never the data root, which may be read-only."""
+    env = os.environ.get("HARNESS_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
+
+
 def hash_files(paths: Iterable[Path]) -> str:
     """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints."""
     digest = hashlib.sha256()

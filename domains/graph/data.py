@@ -14,7 +14,6 @@ nodes; with ``featureless="constant"``, InfoGraph's own single constant feature.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from domains.base import DatasetMissingError, hash_files, require
+from domains.base import DatasetMissingError, cache_dir, hash_files, require
 from domains.graph.config import GraphConfig
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
@@ -121,12 +120,6 @@ def add_featureless(data: GraphSet, cfg: GraphConfig) -> GraphSet:
         data.node_features = (f"standardised degree (largest degree {max_deg} >= {cfg.degree_onehot_limit}; "
                               "no node features in the data)")
     return data
-
-
-def cache_dir() -> Path:
-    """Writable cache of the harness (PyG processed files, downloads)."""
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
 
 
 def _has_raw(raw: Path, name: str) -> bool:

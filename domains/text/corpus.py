@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domains.base import DatasetMissingError, UserError, hash_jsonable, require
+from domains.base import DatasetMissingError, UserError, cache_dir, hash_jsonable, require
 from domains.text.config import TextConfig
 
 SPLITTER_VERSION = "pysbd-paragraphs-1"  # part of the cache key: bump it when the splitting changes
@@ -58,11 +58,6 @@ def keep_prefixes(documents: list[list[str]], max_sentences: int) -> list[list[s
 # ----------------------------------------------------------------------------------------- books
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("HARNESS_CACHE_DIR")
-    return (Path(root) if root else Path.home() / ".cache" / "contrastive-harness") / "text"
-
-
 def split_sentences(text: str) -> list[str]:
     """Sentences of a plain-text book: paragraphs are separated by blank lines and hard-wrapped, so each
     paragraph is unwrapped and split with pysbd; the order is kept."""
@@ -80,7 +75,7 @@ def book_sentences(path: Path) -> list[str]:
     """The sentences of one book, cached by the sha256 of its bytes (splitting all 15 books takes a minute)."""
     raw = path.read_bytes()
     key = hashlib.sha256(raw + SPLITTER_VERSION.encode()).hexdigest()[:32]
-    cached = cache_dir() / f"{path.stem}-{key}.json"
+    cached = cache_dir() / "text" / f"{path.stem}-{key}.json"
     if cached.exists():
         return json.loads(cached.read_text())
     sentences = split_sentences(raw.decode("latin-1"))
