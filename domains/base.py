@@ -184,6 +184,12 @@ class Domain(ABC):
     higher_is_better: ClassVar[bool] = True
     baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
     references: ClassVar[tuple[Reference, ...]] = ()
+    leaderboard_metrics: ClassVar[tuple[str, ...]] = ()  # secondary metrics the leaderboard shows as columns
+
+    def setting_note(self, config: dict[str, Any]) -> str:
+        """A short, human description of a run's budget for leaderboard labels (e.g. "5k env steps");
+        empty when the preset's name says enough."""
+        return ""
 
     def validate(self, spec: RunSpec) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""

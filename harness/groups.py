@@ -36,7 +36,9 @@ class Group:
     higher_is_better: bool
     baseline_loss: str
     version: str
+    loss_used: bool = True  # False for evaluation-only methods (e.g. a bag-of-words baseline)
     values: dict[int, float] = field(default_factory=dict)  # seed -> primary metric
+    secondary: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> seed -> value
 
     @property
     def key(self) -> str:
@@ -63,6 +65,9 @@ class Group:
     def sign(self) -> float:
         """+1 when higher is better: ``sign * (a - b) > 0`` means a is better than b."""
         return 1.0 if self.higher_is_better else -1.0
+
+    def loss_label(self) -> str:
+        return self.loss if self.loss_used else "none (evaluation only)"
 
     def hparams_label(self) -> str:
         return ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.loss_params.items())) or "–"
@@ -111,12 +116,17 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
             loss_params=first["loss_params"], preset=first.get("preset", ""), overrides=first.get("overrides", {}),
             config=first["config"], primary_metric=first["primary_metric"],
             higher_is_better=bool(first["higher_is_better"]), baseline_loss=first.get("baseline_loss", "infonce"),
-            version=latest,
+            version=latest, loss_used=not first.get("info", {}).get("loss_ignored", False),
         )
         for record in members:
-            value = record["metrics"][record["primary_metric"]]
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                group.values[int(record["seed"])] = float(value)
+            seed = int(record["seed"])
+            for name, value in record["metrics"].items():
+                if not (isinstance(value, (int, float)) and math.isfinite(value)):
+                    continue
+                if name == record["primary_metric"]:
+                    group.values[seed] = float(value)
+                else:
+                    group.secondary.setdefault(name, {})[seed] = float(value)
         if group.values:
             groups.append(group)
     return sorted(groups, key=Group.sort_key)
@@ -128,8 +138,11 @@ def _record_key(record: dict[str, Any]) -> str:
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:
-    """The baseline-loss group with the same setting (the one with most seeds, then default ordering)."""
-    candidates = [g for g in groups if g.setting == group.setting and g.loss == group.baseline_loss]
+    """The baseline-loss group with the same setting (the one with most seeds, then default ordering); none for
+    an evaluation-only group, which trained no loss to compare."""
+    if not group.loss_used:
+        return None
+    candidates = [g for g in groups if g.setting == group.setting and g.loss == group.baseline_loss and g.loss_used]
     return max(candidates, key=lambda g: g.n, default=None)
 
 

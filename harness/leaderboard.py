@@ -8,13 +8,14 @@ from the same records gives byte-identical files. Files are replaced atomically 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
 from filelock import FileLock
 from scipy import stats
 
 import domains
-from domains.base import Reference
+from domains.base import Domain
 from harness.groups import Group, baseline_for, best, cell, decimals, fmt, group_records
 from harness.records import load_records, write_text_atomic
 
@@ -42,12 +43,22 @@ def delta_cell(group: Group, base: Group | None) -> str:
     return f"{change:+.{digits}f}{DAGGER if paired_p(group, base) < ALPHA else ''}"
 
 
-def references_of(domain: str) -> tuple[Reference, ...]:
-    """The domain's published rows; none when the domain cannot be loaded here."""
+def domain_or_none(name: str) -> Domain | None:
+    """The domain, for its published rows, columns and labels; None when its code cannot be loaded here
+    (a page must still be written from the records alone)."""
     try:
-        return tuple(domains.get(domain).references)
-    except Exception:  # noqa: BLE001 - a page must still be written without the domain's code
-        return ()
+        return domains.get(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def setting_cell(group: Group, domain: Domain | None) -> str:
+    note = domain.setting_note(group.config) if domain is not None else ""
+    return f"{group.setting_label()}, {note}" if note else group.setting_label()
+
+
+def mean_cell(values: dict[int, float] | None) -> str:
+    return fmt(statistics.fmean(values.values())) if values else "–"
 
 
 def domain_page(domain: str, groups: list[Group]) -> str:
@@ -61,19 +72,28 @@ def domain_page(domain: str, groups: list[Group]) -> str:
         "(scipy.stats.ttest_rel) over the seeds both rows share. Rows marked *published* are numbers reported "
         "in papers, not our runs.", "",
     ]
-    refs = references_of(domain)
+    dom = domain_or_none(domain)
+    refs = dom.references if dom is not None else ()
+    if dom is not None and dom.leaderboard_metrics:
+        lines += [f"Further columns: the mean over seeds of the secondary metrics "
+                  f"{', '.join(f'`{m}`' for m in dom.leaderboard_metrics)} where a run reports them.", ""]
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
         winners = {id(g) for g in best(rows)}
-        lines += [f"## {dataset}", "", f"| method | loss | hyper-parameters | setting | {first.primary_metric} | "
-                  f"Δ vs {first.baseline_loss} |", "|---|---|---|---|---|---|"]
+        extra = [m for m in (dom.leaderboard_metrics if dom is not None else ()) if any(m in g.secondary for g in rows)]
+        lines += [f"## {dataset}", "",
+                  "| " + " | ".join(["method", "loss", "hyper-parameters", "setting", first.primary_metric,
+                                      f"Δ vs {first.baseline_loss}", *extra]) + " |",
+                  "|" + "---|" * (6 + len(extra))]
         for g in rows:
             value = f"**{cell(g)}**" if id(g) in winners else cell(g)
-            lines.append(f"| {g.method} | {g.loss} | {g.hparams_label()} | {g.setting_label()} | {value} | "
-                         f"{delta_cell(g, baseline_for(g, groups))} |")
+            cells = [g.method, g.loss_label(), g.hparams_label(), setting_cell(g, dom), value,
+                     delta_cell(g, baseline_for(g, groups)), *(mean_cell(g.secondary.get(m)) for m in extra)]
+            lines.append("| " + " | ".join(cells) + " |")
         for ref in sorted((r for r in refs if r.dataset == dataset), key=lambda r: (r.source, r.label)):
             std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
-            lines.append(f"| *published* | {ref.label} | – | {ref.source} | {fmt(ref.value)}{std} | |")
+            lines.append("| " + " | ".join(["*published*", ref.label, "–", ref.source, f"{fmt(ref.value)}{std}", "",
+                                            *([""] * len(extra))]) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -98,7 +118,7 @@ def index_page(groups: list[Group]) -> str:
             else:
                 baseline = f"{cell(base)} ({base.loss})"
                 gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}"
-            lines.append(f"| [{domain}]({domain}.md) | {dataset} | {top.primary_metric} | {top.loss} | "
+            lines.append(f"| [{domain}]({domain}.md) | {dataset} | {top.primary_metric} | {top.loss_label()} | "
                          f"{top.hparams_label()} | {top.method} | {cell(top)} | {baseline} | {gain} |")
     lines.append("")
     return "\n".join(lines)

@@ -49,6 +49,8 @@ class Task:
 def build_tasks(groups: list[Group]) -> list[Task]:
     tasks: dict[str, Task] = {}
     for g in groups:
+        if not g.loss_used:  # evaluation-only rows rank no loss
+            continue
         label = f"{g.domain}/{g.dataset}/{g.method}/{g.setting_label()}"
         task = tasks.setdefault(g.setting, Task(g.domain, label, g.baseline_loss, g.sign))
         if g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:

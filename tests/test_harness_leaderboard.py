@@ -61,9 +61,10 @@ def test_leaderboard_cells_by_hand(tmp_path):
     t = statistics.mean(diffs) / (statistics.stdev(diffs) / math.sqrt(3))
     assert t > 4.303  # the two-sided 5% critical value of Student's t with 2 degrees of freedom
     mean, std = statistics.mean(dcl), statistics.stdev(dcl)
-    assert f"| linear | dcl | tau_plus=0.1 | quick | **{mean:.2f} ± {std:.2f} (3 seeds)** | " \
+    assert f"| linear | dcl | tau_plus=0.1 | quick, 3 epochs | **{mean:.2f} ± {std:.2f} (3 seeds)** | " \
            f"{statistics.mean(dcl) - statistics.mean(base):+.2f}† |" in page
-    assert "| *published* | Linear+InfoNCE | – | Tiny et al. 2024, Table 1 | 90.00 ± 1.00 | |" in page
+    # No n_test column on this page: no record reports it.
+    assert "| *published* | Linear+InfoNCE | – | Tiny et al. 2024, Table 1 | 90.00 ± 1.00 |  |" in page
     assert "50.00" not in page  # the older version's records are superseded by the latest version's
     other = (tmp_path / "other.md").read_text()
     assert "**0.2033 ± 0.0058 (3 seeds)**" in other  # lower is better: dcl is the best
@@ -75,3 +76,25 @@ def test_stale_generated_pages_are_removed(tmp_path):
     (tmp_path / "notes.md").write_text("hand-written")
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
     assert not (tmp_path / "gone.md").exists() and (tmp_path / "notes.md").exists()
+
+
+def test_secondary_columns_and_evaluation_only_rows(tmp_path):
+    """A domain's secondary metrics become columns (mean over seeds); an evaluation-only run shows no loss and is
+    neither a baseline nor compared with one."""
+    records = [synthetic_record("infonce", s, v) for s, v in enumerate([80.0, 82.0])]
+    records += [synthetic_record("dcl", s, v, loss_params=DCL) for s, v in enumerate([85.0, 86.0])]
+    for record, n_test in zip(records, [60.0, 62.0, 70.0, 71.0]):
+        record["metrics"]["n_test"] = n_test
+    bow = [synthetic_record("infonce", s, 90.0 + s, method="linear2") for s in range(2)]
+    for record in bow:
+        record["info"] = {"loss_ignored": True}
+    write_records(tmp_path / "results", records + bow)
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "tiny.md").read_text()
+    assert "| method | loss | hyper-parameters | setting | accuracy | Δ vs infonce | n_test |" in page
+    assert "| linear | infonce | – | quick, 3 epochs | 81.00 ± 1.41 (2 seeds) | baseline | 61.00 |" in page
+    assert "| linear | dcl | tau_plus=0.1 | quick, 3 epochs | 85.50 ± 0.71 (2 seeds) | +4.50 | 70.50 |" in page
+    assert "| linear2 | none (evaluation only) | – | quick, 3 epochs | **90.50 ± 0.71 (2 seeds)** | – | – |" in page
+    index = (tmp_path / "README.md").read_text()
+    assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | 90.50 ± 0.71 (2 seeds) "
+            "| – | – |") in index

@@ -118,3 +118,11 @@ def test_backend_falls_back_to_osmesa_then_names_the_packages(monkeypatch):
     monkeypatch.setattr(env_module, "_renders", lambda backend: False)
     with pytest.raises(UserError, match="libegl1 libgl1 libosmesa6"):
         env_module.rendering_backend()
+
+
+def test_leaderboard_label_names_the_env_step_budget():
+    import domains
+
+    rl = domains.get("rl")
+    assert rl.setting_note({"num_env_steps": 5000}) == "5k env steps"
+    assert rl.setting_note({"num_env_steps": 100_000}) == "100k env steps"

@@ -79,6 +79,10 @@ class TinyDomain(Domain):
     primary_metric = "accuracy"
     baseline_loss = "infonce"
     references = (Reference("Tiny et al. 2024, Table 1", "blobs", "Linear+InfoNCE", 90.0, 1.0),)
+    leaderboard_metrics = ("n_test",)
+
+    def setting_note(self, config: dict) -> str:
+        return f"{config['epochs']} epochs"
 
     def validate(self, spec: RunSpec) -> None:
         if spec.method == "linear2" and spec.dataset == "blobs_hard":

@@ -72,6 +72,11 @@ class RLDomain(Domain):
     higher_is_better = True
     baseline_loss = "infonce"
     references = REFERENCES
+    leaderboard_metrics = ("return_std",)
+
+    def setting_note(self, config: dict[str, Any]) -> str:
+        # Budgets are environment steps (agent steps x action repeat), as the papers count them.
+        return f"{config['num_env_steps'] / 1000:g}k env steps"
 
     def validate(self, spec: RunSpec) -> None:
         if spec.method not in self.methods:

@@ -81,6 +81,7 @@ class TextDomain(Domain):
                   "TREC 89.1, MSRP 74.7 (F1 82.7)", round((76.2 + 82.9 + 86.9 + 93.7 + 89.1 + 74.7) / 6, 2),
                   method="quickthought", loss="dcl"),
     )
+    leaderboard_metrics = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC", "MRPC_f1", "bayes_accuracy")
 
     def validate(self, spec: RunSpec) -> None:
         cfg: TextConfig = spec.config

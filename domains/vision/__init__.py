@@ -88,6 +88,8 @@ class VisionDomain(Domain):
     # The biased track's rows compare against each other (its baseline would be eps_supinfonce / ce).
     baseline_loss = "infonce"
     references = _refs()
+    # The biased track reports accuracy on the bias-aligned and bias-conflicting test images separately.
+    leaderboard_metrics = ("top5", "knn_top1", "aligned_top1", "conflicting_top1")
 
     def validate(self, spec: RunSpec) -> None:
         cfg: VisionConfig = spec.config
