@@ -82,6 +82,8 @@ class Group:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_short(v) for v in value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 

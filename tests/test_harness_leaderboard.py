@@ -98,3 +98,11 @@ def test_secondary_columns_and_evaluation_only_rows(tmp_path):
     index = (tmp_path / "README.md").read_text()
     assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | 90.50 ± 0.71 (2 seeds) "
             "| – | – |") in index
+
+
+def test_list_overrides_read_as_comma_lists(tmp_path):
+    record = synthetic_record("infonce", 0, 80.0)
+    record["overrides"] = {"tasks": ["CR", "TREC"], "lr": 0.001}
+    write_records(tmp_path / "results", [record])
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    assert "| quick (lr=0.001, tasks=CR,TREC), 3 epochs |" in (tmp_path / "tiny.md").read_text()
