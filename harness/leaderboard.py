@@ -73,14 +73,14 @@ def domain_page(domain: str, groups: list[Group]) -> str:
         "in papers, not our runs.", "",
     ]
     dom = domain_or_none(domain)
-    refs = dom.references if dom is not None else ()
-    if dom is not None and dom.leaderboard_metrics:
+    refs, metrics = (dom.references, dom.leaderboard_metrics) if dom is not None else ((), ())
+    if metrics:
         lines += [f"Further columns: the mean over seeds of the secondary metrics "
-                  f"{', '.join(f'`{m}`' for m in dom.leaderboard_metrics)} where a run reports them.", ""]
+                  f"{', '.join(f'`{m}`' for m in metrics)} where a run reports them.", ""]
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
         winners = {id(g) for g in best(rows)}
-        extra = [m for m in (dom.leaderboard_metrics if dom is not None else ()) if any(m in g.secondary for g in rows)]
+        extra = [m for m in metrics if any(m in g.secondary for g in rows)]
         lines += [f"## {dataset}", "",
                   "| " + " | ".join(["method", "loss", "hyper-parameters", "setting", first.primary_metric,
                                       f"Δ vs {first.baseline_loss}", *extra]) + " |",
@@ -92,8 +92,8 @@ def domain_page(domain: str, groups: list[Group]) -> str:
             lines.append("| " + " | ".join(cells) + " |")
         for ref in sorted((r for r in refs if r.dataset == dataset), key=lambda r: (r.source, r.label)):
             std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
-            lines.append("| " + " | ".join(["*published*", ref.label, "–", ref.source, f"{fmt(ref.value)}{std}", "",
-                                            *([""] * len(extra))]) + " |")
+            lines.append("| " + " | ".join(["*published*", ref.label, "–", ref.source, f"{fmt(ref.value)}{std}",
+                                            *([""] * (1 + len(extra)))]) + " |")
         lines.append("")
     return "\n".join(lines)
 
