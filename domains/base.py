@@ -183,8 +183,13 @@ class Domain(ABC):
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
     baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
+    method_baselines: ClassVar[dict[str, str]] = {}  # method -> its own baseline loss, where it differs
     references: ClassVar[tuple[Reference, ...]] = ()
     leaderboard_metrics: ClassVar[tuple[str, ...]] = ()  # secondary metrics the leaderboard shows as columns
+
+    def baseline_loss_for(self, method: str) -> str:
+        """The loss a method's other rows are measured against (the domain's, unless the method sets its own)."""
+        return self.method_baselines.get(method, self.baseline_loss)
 
     def setting_note(self, config: dict[str, Any]) -> str:
         """A short, human description of a run's budget for leaderboard labels (e.g. "5k env steps");

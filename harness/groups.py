@@ -16,7 +16,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from domains.base import hash_jsonable
+import domains
+from domains.base import Domain, hash_jsonable
 from harness.records import record_version
 
 
@@ -137,6 +138,25 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
 def _record_key(record: dict[str, Any]) -> str:
     return hash_jsonable([record["domain"], record["dataset"], record["method"], record["loss"],
                           record["loss_params"], record["config"]])
+
+
+def domain_or_none(name: str) -> Domain | None:
+    """The domain, for its published rows, columns, labels and baselines; None when its code cannot be loaded
+    here (a page must still be written from the records alone)."""
+    try:
+        return domains.get(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def with_current_baselines(groups: list[Group]) -> list[Group]:
+    """Each group's baseline loss as its domain's code names it now, so that records written before a method
+    got its own baseline are compared like new ones; the record's own field where the domain cannot load."""
+    loaded = {name: domain_or_none(name) for name in {g.domain for g in groups}}
+    for g in groups:
+        if (dom := loaded[g.domain]) is not None:
+            g.baseline_loss = dom.baseline_loss_for(g.method)
+    return sorted(groups, key=Group.sort_key)  # the baseline row leads its setting
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:

@@ -22,9 +22,14 @@ def _load_domains() -> tuple[list[Domain], dict[str, str]]:
 
 def domain_lines(loaded: list[Domain], broken: dict[str, str]) -> list[str]:
     rows = [(d.name, f"{d.description} (methods: {', '.join(d.methods)}; primary metric: {d.primary_metric}, "
-             f"{'higher' if d.higher_is_better else 'lower'} is better; baseline: {d.baseline_loss})") for d in loaded]
+             f"{'higher' if d.higher_is_better else 'lower'} is better; baseline: {_baselines(d)})") for d in loaded]
     rows += [(name, f"unavailable: {why}") for name, why in broken.items()]
     return _align(sorted(rows))
+
+
+def _baselines(domain: Domain) -> str:
+    own = "".join(f"; {m}: {loss}" for m, loss in sorted(domain.method_baselines.items()))
+    return domain.baseline_loss + own
 
 
 def dataset_lines(loaded: list[Domain]) -> list[str]:

@@ -156,6 +156,8 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
         name = platform.processor() or platform.machine()
     return {
         "device": str(device), "device_name": name, "cpu_count": os.cpu_count(),
+        # CPU results depend slightly on the thread count (the order of float reductions), so it is recorded.
+        "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "platform": platform.platform(),
     }

@@ -182,7 +182,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path
         "dataset": spec.dataset, "loss": spec.loss, "loss_params": spec.loss_params, "seed": spec.seed,
         "preset": spec.preset, "overrides": the_plan.overrides, "config": spec.config_dict(),
         "config_hash": records.config_hash(spec), "primary_metric": domain.primary_metric,
-        "higher_is_better": domain.higher_is_better, "baseline_loss": domain.baseline_loss,
+        "higher_is_better": domain.higher_is_better, "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
         "software": records.software_info(), "started_at": records.utc_now(), "resumed": req.resume,
         "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},

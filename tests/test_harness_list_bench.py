@@ -22,6 +22,7 @@ def test_list_everything_in_a_subprocess():
     assert "tiny " in text and "tiny/blobs " in text and "[default, embedded]" in text
     assert "tiny/absent" in text and "[download]" in text
     assert "tiny/quick" in text and "seeds 0,1" in text
+    assert "baseline: infonce; linear2: supcon)" in text
 
 
 def test_list_losses_shows_domains_hparams_and_labels(capsys):

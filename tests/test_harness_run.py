@@ -35,11 +35,19 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert 0 <= record["metrics"]["accuracy"] <= 100 and len(record["curve"]) == 2
     assert set(record["timings"]) == {"pretrain_s", "evaluate_s", "total_s"}
     assert record["software"]["contrastive_harness"] and record["hardware"]["torch"]
+    assert record["hardware"]["torch_threads"] >= 1
     assert (tmp_path / f"{record['run_id']}.log").read_text().count("epoch ") == 2
     assert record["run_id"] in out.stdout and "accuracy=" in out.stdout
     # The recorded command reproduces the same run (same run id), so it is skipped as existing.
     assert main([*record["command"][1:], "--results", str(tmp_path)]) == 0
     assert _records(tmp_path) == [record]
+
+
+def test_a_method_with_its_own_baseline_records_it(tmp_path):
+    for method, loss in (("linear", "infonce"), ("linear2", "supcon")):
+        assert main(["run", "--domain", "tiny", "--method", method, "--loss", loss, "--seeds", "0",
+                     "--set", "epochs=1", "--results", str(tmp_path), "--quiet"]) == 0
+    assert {r["method"]: r["baseline_loss"] for r in _records(tmp_path)} == {"linear": "infonce", "linear2": "supcon"}
 
 
 def test_user_error_from_a_subprocess_is_one_line(tmp_path):

@@ -78,6 +78,7 @@ class TinyDomain(Domain):
     presets = {"quick": Preset("seconds", {}, seeds=(0, 1)), "paper": Preset("a bit longer", {"epochs": 5})}
     primary_metric = "accuracy"
     baseline_loss = "infonce"
+    method_baselines = {"linear2": "supcon"}
     references = (Reference("Tiny et al. 2024, Table 1", "blobs", "Linear+InfoNCE", 90.0, 1.0),)
     leaderboard_metrics = ("n_test",)
 
