@@ -54,6 +54,15 @@ def test_report_on_synthetic_records(tmp_path):
     assert "| infonce | 4 | 3.50 | – | – |" in overall
 
 
+def test_a_task_with_one_loss_is_no_task(tmp_path):
+    """A setting where only one loss ran ranks nothing: it must not give that loss a free rank of 1."""
+    records = _records() + [synthetic_record("supcon", s, 99.0, config={"epochs": 7}) for s in range(2)]
+    write_records(tmp_path / "results", records)
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
+    text = (tmp_path / "lb" / "report.md").read_text()
+    assert text.count("| supcon |") == 0 and "4 tasks over 2 domains" in text
+
+
 def test_report_with_too_few_tasks(tmp_path, capsys):
     write_records(tmp_path / "results", [synthetic_record(loss, s, 80.0 + s) for loss in ("infonce", "dcl")
                                          for s in range(2)])
