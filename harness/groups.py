@@ -99,7 +99,9 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
     """Completed records grouped on everything but seed and version, sorted deterministically.
 
     ``version=None`` keeps, per group, only the records of the latest version present in that group;
-    otherwise only the records of ``version``. A seed recorded twice keeps its latest record.
+    otherwise only the records of ``version``. A seed recorded twice keeps its latest record. The baseline loss
+    is the one the domain's code names now (so records written before a method got its own baseline compare
+    like new ones), the record's own field where the domain cannot be loaded.
     """
     by_key: dict[str, list[dict[str, Any]]] = {}
     for record in records:
@@ -109,16 +111,21 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
             continue
         by_key.setdefault(_record_key(record), []).append(record)
     groups = []
+    loaded: dict[str, Domain | None] = {}
     for members in by_key.values():
         latest = max((record_version(r) for r in members), key=version_key)
         members = sorted((r for r in members if record_version(r) == latest),
                          key=lambda r: (r.get("finished_at", ""), r["run_id"]))
         first = members[-1]
+        if first["domain"] not in loaded:
+            loaded[first["domain"]] = domain_or_none(first["domain"])
+        dom = loaded[first["domain"]]
+        baseline = dom.baseline_loss_for(first["method"]) if dom is not None else first.get("baseline_loss", "infonce")
         group = Group(
             domain=first["domain"], dataset=first["dataset"], method=first["method"], loss=first["loss"],
             loss_params=first["loss_params"], preset=first.get("preset", ""), overrides=first.get("overrides", {}),
             config=first["config"], primary_metric=first["primary_metric"],
-            higher_is_better=bool(first["higher_is_better"]), baseline_loss=first.get("baseline_loss", "infonce"),
+            higher_is_better=bool(first["higher_is_better"]), baseline_loss=baseline,
             version=latest, loss_used=not first.get("info", {}).get("loss_ignored", False),
         )
         for record in members:
@@ -147,16 +154,6 @@ def domain_or_none(name: str) -> Domain | None:
         return domains.get(name)
     except Exception:  # noqa: BLE001
         return None
-
-
-def with_current_baselines(groups: list[Group]) -> list[Group]:
-    """Each group's baseline loss as its domain's code names it now, so that records written before a method
-    got its own baseline are compared like new ones; the record's own field where the domain cannot load."""
-    loaded = {name: domain_or_none(name) for name in {g.domain for g in groups}}
-    for g in groups:
-        if (dom := loaded[g.domain]) is not None:
-            g.baseline_loss = dom.baseline_loss_for(g.method)
-    return sorted(groups, key=Group.sort_key)  # the baseline row leads its setting
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:

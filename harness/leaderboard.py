@@ -24,7 +24,6 @@ from harness.groups import (
     domain_or_none,
     fmt,
     group_records,
-    with_current_baselines,
 )
 from harness.records import load_records, write_text_atomic
 
@@ -131,7 +130,7 @@ def index_page(groups: list[Group]) -> str:
 
 def write_leaderboards(results: Path, out: Path) -> list[Path]:
     """Regenerate the pages; remove generated pages of domains that no longer have records."""
-    groups = with_current_baselines(group_records(load_records(results)))
+    groups = group_records(load_records(results))
     out.mkdir(parents=True, exist_ok=True)
     written = []
     with FileLock(str(out / ".leaderboard.lock")):
