@@ -36,3 +36,11 @@ def rendering() -> str:
         return rendering_backend()
     except UserError as exc:
         pytest.skip(f"dm_control cannot render here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def cuda() -> torch.device:
+    """The CUDA device, for tests marked ``gpu``; skips where torch sees no CUDA."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return torch.device("cuda")
