@@ -15,10 +15,12 @@ Rules for a domain module (so ``harness list`` works whatever extras are install
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import importlib
 import json
 import logging
+import math
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -38,6 +40,21 @@ class UserError(Exception):
 
 class DatasetMissingError(UserError):
     """A dataset is not on disk and could not be downloaded; the message says where to put it."""
+
+
+class NonFiniteLossError(UserError):
+    """Training produced a NaN or infinite loss; raised at once by :meth:`RunContext.check_loss`."""
+
+
+def _checkpoint_globals() -> list[Any]:
+    """What a checkpoint may hold besides tensors and plain Python: numpy arrays, scalars and dtypes (replay
+    buffers, RNG states). ``torch.load(weights_only=True)`` refuses every other class, so a tampered
+    checkpoint cannot run code."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtypes]
 
 
 def require(module: str, extra: str) -> Any:
@@ -165,7 +182,15 @@ class RunContext:
         """The last checkpoint when resuming, else None."""
         if not self.resume or not self.checkpoint_path.exists():
             return None
-        return torch.load(self.checkpoint_path, map_location="cpu", weights_only=False)
+        with torch.serialization.safe_globals(_checkpoint_globals()):
+            return torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+
+    def check_loss(self, value: float, step: int, hint: str = "") -> None:
+        """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
+        record saying so. ``hint`` names what to change (default: a lower learning rate)."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
+                                     f"{hint or 'try a lower learning rate (--set lr=...)'}")
 
 
 class Domain(ABC):
@@ -215,6 +240,14 @@ class Domain(ABC):
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
         """Speed benchmark rows for ``harness bench <domain>``; each row a flat dict."""
         raise UserError(f"domain '{self.name}' has no benchmark")
+
+
+def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    """``"; did you mean 'x'?"`` for the closest of ``choices`` (difflib, ignoring case), else ``"."``: the
+    caller's next sentence follows either way."""
+    by_lower = {choice.lower(): choice for choice in choices}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f"; did you mean '{prefix}{by_lower[close[0]]}'?" if close else "."
 
 
 def cache_dir() -> Path:

@@ -61,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
 
-    p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records")
+    p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records, bench.md from the benchmarks")
     p.add_argument("--results", default=RESULTS)
     p.add_argument("--out", default=OUT)
+    p.add_argument("--bench", help="folder of `harness bench` JSON files for bench.md (default: OUT/bench)")
 
     p = sub.add_parser("report", help="cross-modality report: ranks, win rates, Friedman test, figures")
     p.add_argument("--results", default=RESULTS)
@@ -78,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     p.add_argument("--out", help="write the markdown report here too")
 
-    p = sub.add_parser("bench", help="speed benchmarks: 'losses' or a domain name")
-    p.add_argument("target", help="losses, or a domain")
+    p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
+    p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
+    p.add_argument("--targets", help="with 'all': comma-separated targets (default: losses and every domain)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-sizes", default="256,512,1024", help="for 'losses'")
+    p.add_argument("--batch-sizes", help="for 'losses' (default: 512,4096,16384 on cuda, 256,512,1024 on cpu)")
     p.add_argument("--dim", type=int, default=128, help="embedding size for 'losses'")
     p.add_argument("--quick", action="store_true", help="for a domain: a short benchmark")
     p.add_argument("--data-root")
@@ -100,8 +102,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.sweep import cmd_sweep
         return cmd_sweep(args)
     if args.command == "leaderboard":
+        from harness.benchpage import cmd_bench_page
         from harness.leaderboard import cmd_leaderboard
-        return cmd_leaderboard(args.results, args.out)
+        code = cmd_leaderboard(args.results, args.out)
+        return code or cmd_bench_page(args.bench or f"{args.out}/bench", args.out)
     if args.command == "report":
         from harness.report import cmd_report
         return cmd_report(args.results, args.out)
@@ -114,6 +118,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint after an interruption
     try:
         return _dispatch(args)
     except UserError as exc:

@@ -38,15 +38,31 @@ def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    outcomes = execute(request_from_args(args))
-    for outcome in outcomes:
-        print(summary_line(outcome))
-    done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
-    for record in done:
+def resume_command(argv: list[str]) -> str:
+    """The command that continues an interrupted ``harness run``: the same arguments with ``--resume``, without
+    ``--force`` (which would redo the seeds that completed before the interruption)."""
+    args = [a for a in argv if a != "--force"]
+    return shlex.join(["harness", *args, *([] if "--resume" in args else ["--resume"])])
+
+
+def _print_outcome(outcome: Outcome) -> None:
+    print(summary_line(outcome), flush=True)
+    record = outcome.record
+    if outcome.status in ("completed", "skipped") and record:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record["metrics"].items()))
         print(f"  seed {record['seed']}: {metrics}")
-        print(f"    reproduce: {shlex.join(record['command'])}")
+        print(f"    reproduce: {shlex.join(record['command'])}", flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Print each seed as it finishes; exit 0, 1 (a run failed), 2 (user error) or 130 (interrupted)."""
+    try:
+        outcomes = execute(request_from_args(args), on_outcome=_print_outcome)
+    except KeyboardInterrupt:
+        # The interrupted seed's checkpoint is in <results>/.work/; completed seeds have their records.
+        print(f"interrupted; continue with: {resume_command(args.argv)}", file=sys.stderr)
+        return 130
+    done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
     if len(done) > 1:
         primary = done[0]["primary_metric"]
         values = [r["metrics"][primary] for r in done]

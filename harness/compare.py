@@ -4,7 +4,8 @@ The sets are two results folders, or two ``contrastive-harness`` versions inside
 Runs are matched on everything but the version and the seed. A matched group *regressed* when the candidate's
 mean primary metric is worse than the baseline's by more than the tolerance **and** the test over seeds
 (Welch's t-test or Mann-Whitney U, two-sided) gives p < alpha; an *improvement* is the same in the better
-direction. The exit status is 1 when anything regressed, else 0.
+direction. The exit status is 1 when anything regressed, 0 when nothing did, and 2 when there is nothing to
+compare: a side without completed records, or no group matched (a gate that passes on nothing is a false green).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from scipy import stats
 
+from domains.base import UserError
 from harness.groups import Group, decimals, fmt, group_records
 from harness.records import load_records, record_version, write_text_atomic
 
@@ -55,8 +57,6 @@ def p_value(base: Group, cand: Group, test: str) -> float:
 
 
 def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
-    from domains.base import UserError
-
     if args.results:
         records = load_records(Path(args.results))
         present = sorted({record_version(r) for r in records})
@@ -69,7 +69,11 @@ def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
         if not Path(folder).is_dir():
             raise UserError(f"'{folder}' is not a results folder; to compare two versions inside one folder "
                             "pass --results DIR --baseline VERSION --candidate VERSION")
-    return group_records(load_records(Path(args.baseline))), group_records(load_records(Path(args.candidate)))
+    sides = group_records(load_records(Path(args.baseline))), group_records(load_records(Path(args.candidate)))
+    for name, folder, groups in zip(("baseline", "candidate"), (args.baseline, args.candidate), sides):
+        if not groups:  # a gate that passes on nothing is a false green
+            raise UserError(f"the {name} '{folder}' has no completed records; nothing to compare")
+    return sides
 
 
 def _row(m: Match) -> str:
@@ -119,9 +123,13 @@ def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tu
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    """0: no regression; 1: a regression; 2 (UserError): a side without records, or no group matched."""
     base, cand = load_sides(args)
     text, n_regressions = report(args, base, cand)
     print(text)
     if args.out:
         write_text_atomic(Path(args.out), text)
+    if not {g.key for g in base} & {g.key for g in cand}:
+        raise UserError(f"no group of the baseline matches one of the candidate ({len(base)} vs {len(cand)} groups, "
+                        "see Unmatched above): they ran different settings, so nothing was compared")
     return 1 if n_regressions else 0

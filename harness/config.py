@@ -14,7 +14,7 @@ import typing
 from typing import Any
 
 import losses
-from domains.base import Domain, UserError
+from domains.base import Domain, UserError, did_you_mean
 
 LOSS_PREFIX = "loss."
 _TRUE = {"true", "1", "yes", "on"}
@@ -105,8 +105,8 @@ def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[A
     overrides: dict[str, Any] = {}
     for key, text in sets.items():
         if key not in fields:
-            raise UserError(f"unknown --set key '{key}' for domain '{domain.name}'; valid keys: "
-                            f"{', '.join(sorted(fields))}, or loss.<hyper-parameter>")
+            raise UserError(f"unknown --set key '{key}' for domain '{domain.name}'{did_you_mean(key, fields)} "
+                            f"Valid keys: {', '.join(sorted(fields))}, or loss.<hyper-parameter>")
         try:
             overrides[key] = coerce(text, fields[key])
         except (ValueError, json.JSONDecodeError):
@@ -153,7 +153,8 @@ def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[s
     unknown = sorted(set(loss_sets) - {h.name for h in spec.hparams})
     if unknown:
         valid = ", ".join(f"loss.{h.name}" for h in spec.hparams) or "none"
-        raise UserError(f"loss '{loss}' has no hyper-parameter {', '.join(unknown)}; valid: {valid}")
+        hint = did_you_mean(unknown[0], [h.name for h in spec.hparams], prefix=LOSS_PREFIX)
+        raise UserError(f"loss '{loss}' has no hyper-parameter {', '.join(unknown)}{hint} Valid: {valid}")
     try:
         return spec.resolve(**params)
     except ValueError as exc:
@@ -161,17 +162,18 @@ def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[s
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds."""
+    """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds (non-negative, duplicates dropped)."""
     seeds: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            if "-" in part:
-                low, high = part.split("-", 1)
-                seeds.extend(range(int(low), int(high) + 1))
-            else:
-                seeds.append(int(part))
-    except ValueError:
-        raise UserError(f"--seeds expects comma-separated integers like 0,1,2 or a range 0-9, got '{text}'") from None
+    usage = "--seeds expects comma-separated non-negative integers like 0,1,2 or a range like 0-9"
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        low, dash, high = part.partition("-")
+        try:
+            first, last = int(low), int(high if dash else low)
+        except ValueError:
+            raise UserError(f"{usage}, got '{part}' in '{text}'") from None
+        if last < first:
+            raise UserError(f"--seeds range '{part}' is empty: it ends before it starts; write {last}-{first}")
+        seeds.extend(range(first, last + 1))
     if not seeds:
-        raise UserError("--seeds is empty")
+        raise UserError(f"{usage}; got nothing")
     return list(dict.fromkeys(seeds))

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from domains.base import RunSpec, hash_jsonable
+from domains.base import RunSpec, UserError, hash_jsonable
 from harness.version import package_version
 
 SCHEMA_VERSION = 1
@@ -41,10 +41,19 @@ def config_hash(spec: RunSpec, version: str | None = None) -> str:
     })
 
 
-def run_id(spec: RunSpec) -> str:
-    """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the config hash>-s<seed>``."""
+def run_hash(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
+    """sha256 of the config hash and the data's fingerprint: the identity of a run but for its seed.
+
+    The data belongs to it: after a dataset's files change, neither the skip of a completed record nor
+    ``--resume`` may reuse what was computed on the old files.
+    """
+    return hash_jsonable({"config_hash": config_hash(spec), "data_fingerprint": jsonable(data_fingerprint)})
+
+
+def run_id(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
+    """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the run hash>-s<seed>``."""
     safe = [str(p).replace("/", "_").replace(" ", "_") for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
-    return "-".join([*safe, config_hash(spec)[:8], f"s{spec.seed}"])
+    return "-".join([*safe, run_hash(spec, data_fingerprint)[:8], f"s{spec.seed}"])
 
 
 def utc_now() -> str:
@@ -68,14 +77,25 @@ def jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` to ``path`` through a unique temporary file in the same directory and a rename."""
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and put it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a unique temporary file in the same directory and a rename.
+
+    A crash or a failed write leaves the old file intact. The file gets the mode any other new file
+    would (0666 less the umask), not mkstemp's private 0600, so a shared results folder stays readable.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
-            json.dump(jsonable(data), fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -84,16 +104,9 @@ def write_json_atomic(path: Path, data: Any) -> None:
             os.unlink(tmp)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON (NaN/inf as null) atomically, as :func:`write_text_atomic` does."""
+    write_text_atomic(path, json.dumps(jsonable(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def record_path(results: Path, rid: str) -> Path:
@@ -114,19 +127,35 @@ def is_completed(results: Path, rid: str) -> bool:
     return bool(record) and record.get("status") == "completed"
 
 
-def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[dict[str, Any]]:
-    """Every record (``*.json``, not hidden) in the results directories, sorted by run id."""
-    dirs = [results] if isinstance(results, (str, Path)) else list(results)
-    out = []
+def load_record_files(results: Iterable[Path] | Path, *,
+                      completed_only: bool = True) -> list[tuple[Path, dict[str, Any]]]:
+    """(path, record) of every record (``*.json``, not hidden) in the results folders, sorted by run id.
+
+    UserError, naming them, when a folder does not exist or a file cannot be read as a record (truncated,
+    corrupted, not a run record): a page or a gate built without them would silently lose results.
+    """
+    dirs = [Path(results)] if isinstance(results, (str, Path)) else [Path(d) for d in results]
+    out, unreadable = [], []
     for directory in dirs:
-        for path in sorted(Path(directory).glob("*.json")):
+        if not directory.is_dir():
+            raise UserError(f"results folder '{directory}' does not exist (or is not a folder); nothing was written")
+        for path in sorted(directory.glob("*.json")):
             record = read_record(path)
-            if not isinstance(record, dict) or "run_id" not in record:
-                continue
-            if completed_only and record.get("status") != "completed":
-                continue
-            out.append(record)
-    return sorted(out, key=lambda r: (r["run_id"], record_version(r)))
+            if not isinstance(record, dict) or not isinstance(record.get("run_id"), str):
+                unreadable.append(path)
+            elif not completed_only or record.get("status") == "completed":
+                out.append((path, record))
+    if unreadable:
+        names = ", ".join(str(p) for p in unreadable)
+        raise UserError(f"{len(unreadable)} record file(s) cannot be read (truncated, corrupted or not a run "
+                        f"record): {names}; repair or remove them (rerun a run with --force to rewrite its "
+                        "record); nothing was written")
+    return sorted(out, key=lambda pr: (pr[1]["run_id"], record_version(pr[1])))
+
+
+def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[dict[str, Any]]:
+    """The records of :func:`load_record_files`, without their paths."""
+    return [record for _, record in load_record_files(results, completed_only=completed_only)]
 
 
 def record_version(record: dict[str, Any]) -> str:

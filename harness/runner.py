@@ -11,6 +11,7 @@ import random
 import shutil
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -120,31 +121,58 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
 
-def execute(req: RunRequest) -> list[Outcome]:
-    """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts."""
+def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[str, Any]:
+    """The data fingerprint of the plan's runs (they differ only in the seed, so they see the same data).
+
+    Taken before any run starts: it is part of each run's id, and a dataset that is missing, mistyped or
+    unreadable is a UserError here, before a record or a checkpoint is written.
+    """
+    spec = the_plan.specs[0]
+    ctx = RunContext(seed=spec.seed, device=device, data_root=data_root, work_dir=Path(), quiet=True)
+    return the_plan.domain.data_fingerprint(spec, ctx)
+
+
+def results_folder(results: str) -> Path:
+    """The results folder, created; UserError when it cannot be (a path under a file, no permission)."""
+    path = Path(results)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / ".work").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot use the results folder '{results}': {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK) or not os.access(path / ".work", os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into the results folder '{results}' (permission denied)")
+    return path
+
+
+def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+    """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts.
+    ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
-    results = Path(req.results)
-    results.mkdir(parents=True, exist_ok=True)
+    data = fingerprint(the_plan, data_root, device)  # a data error leaves the results folder untouched
+    results = results_folder(req.results)
     outcomes = []
     for spec in the_plan.specs:
-        outcome = _run_locked(the_plan, spec, device, data_root, results, req)
+        outcome = _run_locked(the_plan, spec, data, device, data_root, results, req)
         outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
         if outcome.status == "failed":
             break
     return outcomes
 
 
-def _run_locked(the_plan: Plan, spec: RunSpec, device: torch.device, data_root: Path, results: Path,
-                req: RunRequest) -> Outcome:
-    rid = records.run_id(spec)
+def _run_locked(the_plan: Plan, spec: RunSpec, data: dict[str, Any], device: torch.device, data_root: Path,
+                results: Path, req: RunRequest) -> Outcome:
+    rid = records.run_id(spec, data)
     path = records.record_path(results, rid)
     if _secondary_rank():
         # Under torchrun every rank trains; rank 0 alone holds the lock and writes the record.
         work_dir = results / ".work" / rid
         work_dir.mkdir(parents=True, exist_ok=True)
-        return _run_one(the_plan, spec, rid, path, work_dir, device, data_root, req, write=False)
+        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, write=False)
     if records.is_completed(results, rid) and not req.force:
         return Outcome(rid, "skipped", path, records.read_record(path))
     work_dir = results / ".work" / rid
@@ -161,7 +189,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, device: torch.device, data_root: 
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
-        return _run_one(the_plan, spec, rid, path, work_dir, device, data_root, req)
+        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req)
     finally:
         lock.release()
 
@@ -170,8 +198,8 @@ def _secondary_rank() -> bool:
     return int(os.environ.get("RANK", "0")) != 0
 
 
-def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path, device: torch.device,
-             data_root: Path, req: RunRequest, write: bool = True) -> Outcome:
+def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path: Path, work_dir: Path,
+             device: torch.device, data_root: Path, req: RunRequest, write: bool = True) -> Outcome:
     domain = the_plan.domain
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -186,7 +214,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
         "software": records.software_info(), "started_at": records.utc_now(), "resumed": req.resume,
         "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},
-        "data_fingerprint": {},
+        "data_fingerprint": data,
     }
     ctx = RunContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir, resume=req.resume,
                      quiet=req.quiet, logger=logging.getLogger("harness.run"))
@@ -199,7 +227,12 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path
             # A --force rerun that fails keeps the completed record; the failure is in the log.
             LOGGER.warning("run %s failed; keeping its earlier completed record", rid)
         elif write:
-            records.write_json_atomic(path, record)
+            try:
+                records.write_json_atomic(path, record)
+            except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
+                raise UserError(f"cannot write the record {path}: {exc.strerror or exc}; the run's checkpoint is "
+                                f"kept in {work_dir}: free the space or fix the permission, then rerun with "
+                                "--resume") from None
     finally:
         LOGGER.removeHandler(handler)
         handler.close()
@@ -209,12 +242,11 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, path: Path, work_dir: Path
 
 
 def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, record: dict[str, Any], path: Path) -> Outcome:
-    """Seed, fingerprint the data, pretrain, evaluate; fill ``record`` as completed or failed."""
+    """Seed, pretrain, evaluate; fill ``record`` as completed or failed."""
     rid = record["run_id"]
     start = time.perf_counter()
     try:
         seed_everything(spec.seed)
-        record["data_fingerprint"] = domain.data_fingerprint(spec, ctx)
         t0 = time.perf_counter()
         pretrained = domain.pretrain(spec, ctx)
         t1 = time.perf_counter()

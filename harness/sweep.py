@@ -18,12 +18,14 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import torch
+
 import losses
 from domains import get
 from domains.base import UserError, require
 from harness import config as cfg
 from harness.records import is_completed, run_id
-from harness.runner import RunRequest, execute, plan
+from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -110,11 +112,13 @@ def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunReque
     todo, done, invalid = [], [], []
     for request in requests:
         try:
-            spec = plan(request).specs[0]
+            the_plan = plan(request)
+            # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
+            data = fingerprint(the_plan, default_data_root(request.data_root), torch.device("cpu"))
         except UserError as exc:
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
-        exists = is_completed(Path(request.results), run_id(spec))
+        exists = is_completed(Path(request.results), run_id(the_plan.specs[0], data))
         (done if exists and not request.force else todo).append(request)
     return todo, done, invalid
 
@@ -126,8 +130,6 @@ def _progress(total: int):
 
 
 def _share_cores(threads: int) -> None:
-    import torch
-
     torch.set_num_threads(threads)
 
 

@@ -1,29 +1,30 @@
 """Shared, vectorised building blocks of the losses: positive pairs, masked log-sum-exps, the
-debiased negative term, and the reduction over anchors. No Python loop touches anchors or
-candidates; positives are handled as a list of (anchor, candidate) index pairs, so the work on
-them is O(number of positives), not O(A·K)."""
+debiased negative term, and the reduction over anchors.
+
+Nothing here synchronises the host with a CUDA device: no ``nonzero``, no boolean indexing, no
+``.item()``, every shape known from the inputs' shapes alone, and value checks queued (``checks``).
+Positives are a list of (anchor, candidate) pairs where it is known without reading data (the
+constructors give it; on the CPU ``nonzero`` is free), so the work on them is O(P); otherwise
+(``label_scores`` or hand-built Scores on CUDA) the per-pair terms are computed on the whole
+matrix and read through ``pos_mask``. One autograd function (:class:`_RowReductions`) reads the
+logits for the masked log-sum-exps and the positive logits, and writes one gradient matrix.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from losses.scores import Scores
+from losses.checks import reads_values_now, require
+from losses.scores import Entries, Scores
 
-
-@dataclass(frozen=True)
-class Prepared:
-    """Float32 logits and the per-row counts and index lists the losses share."""
-
-    logits: Tensor  # float32 [A, K]
-    anchor: Tensor  # long [P]: anchor of each positive pair
-    pos_logit: Tensor  # float32 [P]
-    n_pos: Tensor  # float32 [A]: M_a
-    n_neg: Tensor  # float32 [A]: N_a
-    log_floor: Tensor  # float32 [A]: log of the floor (detached)
+EXP_LIMIT = 40.0
+"""Where every ``|s·logit|`` is known to stay below this, ``exp(s·logit)`` is taken without a shift:
+e^40 times 10^9 entries is far below float32's range, e^-40 far above its smallest normal number."""
 
 
 def true_entries(mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -41,101 +42,239 @@ def true_entries(mask: Tensor) -> tuple[Tensor, Tensor]:
     return index // mask.shape[1], index % mask.shape[1]
 
 
-def prepare(scores: Scores) -> Prepared:
-    logits = scores.logits.float()
-    anchor, cand = true_entries(scores.pos_mask)
-    if scores.min_logit is not None:
-        log_floor = logits.new_full((logits.shape[0],), float(scores.min_logit))
-    else:
-        log_floor = logits.detach().amin(dim=1)
-    return Prepared(
-        logits=logits,
-        anchor=anchor,
-        pos_logit=logits[anchor, cand],
-        # Counted from the positive pairs already found, and in int32 for the negatives: summing a
-        # bool matrix plainly first copies it to int64.
-        n_pos=torch.bincount(anchor, minlength=logits.shape[0]).float(),
-        n_neg=scores.neg_mask.sum(dim=1, dtype=torch.int32).float(),
-        log_floor=log_floor,
-    )
+@dataclass(frozen=True)
+class Mask:
+    """A set of entries of an ``[A, K]`` matrix: a bool matrix (``dense``), or the entries left out of
+    it (``outside_rows`` and their flat indices ``a·K + k``), when those are few and known. The
+    second form costs no pass over a bool matrix."""
 
-
-class _MaskedLogSumExp(torch.autograd.Function):
-    """For each ``s > 0`` of ``scales``, ``(s·x).masked_fill(~mask, -inf).logsumexp(1)``, stacked
-    ``[S, A]``: the same values in fewer passes over the matrix. The mask is applied once for every
-    scale; the backward reuses the forward's exponentials (their softmax over the mask times the
-    incoming gradient) instead of recomputing them, and entries outside the mask get an exact 0.
-    Under ``create_graph=True`` the backward recomputes the same gradient from differentiable
-    operations instead, so that higher-order gradients stay right."""
+    shape: tuple[int, int]
+    dense: Tensor | None = None
+    outside_rows: Tensor | None = None
+    outside_flat: Tensor | None = None
 
     @staticmethod
-    def forward(ctx, x: Tensor, mask: Tensor, scales: tuple[float, ...]) -> Tensor:  # type: ignore[override]
-        masked = torch.where(mask, x, float("-inf"))
-        row_max = masked.amax(dim=1, keepdim=True)
-        row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry stays all -inf
-        centred = masked.sub_(row_max)  # <= 0 on the mask, so s·centred is shifted by its row max too
+    def excluding(shape: tuple[int, int], *parts: Entries) -> Mask:
+        rows = torch.cat([r for r, _ in parts])
+        cols = torch.cat([c for _, c in parts])
+        return Mask(shape, outside_rows=rows, outside_flat=rows * shape[1] + cols)
+
+    def count(self) -> Tensor:
+        """Entries per row, float [A]."""
+        if self.dense is not None:
+            return self.dense.sum(dim=1, dtype=torch.int32).float()
+        left_out = torch.zeros(self.shape[0], device=self.outside_rows.device).index_add_(
+            0, self.outside_rows, torch.ones(self.outside_rows.shape, device=self.outside_rows.device))
+        return self.shape[1] - left_out
+
+    def fill_outside(self, x: Tensor, value: float) -> Tensor:
+        """A copy of ``x`` with ``value`` outside the mask (differentiable)."""
+        if self.dense is not None:
+            return torch.where(self.dense, x, value)
+        return x.reshape(-1).index_fill(0, self.outside_flat, value).view(self.shape)
+
+    def zero_outside_(self, x: Tensor) -> Tensor:
+        """``x`` (contiguous, not needing grad) with 0 outside the mask, in place."""
+        if self.dense is not None:
+            return x.mul_(self.dense)
+        x.view(-1).index_fill_(0, self.outside_flat, 0.0)
+        return x
+
+
+class _RowReductions(torch.autograd.Function):
+    """From one read of ``x``: for each ``s > 0`` of ``scales`` the row-wise
+    ``log Σ_{k∈mask} exp(s·x)`` (stacked ``[S, A]``; -inf for an empty row), and ``x`` at the flat
+    indices ``pos_flat`` (the positive logits). The backward writes a single gradient matrix: the
+    softmax over the mask of each scale times its incoming gradient (from the forward's saved
+    exponentials, exactly 0 outside the mask), plus the positives' gradients added at their indices.
+
+    ``bounded``: every ``|s·x|`` is below EXP_LIMIT, so ``exp(s·x)`` needs no shift (no row maximum,
+    no masked copy). Otherwise each row is shifted by its maximum over the mask. Under
+    ``create_graph=True`` the backward recomputes the same gradient from differentiable operations,
+    so that higher-order gradients stay right."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mask: Mask, scales: tuple[float, ...], pos_flat: Tensor | None,  # type: ignore[override]
+                bounded: bool) -> tuple[Tensor, Tensor]:
         results, saved = [], []
-        for i, scale in enumerate(scales):
-            last = i == len(scales) - 1  # the last scale may overwrite the centred matrix
-            if scale == 1.0:
-                exps = centred.exp_() if last else centred.exp()
-            else:
-                exps = (centred.mul_(scale) if last else centred * scale).exp_()
-            total = exps.sum(dim=1)
-            results.append(total.log() + scale * row_max.squeeze(1))
-            saved += [exps, total]
-        result = torch.stack(results)
-        ctx.scales = scales
-        ctx.save_for_backward(x, mask, result, *saved)
-        return result
+        if bounded:
+            for scale in scales:
+                exps = mask.zero_outside_(torch.exp(x) if scale == 1.0 else (x * scale).exp_())
+                total = exps.sum(dim=1)
+                results.append(total.log())
+                saved += [exps, total]
+        elif scales:
+            masked = mask.fill_outside(x, float("-inf"))
+            row_max = masked.amax(dim=1, keepdim=True)
+            row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry stays all -inf
+            centred = masked.sub_(row_max)  # <= 0 on the mask, so s·centred is shifted by its row max too
+            for i, scale in enumerate(scales):
+                last = i == len(scales) - 1  # the last scale may overwrite the centred matrix
+                if scale == 1.0:
+                    exps = centred.exp_() if last else centred.exp()
+                else:
+                    exps = (centred.mul_(scale) if last else centred * scale).exp_()
+                total = exps.sum(dim=1)
+                results.append(total.log() + scale * row_max.squeeze(1))
+                saved += [exps, total]
+        lse = torch.stack(results) if results else x.new_zeros((0, x.shape[0]))
+        pos = x.reshape(-1).index_select(0, pos_flat) if pos_flat is not None else x.new_zeros(0)
+        ctx.mask, ctx.scales, ctx.pos_flat = mask, scales, pos_flat
+        ctx.save_for_backward(x, lse, *saved)
+        ctx.set_materialize_grads(False)
+        return lse, pos
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
-        x, mask, result, *saved = ctx.saved_tensors
+    def backward(ctx, grad_lse: Tensor | None, grad_pos: Tensor | None):  # type: ignore[override]
+        x, lse, *saved = ctx.saved_tensors
+        differentiable = torch.is_grad_enabled()  # create_graph
         grad_x = None
-        for i, scale in enumerate(ctx.scales):
-            if torch.is_grad_enabled():  # create_graph: softmax over the mask, from the inputs
-                lse = torch.where(torch.isfinite(result[i]), result[i], torch.zeros_like(result[i]))
-                exps = torch.exp(torch.where(mask, scale * x - lse[:, None], float("-inf")))
-                term = exps * (scale * grad[i])[:, None]
+        for i, scale in enumerate(ctx.scales if grad_lse is not None else ()):
+            if differentiable:  # softmax over the mask, recomputed from the inputs
+                row = torch.where(torch.isfinite(lse[i]), lse[i], torch.zeros_like(lse[i]))
+                term = ctx.mask.fill_outside(scale * x - row[:, None], float("-inf")).exp() \
+                    * (scale * grad_lse[i])[:, None]
                 grad_x = term if grad_x is None else grad_x + term
                 continue
             exps, total = saved[2 * i], saved[2 * i + 1]
             # An empty row gets 0, not 0/0.
-            coef = torch.where(total > 0, grad[i] * scale / total, torch.zeros_like(total))[:, None]
+            coef = torch.where(total > 0, grad_lse[i] * scale / total, torch.zeros_like(total))[:, None]
             grad_x = exps * coef if grad_x is None else grad_x.addcmul_(exps, coef)
-        return grad_x, None, None
+        if grad_pos is not None and ctx.pos_flat is not None:
+            if grad_x is None:
+                grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+            if differentiable:
+                grad_x = grad_x.reshape(-1).index_add(0, ctx.pos_flat, grad_pos).view(x.shape)
+            else:
+                grad_x.view(-1).index_add_(0, ctx.pos_flat, grad_pos)
+        return grad_x, None, None, None, None
+
+
+def _bounded(scores: Scores, scales: tuple[float, ...]) -> bool:
+    if scores.min_logit is None or scores.max_logit is None:
+        return False
+    extent = max(abs(scores.min_logit), abs(scores.max_logit))
+    return all(s * extent < EXP_LIMIT for s in scales)
+
+
+def row_logsumexps(logits: Tensor, mask: Mask, scales: tuple[float, ...], *, bounded: bool = False,
+                   pos_flat: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
+    """Row-wise ``log Σ_{k∈mask} exp(s·logits)`` for each ``s >= 0`` of ``scales`` ([A] each; -inf
+    for an empty row), and the logits at ``pos_flat``, in one pass (see :class:`_RowReductions`)."""
+    positive = tuple(s for s in scales if s != 0.0)
+    stacked, pos = _RowReductions.apply(logits, mask, positive, pos_flat, bounded)
+    rows = iter(stacked)
+    # With s = 0 every entry of the mask contributes exp(0) = 1: the log of the count.
+    return [next(rows) if s != 0.0 else torch.log(mask.count()) for s in scales], pos
 
 
 def masked_logsumexps(logits: Tensor, mask: Tensor, scales: tuple[float, ...]) -> list[Tensor]:
-    """Row-wise ``log Σ_{k∈mask} exp(s·logits)`` for each ``s >= 0`` of ``scales`` ([A] each; -inf for
-    an empty row), with one masking pass for all of them."""
-    positive = tuple(s for s in scales if s != 0.0)
-    stacked = iter(_MaskedLogSumExp.apply(logits, mask, positive) if positive else ())
-    # With s = 0 every entry of the mask contributes exp(0) = 1: the log of the count.
-    return [next(stacked) if s != 0.0 else torch.log(mask.sum(dim=1, dtype=torch.int32).float()) for s in scales]
+    """``row_logsumexps`` over a bool mask."""
+    return row_logsumexps(logits, Mask(tuple(logits.shape), dense=mask), scales)[0]
 
 
-def masked_logsumexp(logits: Tensor, mask: Tensor, scale: float = 1.0) -> Tensor:
-    """Row-wise ``log Σ_{k∈mask} exp(scale·logits)`` for ``scale >= 0``; -inf for an empty row."""
-    return masked_logsumexps(logits, mask, (scale,))[0]
+PAIRS_FROM_MASK_ON = frozenset({"cpu"})
+"""Devices where the positives are found from ``pos_mask`` by ``nonzero`` (it synchronises elsewhere)."""
 
 
-def per_anchor_mean(per_pair: Tensor, p: Prepared) -> Tensor:
-    """Mean of a per-positive-pair quantity over each anchor's positives ([A]; 0 without positives)."""
-    total = per_pair.new_zeros(p.n_pos.shape[0]).index_add(0, p.anchor, per_pair)
-    return total / p.n_pos.clamp_min(1.0)
+def find_positives(scores: Scores) -> Entries | None:
+    """(anchor, candidate) of every positive, or None where finding them would synchronise with the
+    device (the losses then work on the dense ``pos_mask``)."""
+    if scores.positives is not None:
+        return scores.positives
+    if scores.logits.device.type in PAIRS_FROM_MASK_ON:
+        return true_entries(scores.pos_mask)
+    return None
 
 
-def log_pos_mean(p: Prepared) -> Tensor:
-    """``log pos_mean_a`` for every anchor (-inf without positives)."""
-    shift = torch.zeros_like(p.n_pos).scatter_reduce(0, p.anchor, p.pos_logit.detach(), "amax",
-                                                     include_self=False)
-    sums = torch.zeros_like(p.n_pos).index_add(0, p.anchor, torch.exp(p.pos_logit - shift[p.anchor]))
-    has_pos = p.n_pos > 0
-    # Rows without positives get 0 (a placeholder the callers mask out), never log(0).
-    safe = torch.where(has_pos, sums / p.n_pos.clamp_min(1.0), torch.ones_like(sums))
-    return torch.log(safe) + shift
+def negatives(scores: Scores, positives: Entries | None) -> Mask:
+    shape = tuple(scores.logits.shape)
+    if positives is not None and scores.ignored is not None:
+        return Mask.excluding(shape, positives, scores.ignored)
+    return Mask(shape, dense=scores.neg_mask)
+
+
+def positives_or_negatives(scores: Scores) -> Mask:
+    """``pos_mask | neg_mask``: every entry but the ignored ones."""
+    shape = tuple(scores.logits.shape)
+    if scores.ignored is not None:
+        return Mask.excluding(shape, scores.ignored)
+    return Mask(shape, dense=scores.pos_mask | scores.neg_mask)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Float32 logits, the requested log-sum-exps, and the positives, as pairs or dense.
+
+    With pairs, ``pos_logit`` is ``[P]`` and a per-anchor quantity reaches the pairs by ``row``;
+    dense, ``pos_logit`` is the whole ``[A, K]`` logits matrix, read only where ``pos_mask`` is set,
+    and ``row`` broadcasts along the candidates. Either way a per-pair expression reads the same."""
+
+    logits: Tensor  # float32 [A, K]
+    lse: list[Tensor]  # [A] each: the log-sum-exps over the mask, one per requested scale
+    pos_logit: Tensor  # float32 [P], or [A, K] when dense
+    anchor: Tensor | None  # long [P]: anchor of each positive pair; None when dense
+    pos_mask: Tensor
+    n_pos: Tensor  # float32 [A]: M_a
+    n_neg: Tensor  # float32 [A]: N_a
+    log_floor: Tensor  # float32 [A]: log of the floor (detached)
+    bounded: bool  # |logits| < EXP_LIMIT is known
+
+    def row(self, per_anchor: Tensor) -> Tensor:
+        """A per-anchor quantity at every positive pair."""
+        return per_anchor.index_select(0, self.anchor) if self.anchor is not None else per_anchor[:, None]
+
+    def per_anchor_sum(self, per_pair: Tensor) -> Tensor:
+        if self.anchor is not None:
+            return per_pair.new_zeros(self.n_pos.shape[0]).index_add(0, self.anchor, per_pair)
+        return torch.where(self.pos_mask, per_pair, 0.0).sum(dim=1)
+
+    def per_anchor_mean(self, per_pair: Tensor) -> Tensor:
+        """Mean of a per-positive-pair quantity over each anchor's positives ([A]; 0 without positives)."""
+        return self.per_anchor_sum(per_pair) / self.n_pos.clamp_min(1.0)
+
+    def log_pos_sum(self) -> Tensor:
+        """``log Σ_{p∈P_a} e_ap`` per anchor (-inf without positives, with no NaN in its gradient)."""
+        has_pos = self.n_pos > 0
+        if self.anchor is None:
+            return row_logsumexps(self.logits, Mask(tuple(self.logits.shape), dense=self.pos_mask), (1.0,),
+                                  bounded=self.bounded)[0][0]
+        shift = torch.zeros_like(self.n_pos).scatter_reduce(0, self.anchor, self.pos_logit.detach(), "amax",
+                                                            include_self=False)
+        sums = self.per_anchor_sum(torch.exp(self.pos_logit - self.row(shift)))
+        # Rows without positives take log(1) in the branch that is not used, never log(0).
+        safe = torch.where(has_pos, sums, torch.ones_like(sums))
+        return torch.where(has_pos, torch.log(safe) + shift, float("-inf"))
+
+    def log_pos_mean(self) -> Tensor:
+        """``log pos_mean_a`` for every anchor (0, a placeholder the callers mask out, without positives)."""
+        return torch.where(self.n_pos > 0, self.log_pos_sum() - torch.log(self.n_pos.clamp_min(1.0)), 0.0)
+
+
+def prepare(scores: Scores, scales: tuple[float, ...] = (1.0,), mask: Mask | None = None) -> Prepared:
+    """The positives and, in the same pass, ``log Σ_{k∈mask} exp(s·logits)`` for each scale; ``mask``
+    defaults to the negatives."""
+    logits = scores.logits.float().contiguous()
+    positives = find_positives(scores)
+    neg = negatives(scores, positives)
+    bounded = _bounded(scores, scales)
+    shape = tuple(logits.shape)
+    if positives is not None:
+        anchor, cand = positives
+        lse, pos_logit = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded,
+                                        pos_flat=anchor * shape[1] + cand)
+        n_pos = torch.zeros(shape[0], device=logits.device).index_add_(
+            0, anchor, torch.ones(anchor.shape, device=logits.device))
+    else:
+        anchor, pos_logit = None, logits
+        lse = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded)[0]
+        n_pos = scores.pos_mask.sum(dim=1, dtype=torch.int32).float()
+    if scores.min_logit is not None:
+        log_floor = logits.new_full((shape[0],), float(scores.min_logit))
+    else:
+        log_floor = logits.detach().amin(dim=1)
+    return Prepared(logits=logits, lse=lse, pos_logit=pos_logit, anchor=anchor, pos_mask=scores.pos_mask,
+                    n_pos=n_pos, n_neg=neg.count(), log_floor=log_floor, bounded=_bounded(scores, (1.0,)))
 
 
 def debiased_log_negative(log_neg_mean: Tensor, log_pos_mean_: Tensor, p: Prepared,
@@ -160,35 +299,44 @@ def debiased_log_negative(log_neg_mean: Tensor, log_pos_mean_: Tensor, p: Prepar
 
 def contrast_with_negative_term(p: Prepared, log_neg_term: Tensor) -> Tensor:
     """Per-anchor mean over positives of ``-log( e_ap / (e_ap + exp(log_neg_term_a)) )``."""
-    per_pair = torch.logaddexp(p.pos_logit, log_neg_term[p.anchor]) - p.pos_logit
-    return per_anchor_mean(per_pair, p)
+    return p.per_anchor_mean(torch.logaddexp(p.pos_logit, p.row(log_neg_term)) - p.pos_logit)
 
 
-def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str) -> Tensor:
-    """Mean of ``per_anchor`` over the anchors that qualify; ValueError if none does."""
-    if not bool(valid.any()):
-        raise ValueError(f"{loss}: no anchor has {needs}, so the loss is undefined")
-    return per_anchor[valid].mean()
+def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str, n_neg: Tensor) -> Tensor:
+    """Mean of ``per_anchor`` over the anchors that qualify; ValueError if none does.
+
+    One rule for every loss: a batch in which no anchor has a negative is refused, even by the losses
+    whose anchors need only a positive (their value would be a constant 0, and no gradient at all).
+    Without boolean indexing (its shape depends on the data): the anchors that do not qualify are
+    zeroed, and the sum divided by their count."""
+    require((n_neg > 0).any(), f"{loss}: no anchor has a negative (a batch of one sample?), so the loss is undefined")
+    require(valid.any(), f"{loss}: no anchor has {needs}, so the loss is undefined")
+    result = torch.where(valid, per_anchor, 0.0).sum() / valid.sum()
+    if not reads_values_now(result):  # the finiteness check the Scores left to the loss
+        require(torch.isfinite(result), f"{loss}: the loss is not finite: the logits contain NaN or infinite values")
+    return result
 
 
-def debiased_loss(scores: Scores, name: str, log_neg_mean_fn, neg_coef: float, pos_coef: float) -> Tensor:
+def debiased_loss(scores: Scores, name: str, scales: tuple[float, ...],
+                  log_neg_mean_fn: Callable[[Prepared], Tensor], neg_coef: float, pos_coef: float) -> Tensor:
     """The family of DCL, HCL and PUCL: ``-log(e_ap / (e_ap + N_a·g_a))`` with
     ``g_a = max(neg_coef·r_a - pos_coef·pos_mean_a, floor)``, ``r_a`` the (possibly reweighted)
-    negative mean given in log form by ``log_neg_mean_fn(prepared, scores)``."""
-    p = prepare(scores)
-    log_r = log_neg_mean_fn(p, scores)
+    negative mean given in log form by ``log_neg_mean_fn(prepared)`` from the log-sum-exps over the
+    negatives at ``scales``."""
+    p = prepare(scores, scales)
+    log_r = log_neg_mean_fn(p)
     valid = (p.n_pos > 0) & (p.n_neg > 0)
     zeros = torch.zeros_like(log_r)
-    log_g = debiased_log_negative(torch.where(valid, log_r, zeros), torch.where(valid, log_pos_mean(p), zeros),
+    log_g = debiased_log_negative(torch.where(valid, log_r, zeros), torch.where(valid, p.log_pos_mean(), zeros),
                                   p, neg_coef, pos_coef)
     log_ng = torch.log(p.n_neg.clamp_min(1.0)) + log_g
     return reduce_anchors(contrast_with_negative_term(p, log_ng), valid, name,
-                          "both a positive and a negative")
+                          "both a positive and a negative", n_neg=p.n_neg)
 
 
-def log_neg_mean(p: Prepared, scores: Scores) -> Tensor:
-    """``log neg_mean_a``: the plain mean of the negatives' exponentiated logits."""
-    return masked_logsumexp(p.logits, scores.neg_mask) - torch.log(p.n_neg.clamp_min(1.0))
+def log_neg_mean(p: Prepared) -> Tensor:
+    """``log neg_mean_a``: the plain mean of the negatives' exponentiated logits (scale 1)."""
+    return p.lse[0] - torch.log(p.n_neg.clamp_min(1.0))
 
 
 LOG2 = math.log(2.0)

@@ -23,7 +23,7 @@ TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, high_open=True)
 
 def dcl(scores: Scores, tau_plus: float = 0.1) -> Tensor:
     tau_plus = TAU_PLUS.check(tau_plus)
-    return debiased_loss(scores, "dcl", log_neg_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
+    return debiased_loss(scores, "dcl", (1.0,), log_neg_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
 
 
 register(LossSpec("dcl", dcl, (TAU_PLUS,), paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",

@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor
 
-from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses._core import prepare, reduce_anchors
 from losses.registry import HParam, LossSpec, register
 from losses.scores import Scores
 
@@ -40,7 +40,6 @@ AGGREGATION = HParam("aggregation", "grouping", choices=("grouping", "combinatio
 
 def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grouping") -> Tensor:
     tau_plus, aggregation = TAU_PLUS.check(tau_plus), AGGREGATION.check(aggregation)
-    tau_minus = 1.0 - tau_plus
     p = prepare(scores)
     # Shift every row by log s_a, the largest logit it can hold, so all exponentials are <= 1 and
     # the self term is exactly 1.
@@ -49,26 +48,32 @@ def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grou
     else:
         shift = p.logits.detach().amax(dim=1)
     valid = (p.n_pos > 0) & (p.n_neg > 0)
-    n_neg = p.n_neg.clamp_min(1.0)
-    neg_sum = torch.exp(masked_logsumexp(p.logits, scores.neg_mask) - shift)  # Σ_n e_an / s_a
-    e_pos = torch.exp(p.pos_logit - shift[p.anchor])  # e_ap / s_a per positive pair
-    if aggregation == "grouping":
-        pos_sum = torch.zeros_like(neg_sum).index_add(0, p.anchor, e_pos)[p.anchor]
-        n_pos = p.n_pos[p.anchor]
-    else:
-        pos_sum, n_pos = e_pos, torch.ones_like(e_pos)
-    a = p.anchor
-    density = (neg_sum[a] + pos_sum + 1.0) / (p.n_neg[a] + n_pos + 1.0)
-    neg_mean = neg_sum[a] / n_neg[a]
+    neg_sum = torch.exp(p.lse[0] - shift)  # Σ_n e_an / s_a
+    e_pos = torch.exp(p.pos_logit - p.row(shift))  # e_ap / s_a per positive pair
+    log_floor = math.log(tau_plus) + p.log_floor - shift  # log(tau_plus·floor / s_a)
+    if aggregation == "grouping":  # P_a from all of the anchor's positives: every term is per anchor
+        per_anchor = _loss(neg_sum, p.per_anchor_sum(e_pos), p.n_neg, p.n_pos, log_floor, tau_plus)
+    else:  # each positive builds P_a from itself alone (M_a = 1)
+        per_anchor = p.per_anchor_mean(_loss(p.row(neg_sum), e_pos, p.row(p.n_neg), 1.0, p.row(log_floor),
+                                             tau_plus))
+    return reduce_anchors(per_anchor, valid, "debiased_pos", "both a positive and a negative", n_neg=p.n_neg)
+
+
+def _loss(neg_sum: Tensor, pos_sum: Tensor, n_neg: Tensor, n_pos: Tensor | float, log_floor: Tensor,
+          tau_plus: float) -> Tensor:
+    """``L`` from the sums of the negatives' and the positives' exponentials (divided by ``s_a``),
+    their counts, and the log of the numerator's floor; any broadcastable shapes."""
+    tau_minus = 1.0 - tau_plus
+    density = (neg_sum + pos_sum + 1.0) / (n_neg + n_pos + 1.0)
+    n_neg = n_neg.clamp_min(1.0)
+    neg_mean = neg_sum / n_neg
     estimate = density - tau_minus * neg_mean
-    log_floor = math.log(tau_plus) + p.log_floor[a] - shift[a]
     above = estimate > torch.exp(log_floor)
     log_num = torch.where(above, torch.log(torch.where(above, estimate, torch.ones_like(estimate))), log_floor)
-    denom = density + (n_neg[a] * tau_plus - tau_minus) * neg_mean
+    denom = density + (n_neg * tau_plus - tau_minus) * neg_mean
     ok = denom > 0
     log_den = torch.where(ok, torch.log(torch.where(ok, denom, torch.ones_like(denom))), log_num)
-    return reduce_anchors(per_anchor_mean(log_den - log_num, p), valid, "debiased_pos",
-                          "both a positive and a negative")
+    return log_den - log_num
 
 
 register(LossSpec("debiased_pos", debiased_pos, (TAU_PLUS, AGGREGATION),

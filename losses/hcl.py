@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from losses._core import Prepared, debiased_loss, masked_logsumexps
+from losses._core import Prepared, debiased_loss
 from losses.dcl import TAU_PLUS
 from losses.registry import HParam, LossSpec, register
 from losses.scores import Scores
@@ -26,11 +26,12 @@ BETA = HParam("beta", 1.0, low=0.0)
 def hcl(scores: Scores, tau_plus: float = 0.1, beta: float = 1.0) -> Tensor:
     tau_plus, beta = TAU_PLUS.check(tau_plus), BETA.check(beta)
 
-    def log_reweighted_mean(p: Prepared, s: Scores) -> Tensor:
-        log_num, log_den = masked_logsumexps(p.logits, s.neg_mask, (1.0 + beta, beta))
+    def log_reweighted_mean(p: Prepared) -> Tensor:
+        log_num, log_den = p.lse  # the log-sum-exps over the negatives at scales 1 + beta and beta
         return log_num - log_den
 
-    return debiased_loss(scores, "hcl", log_reweighted_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
+    return debiased_loss(scores, "hcl", (1.0 + beta, beta), log_reweighted_mean, 1.0 / (1.0 - tau_plus),
+                         tau_plus / (1.0 - tau_plus))
 
 
 register(LossSpec("hcl", hcl, (TAU_PLUS, BETA),

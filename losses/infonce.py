@@ -9,19 +9,17 @@ not with the other positives. An anchor without negatives has loss 0 (its positi
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
-from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses._core import contrast_with_negative_term, prepare, reduce_anchors
 from losses.registry import LossSpec, register
 from losses.scores import Scores
 
 
 def infonce(scores: Scores) -> Tensor:
-    p = prepare(scores)
-    log_neg_sum = masked_logsumexp(p.logits, scores.neg_mask)
-    per_pair = torch.logaddexp(p.pos_logit, log_neg_sum[p.anchor]) - p.pos_logit
-    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "infonce", "a positive")
+    p = prepare(scores)  # p.lse[0]: log Σ_{n∈U_a} e_an
+    return reduce_anchors(contrast_with_negative_term(p, p.lse[0]), p.n_pos > 0, "infonce", "a positive",
+                          n_neg=p.n_neg)
 
 
 register(LossSpec("infonce", infonce, paper="van den Oord et al. 2018 (CPC); Chen et al. 2020 (SimCLR)",

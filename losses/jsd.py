@@ -14,43 +14,71 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from losses._core import LOG2, prepare, true_entries
+from losses._core import LOG2, Mask, find_positives, negatives
+from losses.checks import require
 from losses.registry import LossSpec, register
 from losses.scores import Scores
 
 
-class _MaskedSoftplusSum(torch.autograd.Function):
-    """``Σ_{mask} softplus(x)`` over the whole matrix. ``F.softplus`` runs a scalar ``log1p`` kernel
-    on the CPU (about ten times the cost of ``exp``); ``softplus(x) = max(x, 0) - log(sigmoid(|x|))``
-    uses vectorised kernels only (absolute error below 1e-7), and its gradient is ``sigmoid(x)``.
-    The entries outside the mask (usually few: the positives, the anchor itself) are zeroed in place by
-    index rather than by a masked pass over the whole matrix."""
+def _softplus(x: Tensor) -> Tensor:
+    """``softplus(x)`` as a new tensor. ``F.softplus`` runs a scalar ``log1p`` kernel on the CPU (about
+    ten times the cost of ``exp``); there ``softplus(x) = max(x, 0) - log(sigmoid(|x|))`` uses vectorised
+    kernels only (absolute error below 1e-7), in place so that one matrix is held."""
+    if x.device.type != "cpu":
+        return F.softplus(x)
+    return x.abs().sigmoid_().log_().neg_().add_(x.clamp_min(0.0))
+
+
+class _SoftplusSums(torch.autograd.Function):
+    """From one read of ``x``: ``Σ_{mask} softplus(x)`` over the whole matrix, and
+    ``Σ softplus(-x)`` at the flat indices ``pos_flat``. The backward writes one gradient matrix:
+    ``sigmoid(x)`` on the mask (exactly 0 outside), ``-sigmoid(-x)`` added at the positives."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, mask: Tensor) -> Tensor:  # type: ignore[override]
-        outside = true_entries(~mask)
-        ctx.save_for_backward(x, *outside)
-        softplus = x.abs().sigmoid_().log_().neg_().add_(x.clamp_min(0.0))  # in place: one matrix held
-        softplus[outside] = 0.0
-        return softplus.sum()
+    def forward(ctx, x: Tensor, mask: Mask, pos_flat: Tensor | None) -> tuple[Tensor, Tensor]:  # type: ignore[override]
+        neg = mask.zero_outside_(_softplus(x)).sum()
+        pos = (F.softplus(-x.reshape(-1).index_select(0, pos_flat)).sum() if pos_flat is not None
+               else x.new_zeros(()))
+        ctx.mask, ctx.pos_flat = mask, pos_flat
+        ctx.save_for_backward(x)
+        ctx.set_materialize_grads(False)
+        return neg, pos
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
-        x, *outside = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph: out of place, so higher-order gradients stay right
-            return (torch.sigmoid(x) * grad).index_put(tuple(outside), x.new_zeros(())), None
-        grad_x = torch.sigmoid(x).mul_(grad)
-        grad_x[tuple(outside)] = 0.0
-        return grad_x, None
+    def backward(ctx, grad_neg: Tensor | None, grad_pos: Tensor | None):  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        differentiable = torch.is_grad_enabled()  # create_graph: out of place, so higher orders stay right
+        if grad_neg is None:
+            grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
+        elif differentiable:
+            grad_x = ctx.mask.fill_outside(torch.sigmoid(x), 0.0) * grad_neg
+        else:
+            grad_x = ctx.mask.zero_outside_(torch.sigmoid(x).mul_(grad_neg))
+        if grad_pos is not None and ctx.pos_flat is not None:
+            x_pos = x.reshape(-1).index_select(0, ctx.pos_flat)
+            grad_p = -torch.sigmoid(-x_pos) * grad_pos
+            if differentiable:
+                grad_x = grad_x.reshape(-1).index_add(0, ctx.pos_flat, grad_p).view(x.shape)
+            else:
+                grad_x.view(-1).index_add_(0, ctx.pos_flat, grad_p)
+        return grad_x, None, None
 
 
 def jsd(scores: Scores) -> Tensor:
-    p = prepare(scores)
-    n_neg = p.n_neg.sum()
-    if p.pos_logit.numel() == 0 or int(n_neg) == 0:
-        raise ValueError("jsd: the batch needs at least one positive and one negative pair")
-    neg_term = _MaskedSoftplusSum.apply(p.logits, scores.neg_mask) / n_neg
-    return F.softplus(-p.pos_logit).mean() + neg_term - 2.0 * LOG2
+    logits = scores.logits.float().contiguous()
+    positives = find_positives(scores)
+    neg = negatives(scores, positives)
+    n_neg = neg.count().sum()
+    if positives is not None:
+        anchor, cand = positives
+        n_pos: Tensor | float = float(anchor.shape[0])  # known from the shape: nothing to read
+        neg_sum, pos_sum = _SoftplusSums.apply(logits, neg, anchor * logits.shape[1] + cand)
+    else:  # dense positives: softplus(-x) on the whole matrix, read through pos_mask
+        n_pos = scores.pos_mask.sum().float()
+        neg_sum = _SoftplusSums.apply(logits, neg, None)[0]
+        pos_sum = torch.where(scores.pos_mask, F.softplus(-logits), 0.0).sum()
+    require((n_neg > 0) & (n_pos > 0), "jsd: the batch needs at least one positive and one negative pair")
+    return pos_sum / n_pos + neg_sum / n_neg - 2.0 * LOG2
 
 
 register(LossSpec("jsd", jsd, paper="Hjelm et al., ICLR 2019 (DIM); Sun et al., ICLR 2020 (InfoGraph)",

@@ -23,7 +23,7 @@ C = HParam("c", 0.01, low=0.0, high=1.0)
 
 def pucl(scores: Scores, alpha: float = 0.1, c: float = 0.01) -> Tensor:
     alpha, c = ALPHA.check(alpha), C.check(c)
-    return debiased_loss(scores, "pucl", log_neg_mean, (1.0 - alpha * c) / (1.0 - alpha),
+    return debiased_loss(scores, "pucl", (1.0,), log_neg_mean, (1.0 - alpha * c) / (1.0 - alpha),
                          alpha * (1.0 - c) / (1.0 - alpha))
 
 

@@ -47,7 +47,9 @@ class HParam:
             raise ValueError(f"{self.name} must be a number in {self.describe()}, got {value!r}")
         too_low = value <= self.low if self.low_open else value < self.low
         too_high = value >= self.high if self.high_open else value > self.high
-        if too_low or too_high or math.isnan(value):
+        if not math.isfinite(value):
+            raise ValueError(f"{self.name} must be a finite number in {self.describe()}, got {value!r}")
+        if too_low or too_high:
             raise ValueError(f"{self.name} must lie in {self.describe()}, got {value!r}")
         return float(value)
 

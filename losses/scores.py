@@ -3,10 +3,16 @@
 Conventions (``shared/specs/losses.md``): ``logits[a, k]`` is the similarity of anchor ``a`` to
 candidate ``k`` divided by the temperature; ``pos_mask`` and ``neg_mask`` are disjoint; entries in
 neither are ignored. The cosine constructors know the logit range ``[-1/t, 1/t]``.
+
+The constructors also say where the positives and the ignored entries are as index lists
+(``positives``, ``ignored``) whenever their number is known without reading the data, so that the
+losses find them without ``nonzero`` (a host-device synchronisation on CUDA) and treat the negatives
+as "every entry but these few" instead of passing over a bool matrix.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -14,7 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from losses.checks import reads_values_now, require
 from losses.distributed import gather_with_grad
+
+Entries = tuple[Tensor, Tensor]  # (row, column) of a set of entries, long [E] each
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,11 @@ class Scores:
     max_logit: float | None = None
     anchor_labels: Tensor | None = None  # long [A]
     candidate_labels: Tensor | None = None  # long [K]
+    # Optional, for constructors that know them without reading data: exactly the entries of pos_mask,
+    # and exactly the entries in neither mask (each entry once, in any order). Then neg_mask is every
+    # entry but these, which the constructor guarantees, and the losses need no pass over the masks.
+    positives: Entries | None = None
+    ignored: Entries | None = None
 
     def __post_init__(self) -> None:
         logits, pos, neg = self.logits, self.pos_mask, self.neg_mask
@@ -40,12 +54,15 @@ class Scores:
                 raise ValueError(f"{name} must be a bool tensor, got {getattr(mask, 'dtype', type(mask))}")
             if mask.shape != logits.shape:
                 raise ValueError(f"{name} has shape {tuple(mask.shape)} but logits have {tuple(logits.shape)}")
-        # any() over uint8 is several times faster than over bool on the CPU.
-        if torch.logical_and(pos, neg).view(torch.uint8).any():
-            raise ValueError("pos_mask and neg_mask overlap: a candidate cannot be both positive and negative")
+        if self.ignored is None:  # built by hand (the constructors' masks are disjoint by construction)
+            # any() over uint8 is several times faster than over bool on the CPU.
+            require(torch.logical_and(pos, neg).view(torch.uint8).any().logical_not(),
+                    "pos_mask and neg_mask overlap: a candidate cannot be both positive and negative")
         # A non-finite entry makes the sum non-finite; only then (or on overflow) look at every entry,
-        # which costs several passes over the matrix.
-        if not torch.isfinite(logits.detach().float().sum()) and not torch.isfinite(logits.detach()).all():
+        # which costs several passes over the matrix. On an accelerator this pass is left to the losses,
+        # which check that their result is finite (a non-finite logit in either mask makes it so).
+        if reads_values_now(logits) and not torch.isfinite(logits.detach().float().sum()) \
+                and not torch.isfinite(logits.detach()).all():
             raise ValueError("logits contain NaN or infinite values")
         for name, labels, size in (("anchor_labels", self.anchor_labels, logits.shape[0]),
                                    ("candidate_labels", self.candidate_labels, logits.shape[1])):
@@ -82,13 +99,32 @@ def _prepare(z: Tensor, normalize: bool) -> Tensor:
 
 
 def _finish(anchors: Tensor, candidates: Tensor, pos: Tensor, neg: Tensor, temperature: float,
-            normalize: bool, anchor_labels: Tensor | None = None,
-            candidate_labels: Tensor | None = None) -> Scores:
+            normalize: bool, anchor_labels: Tensor | None = None, candidate_labels: Tensor | None = None,
+            positives: Entries | None = None, ignored: Entries | None = None) -> Scores:
     with torch.autocast(device_type=anchors.device.type, enabled=False):
-        logits = anchors @ candidates.T / temperature
+        # The temperature divides the [A, d] anchors, not the [A, K] product: one pass over the
+        # largest matrix fewer, forward and backward.
+        logits = (anchors / temperature) @ candidates.T
     bound = 1.0 / temperature if normalize else None
     return Scores(logits, pos, neg, -bound if bound is not None else None, bound,
-                  anchor_labels, candidate_labels)
+                  anchor_labels, candidate_labels, positives, ignored)
+
+
+def _masks_from(shape: tuple[int, int], positives: Entries, ignored: Entries, device: torch.device
+                ) -> tuple[Tensor, Tensor]:
+    """The bool masks of a layout given by its positive and its ignored entries (set through flat
+    indices: ``index_fill_`` never reads the indices on the host)."""
+    pos_flat = positives[0] * shape[1] + positives[1]
+    pos = torch.zeros(shape, dtype=torch.bool, device=device)
+    pos.view(-1).index_fill_(0, pos_flat, True)
+    neg = torch.ones(shape, dtype=torch.bool, device=device)
+    neg.view(-1).index_fill_(0, torch.cat([pos_flat, ignored[0] * shape[1] + ignored[1]]), False)
+    return pos, neg
+
+
+def _no_entries(device: torch.device) -> Entries:
+    empty = torch.zeros(0, dtype=torch.long, device=device)
+    return empty, empty
 
 
 def _gather(x: Tensor, gather: bool) -> tuple[Tensor, int]:
@@ -132,22 +168,34 @@ def multiview_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
         offset, global_batch = gathered[0][1], gathered[0][0].shape[0]
     else:
         candidates, offset, global_batch = anchors, 0, batch
-    # Anchor (view v, sample i) and candidate (view w, global sample j) are views of one sample iff
-    # j == offset + i: a [batch, global_batch] block tiled V x V (cheaper than comparing sample ids).
-    local = torch.arange(batch, device=device)
-    block = torch.zeros(batch, global_batch, dtype=torch.bool, device=device)
-    block[local, local + offset] = True
-    same = block.repeat(len(views), len(views))
-    neg = ~same
-    pos = same  # in place, no second matrix: the same sample in another view, not the row itself
-    rows = torch.arange(anchors.shape[0], device=device)
-    pos[rows, (rows // batch) * global_batch + offset + rows % batch] = False
+    positives, ignored, pos, neg = _multiview_layout(len(views), batch, global_batch, offset, device)
     anchor_labels = cand_labels = None
     if labels is not None:
         _check_labels(labels, batch)
         anchor_labels = labels.repeat(len(views))
         cand_labels = (gather_with_grad(labels)[0] if gather else labels).repeat(len(views))
-    return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels)
+    return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels,
+                   positives, ignored)
+
+
+@functools.lru_cache(maxsize=4)
+def _multiview_layout(n_views: int, batch: int, global_batch: int, offset: int, device: torch.device
+                      ) -> tuple[Entries, Entries, Tensor, Tensor]:
+    """Positives, ignored entries and masks of the multiview layout. They depend on the sizes alone, so
+    they are built once per size and shared by the Scores of every step (read-only: the Scores are
+    frozen), which saves a dozen small kernels per step.
+
+    Anchor (view v, sample i) and candidate (view w, global sample j) are views of one sample iff
+    j == offset + i: positives for w != v, the anchor itself (ignored) for w == v."""
+    with torch.inference_mode(False):  # shared tensors must stay usable by autograd in later steps
+        rows = torch.arange(n_views * batch, device=device)
+        view, sample = rows // batch, rows % batch + offset
+        ignored = (rows, view * global_batch + sample)
+        other = (view[:, None] + torch.arange(1, n_views, device=device)) % n_views  # [V·B, V-1]
+        positives = (rows[:, None].expand_as(other).reshape(-1),
+                     (other * global_batch + sample[:, None]).reshape(-1))
+        pos, neg = _masks_from((n_views * batch, n_views * global_batch), positives, ignored, device)
+    return positives, ignored, pos, neg
 
 
 def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,
@@ -180,7 +228,9 @@ def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,
         anchor_labels = labels
         cand_labels = torch.cat([labels.new_full((1,), -1), bank_labels])
     bound = 1.0 / temperature if normalize else None
-    return Scores(logits, pos, ~pos, -bound if bound is not None else None, bound, anchor_labels, cand_labels)
+    positives = (torch.arange(q.shape[0], device=q.device), torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
+    return Scores(logits, pos, ~pos, -bound if bound is not None else None, bound, anchor_labels, cand_labels,
+                  positives, _no_entries(q.device))
 
 
 def label_scores(z: Tensor, labels: Tensor, temperature: float, *, normalize: bool = True,
@@ -197,8 +247,10 @@ def label_scores(z: Tensor, labels: Tensor, temperature: float, *, normalize: bo
     neg = ~same
     pos = same  # in place: the same label, not the row itself
     rows = torch.arange(z.shape[0], device=z.device)
-    pos[rows, rows + offset] = False
-    return _finish(anchors, candidates, pos, neg, temperature, normalize, labels, cand_labels)
+    pos.view(-1).index_fill_(0, rows * (candidates.shape[0] + 1) + offset, False)
+    # The positives depend on the labels (their number too): the losses find them from the mask.
+    return _finish(anchors, candidates, pos, neg, temperature, normalize, labels, cand_labels,
+                   ignored=(rows, rows + offset))
 
 
 def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, temperature: float, *,
@@ -217,11 +269,12 @@ def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, te
     if member_of.dim() != 1 or member_of.shape[0] != owned.shape[0]:
         raise ValueError(f"member_of must have one entry per {members[:-1]} ({owned.shape[0]}), "
                          f"got shape {tuple(member_of.shape)}")
-    if member_of.numel() and (member_of.min() < 0 or member_of.max() >= owners.shape[0]):
-        raise ValueError(f"member_of values must lie in [0, {owners.shape[0]})")
+    require(((member_of >= 0) & (member_of < owners.shape[0])).all(),
+            f"member_of values must lie in [0, {owners.shape[0]})")
     a = _prepare(anchors, normalize)
     c, offset = _gather(_prepare(candidates, normalize), gather)
     device = a.device
+    member_of_local = member_of = member_of.long()
     if members == "candidates":
         if gather:
             # Another rank's nodes belong to another rank's graphs: mark them with an owner id that
@@ -231,9 +284,11 @@ def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, te
             local[offset:offset + member_of.shape[0]] = True
             member_of = torch.where(local, all_member_of, torch.full_like(all_member_of, -1))
         pos = torch.arange(a.shape[0], device=device)[:, None] == member_of[None, :]
+        positives = (member_of_local, offset + torch.arange(member_of_local.shape[0], device=device))
     else:
         pos = (member_of + offset)[:, None] == torch.arange(c.shape[0], device=device)[None, :]
-    return _finish(a, c, pos, ~pos, temperature, normalize)
+        positives = (torch.arange(a.shape[0], device=device), member_of + offset)
+    return _finish(a, c, pos, ~pos, temperature, normalize, positives=positives, ignored=_no_entries(device))
 
 
 def _check_labels(labels: Tensor, size: int, name: str = "labels") -> None:

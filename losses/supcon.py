@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from losses._core import masked_logsumexp, per_anchor_mean, prepare, reduce_anchors
+from losses._core import positives_or_negatives, prepare, reduce_anchors
 from losses.registry import HParam, LossSpec, register
 from losses.scores import Scores
 
@@ -37,29 +37,26 @@ def require_labels(scores: Scores, loss: str) -> None:
 
 def supcon(scores: Scores) -> Tensor:
     require_labels(scores, "supcon")
-    p = prepare(scores)
-    log_all = masked_logsumexp(p.logits, scores.pos_mask | scores.neg_mask)
-    per_pair = log_all[p.anchor] - p.pos_logit
-    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "supcon", "a positive")
+    p = prepare(scores, mask=positives_or_negatives(scores))  # p.lse[0]: log Σ_{k∈P_a∪U_a} e_ak
+    per_pair = p.row(p.lse[0]) - p.pos_logit
+    return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "supcon", "a positive", n_neg=p.n_neg)
 
 
 def eps_supcon(scores: Scores, epsilon: float = 0.0) -> Tensor:
     epsilon = EPSILON.check(epsilon)
     require_labels(scores, "eps_supcon")
     p = prepare(scores)
-    log_den = torch.logaddexp(masked_logsumexp(p.logits, scores.pos_mask) - epsilon,
-                              masked_logsumexp(p.logits, scores.neg_mask))
-    per_pair = epsilon + log_den[p.anchor] - p.pos_logit
-    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "eps_supcon", "a positive")
+    log_den = torch.logaddexp(p.log_pos_sum() - epsilon, p.lse[0])
+    per_pair = epsilon + p.row(log_den) - p.pos_logit
+    return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "eps_supcon", "a positive", n_neg=p.n_neg)
 
 
 def eps_supinfonce(scores: Scores, epsilon: float = 0.0) -> Tensor:
     epsilon = EPSILON.check(epsilon)
     require_labels(scores, "eps_supinfonce")
     p = prepare(scores)
-    log_neg = masked_logsumexp(p.logits, scores.neg_mask)
-    per_pair = torch.logaddexp(p.pos_logit - epsilon, log_neg[p.anchor]) - p.pos_logit
-    return reduce_anchors(per_anchor_mean(per_pair, p), p.n_pos > 0, "eps_supinfonce", "a positive")
+    per_pair = torch.logaddexp(p.pos_logit - epsilon, p.row(p.lse[0])) - p.pos_logit
+    return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "eps_supinfonce", "a positive", n_neg=p.n_neg)
 
 
 register(LossSpec("supcon", supcon, needs_labels=True,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from losses._core import contrast_with_negative_term, masked_logsumexp, prepare, reduce_anchors
+from losses._core import Mask, contrast_with_negative_term, prepare, reduce_anchors
 from losses.registry import LossSpec, register
 from losses.scores import Scores
 from losses.supcon import require_labels
@@ -21,13 +21,13 @@ from losses.supcon import require_labels
 
 def unbiased(scores: Scores) -> Tensor:
     require_labels(scores, "unbiased")
-    p = prepare(scores)
-    true_neg = scores.neg_mask & (scores.anchor_labels[:, None] != scores.candidate_labels[None, :])
-    n_true = true_neg.sum(1, dtype=torch.int32).float()
-    log_term = (masked_logsumexp(p.logits, true_neg) + torch.log(p.n_neg.clamp_min(1.0))
-                - torch.log(n_true.clamp_min(1.0)))
+    true_neg = Mask(tuple(scores.logits.shape),
+                    dense=scores.neg_mask & (scores.anchor_labels[:, None] != scores.candidate_labels[None, :]))
+    p = prepare(scores, mask=true_neg)  # p.lse[0]: log Σ_{n∈T_a} e_an
+    n_true = true_neg.count()
+    log_term = p.lse[0] + torch.log(p.n_neg.clamp_min(1.0)) - torch.log(n_true.clamp_min(1.0))
     return reduce_anchors(contrast_with_negative_term(p, log_term), (p.n_pos > 0) & (n_true > 0),
-                          "unbiased", "a positive and a negative of another class")
+                          "unbiased", "a positive and a negative of another class", n_neg=p.n_neg)
 
 
 register(LossSpec("unbiased", unbiased, needs_labels=True,

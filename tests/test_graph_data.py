@@ -59,9 +59,13 @@ def test_featureless_rule():
 def test_missing_dataset_says_where_to_put_files(tmp_path, cache):
     domain = domains.get("graph")
     with pytest.raises(DatasetMissingError) as err:
-        domain.load("NOSUCHSET", tmp_path, GraphConfig(download=False))
-    assert str(tmp_path / "TU" / "NOSUCHSET" / "raw") in str(err.value)
+        domain.load("MUTAG", tmp_path, GraphConfig(download=False))
+    assert str(tmp_path / "TU" / "MUTAG" / "raw") in str(err.value)
     assert "download disabled" in str(err.value)
+    # A name outside the TU collection is a typo unless its files are there: never downloaded, whatever the config.
+    with pytest.raises(DatasetMissingError, match=r"^unknown dataset 'NOSUCHSET'\. It is not a TU set") as err:
+        domain.load("NOSUCHSET", tmp_path, GraphConfig(download=True))
+    assert str(tmp_path / "TU" / "NOSUCHSET" / "raw") in str(err.value)
 
 
 def test_failed_download_becomes_dataset_missing(tmp_path, cache, monkeypatch):

@@ -50,16 +50,19 @@ def test_resume_continues_where_it_stopped(tmp_path, loss):
 
 
 def test_trained_encoder_beats_random_on_the_embedded_default(tmp_path):
+    """Over three seeds, with margins every seed clears: 3 epochs were not enough for that (one seed gave 66 on
+    one CPU and 98 with another seed); after 10 epochs seeds 0-4 give 93-95 here, a random encoder 48-51."""
     domain = domains.get("graph")
-    cfg = GraphConfig(epochs=3, svm_folds=4, svm_inner_folds=3)
-    accuracy = {}
-    for epochs in (0, 3):
-        spec = _spec("jsd", replace(cfg, epochs=epochs))
-        ctx = _ctx(tmp_path / str(epochs))
-        torch.manual_seed(0)
-        accuracy[epochs] = domain.evaluate(spec, domain.pretrain(spec, ctx), ctx).metrics["accuracy"]
-    assert accuracy[0] < 65.0, accuracy  # sum-pooled random GIN features: near chance
-    assert accuracy[3] > 85.0, accuracy
+    cfg = GraphConfig(svm_folds=4, svm_inner_folds=3)
+    accuracy: dict[int, list[float]] = {0: [], 10: []}
+    for seed in range(3):
+        for epochs in accuracy:
+            spec = replace(_spec("jsd", replace(cfg, epochs=epochs)), seed=seed)
+            ctx = replace(_ctx(tmp_path / f"{seed}-{epochs}"), seed=seed)
+            torch.manual_seed(seed)
+            accuracy[epochs].append(domain.evaluate(spec, domain.pretrain(spec, ctx), ctx).metrics["accuracy"])
+    assert max(accuracy[0]) < 62.0, accuracy  # sum-pooled random GIN features: near chance (50)
+    assert min(accuracy[10]) > 82.0, accuracy
 
 
 def test_benchmark_parts_and_skipped_rows(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""``harness list`` and ``harness bench`` on the tiny domain."""
+"""``harness list`` and ``harness bench`` (one target, and ``all``) on the tiny domain and the real benchmarks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 import sys
 import types
 
+import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+import torch
 from tiny_domain import harness
 
 from harness.bench import format_table
@@ -74,3 +76,78 @@ def test_bench_losses_calls_the_loss_benchmark(tmp_path, monkeypatch, capsys):
 def test_format_table_aligns_columns():
     table = format_table([{"a": "x", "b": 1.23456}, {"a": "long", "b": 10}])
     assert table.splitlines() == ["a     b    ", "----  -----", "x     1.235", "long     10"]
+
+
+def test_bench_all_runs_every_named_target_in_one_invocation(tmp_path):
+    """The real loss benchmark and the real graph benchmark, through a subprocess; with no data the graph
+    datasets are reported as skipped rows, so the exit status is 3 (something was skipped), not a crash."""
+    out = harness("bench", "all", "--device", "cpu", "--quick", "--targets", "losses,graph", "--batch-sizes", "8,16",
+                  "--data-root", str(tmp_path / "empty"), "--out", str(tmp_path / "bench"), timeout=600)
+    assert out.returncode == 3, out.stderr
+    assert "skipped graph/MUTAG: TU dataset 'MUTAG' not found" in out.stdout
+    assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == ["graph-cpu.json", "losses-cpu.json"]
+    saved = json.loads((tmp_path / "bench" / "losses-cpu.json").read_text())
+    assert sorted({r["batch_size"] for r in saved["rows"]}) == [8, 16] and saved["name"] == "losses"
+    assert saved["command"] == ["harness", "bench", "losses", "--device", "cpu", "--batch-sizes", "8,16",
+                                "--dim", "128"]
+    assert saved["columns"][:2] == ["loss", "batch_size"] and saved["quick"] is False
+    assert saved["hardware"]["cpu"] and saved["hardware"]["torch"] and "git_commit" in saved["software"]
+    assert saved["date"].startswith("20")
+    graph = json.loads((tmp_path / "bench" / "graph-cpu.json").read_text())
+    assert [r["dataset"] for r in graph["rows"]] == ["MUTAG", "REDDIT-BINARY"] and graph["quick"] is True
+
+
+def _bench_domain(name: str, error: Exception):
+    class Failing(tiny_domain.TinyDomain):
+        def benchmark(self, device, data_root, quick):
+            raise error
+
+    Failing.name = name
+    return Failing
+
+
+def test_bench_all_skips_a_missing_extra_and_survives_a_crash(tmp_path, monkeypatch, capsys):
+    import domains
+    from domains.base import DatasetMissingError
+
+    monkeypatch.setitem(domains._REGISTRY, "nodata", _bench_domain("nodata", DatasetMissingError("put X in Y")))
+    monkeypatch.setitem(domains._REGISTRY, "noextra", _bench_domain("noextra", ImportError("No module named 'zz'")))
+    monkeypatch.setitem(domains._REGISTRY, "buggy", _bench_domain("buggy", RuntimeError("a bug")))
+    args = ["bench", "all", "--device", "cpu", "--quick", "--out", str(tmp_path)]
+    assert main([*args, "--targets", "nodata,tiny,noextra"]) == 3
+    out = capsys.readouterr().out
+    assert "skipped nodata: put X in Y" in out and "skipped noextra: No module named 'zz'" in out
+    assert "written tiny; skipped nodata, noextra; failed none" in out
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny-cpu.json"]
+    assert main([*args, "--targets", "buggy,tiny"]) == 1
+    captured = capsys.readouterr()
+    assert "RuntimeError: a bug" in captured.err and "written tiny; skipped none; failed buggy" in captured.out
+    assert main([*args, "--targets", "tiny"]) == 0
+
+
+def test_bench_all_rejects_unknown_targets_before_running_anything(tmp_path, capsys):
+    assert main(["bench", "all", "--targets", "tiny,nope", "--out", str(tmp_path)]) == 2
+    assert "unknown target(s) nope" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+    assert main(["bench", "tiny", "--targets", "tiny", "--out", str(tmp_path)]) == 2
+
+
+def test_bench_losses_default_batch_sizes_depend_on_the_device(tmp_path, monkeypatch):
+    from harness.bench import batch_sizes
+
+    calls = []
+    monkeypatch.setitem(sys.modules, "losses.benchmark", types.SimpleNamespace(
+        run_benchmark=lambda sizes, dim, device: calls.append(sizes) or []))
+    assert main(["bench", "losses", "--out", str(tmp_path)]) == 0
+    assert calls == [[256, 512, 1024]]
+    assert batch_sizes(None, torch.device("cuda")) == [512, 4096, 16384]
+    assert main(["bench", "losses", "--batch-sizes", "8,x", "--out", str(tmp_path)]) == 2
+
+
+@pytest.mark.gpu
+def test_bench_all_on_cuda_records_the_gpu(cuda, tmp_path):
+    assert main(["bench", "all", "--device", "cuda", "--targets", "losses", "--batch-sizes", "512",
+                 "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "losses-cuda.json").read_text())
+    assert saved["hardware"]["device_name"] == torch.cuda.get_device_name(cuda)
+    assert saved["hardware"]["cuda"] and saved["hardware"]["cudnn"] and saved["rows"][0]["device"] == "cuda"

@@ -71,5 +71,6 @@ def test_report_with_too_few_tasks(tmp_path, capsys):
     assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
     text = (tmp_path / "lb" / "report.md").read_text()
     assert "Too few tasks for a Friedman test" in text and not (tmp_path / "lb" / "report_cd.png").exists()
-    assert main(["report", "--results", str(tmp_path / "empty"), "--out", str(tmp_path / "lb2")]) == 0
-    assert "No completed records" in (tmp_path / "lb2" / "report.md").read_text()
+    # No folder (a typo) is an error that writes nothing, not an empty report.
+    assert main(["report", "--results", str(tmp_path / "empty"), "--out", str(tmp_path / "lb2")]) == 2
+    assert "results folder" in capsys.readouterr().err and not (tmp_path / "lb2").exists()

@@ -15,7 +15,8 @@ from filelock import FileLock
 from tiny_domain import REPO, harness, harness_env
 
 from harness.cli import main
-from harness.records import REQUIRED_FIELDS
+from harness.records import REQUIRED_FIELDS, config_hash, run_hash
+from harness.runner import RunRequest, plan
 
 
 def _records(results: Path) -> list[dict]:
@@ -31,7 +32,10 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert record["status"] == "completed" and record["seed"] == 3
     assert record["loss_params"] == {"alpha": 0.2, "c": 0.01}
     assert record["config"]["epochs"] == 2 and record["overrides"] == {"epochs": 2}
-    assert record["run_id"] == f"tiny-blobs-linear-pucl-{record['config_hash'][:8]}-s3"
+    # The id holds the config and the data: the hash of both, not of the config alone.
+    spec = plan(RunRequest(domain="tiny", loss="pucl", seeds=[3], sets={"loss.alpha": "0.2", "epochs": "2"})).specs[0]
+    assert record["config_hash"] == config_hash(spec)
+    assert record["run_id"] == f"tiny-blobs-linear-pucl-{run_hash(spec, record['data_fingerprint'])[:8]}-s3"
     assert 0 <= record["metrics"]["accuracy"] <= 100 and len(record["curve"]) == 2
     assert set(record["timings"]) == {"pretrain_s", "evaluate_s", "total_s"}
     assert record["software"]["contrastive_harness"] and record["hardware"]["torch"]
@@ -59,10 +63,15 @@ def test_user_error_from_a_subprocess_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["--domain", "nope", "--loss", "infonce"], "unknown domain 'nope'"),
     (["--domain", "tiny", "--loss", "jsd"], "does not accept loss 'jsd'; accepted: infonce"),
-    (["--domain", "tiny", "--loss", "infonce", "--set", "nope=1"], "valid keys: classes, dim_in"),
+    (["--domain", "tiny", "--loss", "infonce", "--set", "nope=1"], "Valid keys: classes, dim_in"),
+    (["--domain", "tiny", "--loss", "infonce", "--set", "epoch=1"], "unknown --set key 'epoch' for domain 'tiny'; "
+                                                                      "did you mean 'epochs'? Valid keys: classes"),
+    (["--domain", "tiny", "--loss", "infonce", "--seeds", "5-2"], "--seeds range '5-2' is empty: it ends before "
+                                                                   "it starts; write 2-5"),
     (["--domain", "tiny", "--loss", "infonce", "--set", "epochs=x"], "--set epochs=x: expected int"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must lie in (0, 1)"),
-    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "valid: loss.alpha, loss.c"),
+    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "Valid: loss.alpha, loss.c"),
+    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpah=0.1"], "did you mean 'loss.alpha'?"),
 ])
 def test_user_errors_are_one_line_exit_2(tmp_path, capsys, args, expected):
     assert main(["run", *args, "--results", str(tmp_path)]) == 2

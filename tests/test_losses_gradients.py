@@ -142,17 +142,27 @@ def test_detached_bounds_carry_no_gradient():
     assert torch.count_nonzero(grad[4]).item() == 1 and grad[4, 5] < 0
 
 
-def test_fused_kernels_have_right_second_order_gradients():
-    """The masked log-sum-exp and the masked softplus sum are custom autograd functions; under
-    create_graph their backward is differentiable (gradgradcheck, exact in float64)."""
-    from losses._core import masked_logsumexps
-    from losses.jsd import _MaskedSoftplusSum
+@pytest.mark.parametrize("sparse", [False, True], ids=["bool-mask", "left-out-entries"])
+def test_fused_kernels_have_right_second_order_gradients(sparse):
+    """The row reductions (masked log-sum-exps with the positive logits, shifted or not) and the masked
+    softplus sums are custom autograd functions; under create_graph their backward is differentiable
+    (gradgradcheck, exact in float64). The mask is given as a bool matrix or as its left-out entries."""
+    from losses._core import Mask, row_logsumexps
+    from losses.jsd import _SoftplusSums
 
     x = _logits(8)
     pos, neg = _masks()
     neg[0] = False  # an empty row
-    for fn in (lambda v: torch.stack(masked_logsumexps(v, neg, (1.0, 2.5, 0.0))).nan_to_num(neginf=0.0).sum(),
-               lambda v: _MaskedSoftplusSum.apply(v, neg)):
+    mask = Mask.excluding((5, 7), (~neg).nonzero(as_tuple=True)) if sparse else Mask((5, 7), dense=neg)
+    anchor, cand = pos.nonzero(as_tuple=True)
+    pos_flat = anchor * 7 + cand
+
+    def reductions(v: torch.Tensor, bounded: bool) -> torch.Tensor:
+        lse, at_pos = row_logsumexps(v, mask, (1.0, 2.5, 0.0), bounded=bounded, pos_flat=pos_flat)
+        return torch.stack(lse).nan_to_num(neginf=0.0).sum() + at_pos.pow(2).sum()
+
+    for fn in (lambda v: reductions(v, False), lambda v: reductions(v, True),
+               lambda v: sum(_SoftplusSums.apply(v, mask, pos_flat)), lambda v: _SoftplusSums.apply(v, mask, None)[0]):
         assert torch.autograd.gradcheck(fn, (x,))
         assert torch.autograd.gradgradcheck(fn, (x,))
 

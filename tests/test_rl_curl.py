@@ -1,5 +1,6 @@
 """CURL's pieces without rendering: the crops, the EMA update, the contrastive scores, the replay buffer
-and one agent update (which parameters each loss moves)."""
+(its stacks and crops against plain numpy) and the agent's update (against a step-by-step transcription
+of CURL's, and which parameters each loss moves)."""
 
 from __future__ import annotations
 
@@ -15,36 +16,15 @@ from torch import nn
 import domains
 import losses
 from domains.rl.config import CurlConfig
-from domains.rl.curl import CurlSac, ReplayBuffer, center_crop, curl_scores, ema_update, random_crop
+from domains.rl.curl import Batch, CurlSac, ReplayBuffer, center_crop, curl_scores, ema_update
 
 # --------------------------------------------------------------------------------------------- crops
 
 
 def position_images(batch: int, channels: int = 2, size: int = 100) -> torch.Tensor:
-    """Pixel value = its flat position, so a crop reveals its own offset."""
+    """Pixel value = its flat position."""
     grid = torch.arange(size * size, dtype=torch.int64).reshape(size, size)
     return grid.expand(batch, channels, size, size).clone()
-
-
-def test_random_crop_shape_offsets_and_content():
-    x = position_images(64)
-    out = random_crop(x, 84, generator=torch.Generator().manual_seed(0))
-    assert out.shape == (64, 2, 84, 84)
-    tops, lefts = out[:, 0, 0, 0] // 100, out[:, 0, 0, 0] % 100
-    assert int(tops.min()) >= 0 and int(tops.max()) <= 16 and int(lefts.min()) >= 0 and int(lefts.max()) <= 16
-    assert len({(int(t), int(le)) for t, le in zip(tops, lefts)}) > 32  # one offset per sample, not per batch
-    for b in range(64):
-        t, le = int(tops[b]), int(lefts[b])
-        assert torch.equal(out[b], x[b, :, t:t + 84, le:le + 84])
-
-
-def test_random_crop_keeps_uint8_and_reaches_every_offset():
-    x = torch.zeros(2000, 1, 20, 20, dtype=torch.uint8)
-    x[:, :, 0, 0] = 1  # visible in the crop only at offset (0, 0)
-    out = random_crop(x, 16, generator=torch.Generator().manual_seed(1))
-    assert out.dtype == torch.uint8
-    at_origin = (out[:, 0, 0, 0] == 1).float().mean().item()
-    assert 0.0 < at_origin < 0.2  # 1/25 expected: offsets cover 0..4 in both axes
 
 
 def test_center_crop_is_the_middle_window_and_deterministic():
@@ -116,21 +96,14 @@ def test_curl_scores_two_positives():
 # --------------------------------------------------------------------------------------------- replay buffer
 
 
-class AllIndices:
-    """Stands in for a numpy Generator: 'samples' every stored index in order."""
-
-    def integers(self, low, high, size):
-        return np.arange(low, high)
-
-
-def fill(buffer: ReplayBuffer, episodes: int, length: int, stack: int, rng) -> list[tuple]:
+def fill(buffer: ReplayBuffer, episodes: int, length: int, stack: int, rng, size: int = 2) -> list[tuple]:
     """Run fake episodes into ``buffer``; return every transition with its full stacks (the reference)."""
     transitions = []
     for _ in range(episodes):
-        obs = rng.integers(0, 256, size=(3 * stack, 2, 2), dtype=np.uint8)
+        obs = rng.integers(0, 256, size=(3 * stack, size, size), dtype=np.uint8)
         buffer.start_episode(obs)
         for _ in range(length):
-            frame = rng.integers(0, 256, size=(3, 2, 2), dtype=np.uint8)
+            frame = rng.integers(0, 256, size=(3, size, size), dtype=np.uint8)
             next_obs = np.concatenate([obs[3:], frame])
             action, reward, not_done = rng.uniform(-1, 1, 2).astype(np.float32), float(rng.normal()), 1.0
             buffer.add(action, reward, next_obs, not_done)
@@ -139,36 +112,104 @@ def fill(buffer: ReplayBuffer, episodes: int, length: int, stack: int, rng) -> l
     return transitions
 
 
+def naive_sample(transitions: list[tuple], capacity: int, index, tops, lefts, size: int) -> list[np.ndarray]:
+    """The reference batch by plain numpy: slot i holds the latest transition n with n % capacity == i;
+    each view (obs, next_obs, then keys of obs) is cut at its own offset."""
+    slot_to_n = {n % capacity: n for n in range(len(transitions))}  # later transitions overwrite earlier
+    stored = [transitions[slot_to_n[int(i)]] for i in index]
+    views = []
+    for v in range(tops.shape[0]):
+        stacks = [t[3] if v == 1 else t[0] for t in stored]
+        views.append(np.stack([s[:, int(tops[v, b]):int(tops[v, b]) + size, int(lefts[v, b]):int(lefts[v, b]) + size]
+                               for b, s in enumerate(stacks)]))
+    return [np.stack([t[1] for t in stored]), np.float32([[t[2]] for t in stored]),
+            np.float32([[t[4]] for t in stored]), *views]
+
+
+def batch_arrays(batch) -> list[np.ndarray]:
+    return [x.cpu().numpy() for x in (batch.action, batch.reward, batch.not_done, batch.obs, batch.next_obs,
+                                       *batch.keys)]
+
+
+def assert_matches_naive(batch, transitions, capacity, size):
+    expected = naive_sample(transitions, capacity, batch.index.tolist(), batch.tops.numpy(), batch.lefts.numpy(),
+                            size)
+    got = batch_arrays(batch)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and np.array_equal(g, e)
+
+
 @pytest.mark.parametrize("capacity,length,stack", [(7, 3, 3), (5, 1, 3), (10, 4, 1), (3, 5, 4), (1, 2, 2)])
 def test_replay_buffer_wraparound_matches_naive(capacity, length, stack):
     rng = np.random.default_rng(capacity * 100 + length * 10 + stack)
     buffer = ReplayBuffer(capacity, (3, 2, 2), stack, 2, length)
     transitions = fill(buffer, episodes=6, length=length, stack=stack, rng=rng)
     assert len(buffer) == min(capacity, len(transitions))
-    obs, actions, rewards, next_obs, not_dones = buffer.sample(0, AllIndices())
-    # Slot i holds the latest transition n with n % capacity == i.
-    for i in range(len(buffer)):
-        n = max(n for n in range(len(transitions)) if n % capacity == i)
-        t_obs, t_action, t_reward, t_next, t_nd = transitions[n]
-        assert np.array_equal(obs[i], t_obs) and np.array_equal(next_obs[i], t_next)
-        assert np.array_equal(actions[i], t_action) and rewards[i, 0] == np.float32(t_reward)
-        assert not_dones[i, 0] == t_nd
+    # Every stored slot, uncropped (a crop of the whole frame at offset 0).
+    index = torch.arange(len(buffer))
+    zeros = torch.zeros(2, len(buffer), dtype=torch.int64)
+    assert_matches_naive(buffer.gather(index, zeros, zeros, 2), transitions, capacity, 2)
 
 
-def test_replay_buffer_sample_shapes_dtypes_and_state_round_trip():
+@pytest.mark.parametrize("num_keys", [1, 2])
+def test_replay_buffer_crops_match_naive_across_episode_boundaries(num_keys):
+    # Episodes of 4 steps with a stack of 3: many transitions straddle an episode start (their stacks
+    # repeat the first frame), and 40 transitions in a buffer of 25 wrap both rings.
+    rng = np.random.default_rng(num_keys)
+    capacity, size, crop = 25, 12, 8
+    buffer = ReplayBuffer(capacity, (3, size, size), 3, 2, 4)
+    transitions = fill(buffer, episodes=10, length=4, stack=3, rng=rng, size=size)
+    views = 2 + num_keys
+    # Chosen offsets (both corners, every position) and chosen indices, then the buffer's own sampler.
+    index = torch.arange(capacity).repeat(2)
+    tops = torch.arange(views * 2 * capacity).reshape(views, -1) % (size - crop + 1)
+    lefts = torch.arange(views * 2 * capacity).flip(0).reshape(views, -1) % (size - crop + 1)
+    assert_matches_naive(buffer.gather(index, tops, lefts, crop), transitions, capacity, crop)
+    batch = buffer.sample(300, crop, num_keys, generator=torch.Generator().manual_seed(0))
+    assert batch.obs.shape == batch.next_obs.shape == (300, 9, crop, crop) and batch.obs.dtype == torch.uint8
+    assert len(batch.keys) == num_keys and batch.tops.shape == batch.lefts.shape == (views, 300)
+    assert_matches_naive(batch, transitions, capacity, crop)
+
+
+def test_sample_offsets_cover_every_position_per_sample_and_view():
+    buffer = ReplayBuffer(10, (3, 20, 20), 1, 2, 5)
+    fill(buffer, episodes=2, length=5, stack=1, rng=np.random.default_rng(0), size=20)
+    batch = buffer.sample(2000, 16, generator=torch.Generator().manual_seed(1))
+    for offsets in (batch.tops, batch.lefts):
+        # All of 0..4 (CURL's numpy crop never reaches 4), uniformly: about 1/5 each.
+        counts = torch.bincount(offsets.flatten(), minlength=5).float() / offsets.numel()
+        assert counts.shape == (5,) and float(counts.min()) > 0.15 and float(counts.max()) < 0.25
+    # One offset per sample, and the views of a sample are cut independently.
+    assert len({(int(t), int(le)) for t, le in zip(batch.tops[0], batch.lefts[0])}) == 25
+    assert float((batch.tops[0] == batch.tops[2]).float().mean()) < 0.4
+    assert sorted(set(batch.index.tolist())) == list(range(10))
+
+
+def test_sample_rejects_bad_requests():
+    buffer = ReplayBuffer(4, (3, 10, 10), 3, 2, 2)
+    with pytest.raises(RuntimeError, match="empty"):
+        buffer.sample(2, 8)
+    with pytest.raises(RuntimeError, match="start_episode"):
+        buffer.add(np.zeros(2), 0.0, np.zeros((9, 10, 10), np.uint8), 1.0)
+    fill(buffer, 1, 2, 3, np.random.default_rng(0), size=10)
+    with pytest.raises(ValueError, match="crop_size"):
+        buffer.sample(2, 12)
+
+
+def test_replay_buffer_state_round_trip():
     rng = np.random.default_rng(0)
     buffer = ReplayBuffer(20, (3, 2, 2), 3, 2, 4)
     fill(buffer, episodes=3, length=4, stack=3, rng=rng)
-    obs, actions, rewards, next_obs, not_dones = buffer.sample(8, np.random.default_rng(1))
-    assert obs.shape == next_obs.shape == (8, 9, 2, 2) and obs.dtype == next_obs.dtype == np.uint8
-    assert buffer.frames.dtype == np.uint8
-    assert actions.shape == (8, 2) and rewards.shape == not_dones.shape == (8, 1)
+    assert buffer.frames.dtype == torch.uint8
     copy_ = ReplayBuffer(20, (3, 2, 2), 3, 2, 4)
     copy_.load_state_dict(buffer.state_dict())
     # Both continue identically, including the episode in progress.
     fill(buffer, 4, 4, 3, np.random.default_rng(5))
     fill(copy_, 4, 4, 3, np.random.default_rng(5))
-    for a, b in zip(buffer.sample(0, AllIndices()), copy_.sample(0, AllIndices())):
+    index, zeros = torch.arange(20), torch.zeros(3, 20, dtype=torch.int64)
+    for a, b in zip(batch_arrays(buffer.gather(index, zeros, zeros, 2)),
+                    batch_arrays(copy_.gather(index, zeros, zeros, 2))):
         assert np.array_equal(a, b)
 
 
@@ -182,11 +223,10 @@ def tiny_agent(**kw) -> tuple[CurlSac, CurlConfig]:
                    device=torch.device("cpu")), cfg
 
 
-def tiny_batch(cfg: CurlConfig, b: int = 6) -> tuple[np.ndarray, ...]:
-    rng = np.random.default_rng(0)
-    obs = rng.integers(0, 256, size=(b, 9, cfg.image_size, cfg.image_size), dtype=np.uint8)
-    return (obs, rng.uniform(-1, 1, (b, 2)).astype(np.float32), rng.normal(size=(b, 1)).astype(np.float32),
-            np.roll(obs, 1, axis=-1), np.ones((b, 1), np.float32))
+def tiny_batch(cfg: CurlConfig, b: int = 6) -> Batch:
+    buffer = ReplayBuffer(16, (3, cfg.image_size, cfg.image_size), cfg.frame_stack, 2, 8)
+    fill(buffer, 2, 8, cfg.frame_stack, np.random.default_rng(0), size=cfg.image_size)
+    return buffer.sample(b, cfg.crop_size, cfg.num_positives, generator=torch.Generator().manual_seed(0))
 
 
 def snapshot(module: nn.Module) -> list[torch.Tensor]:
@@ -199,14 +239,60 @@ def changed(before: list[torch.Tensor], module: nn.Module) -> bool:
 
 def test_actor_update_never_trains_the_convolutions_or_the_critic():
     agent, cfg = tiny_agent()
-    obs = torch.as_tensor(tiny_batch(cfg)[0][:, :, :20, :20]).float()
+    h = agent.critic.encoder.conv_features(tiny_batch(cfg).obs).detach()
     assert agent.actor.encoder.convs is agent.critic.encoder.convs  # shared, as CURL ties them
     convs, critic, trunk = snapshot(agent.critic.encoder.convs), snapshot(agent.critic), snapshot(agent.actor.trunk)
     head, alpha = snapshot(agent.actor.encoder.fc), agent.log_alpha.item()
-    agent.update_actor_and_alpha(obs)
+    agent.update_actor_and_alpha(h)
     assert not changed(convs, agent.critic.encoder.convs) and not changed(critic, agent.critic)
     assert changed(trunk, agent.actor.trunk) and changed(head, agent.actor.encoder.fc)
     assert agent.log_alpha.item() != alpha
+
+
+def reference_update(agent: CurlSac, batch: Batch, step: int) -> None:
+    """CURL's update transcribed step by step: every part encodes its own input (the actor with a
+    detached pass of its own, the contrastive query with a full encoder pass), EMA by a loop."""
+    cfg = agent.cfg
+    agent.update_critic(batch.obs, batch.action, batch.reward, batch.next_obs, batch.not_done)
+    if step % cfg.actor_update_freq == 0:
+        with torch.no_grad():
+            h = agent.actor.encoder.conv_features(batch.obs)
+        agent.update_actor_and_alpha(h)
+    if step % cfg.critic_target_update_freq == 0:
+        for net, target, tau in ((agent.critic.q1, agent.critic_target.q1, cfg.critic_tau),
+                                 (agent.critic.q2, agent.critic_target.q2, cfg.critic_tau),
+                                 (agent.critic.encoder, agent.critic_target.encoder, cfg.encoder_tau)):
+            with torch.no_grad():
+                for p, tp in zip(net.parameters(), target.parameters()):
+                    tp.copy_(tau * p + (1 - tau) * tp)
+    if step % cfg.curl_update_freq == 0:
+        query = agent.critic.encoder(batch.obs)
+        with torch.no_grad():
+            keys = [agent.critic_target.encoder(k) for k in batch.keys]
+        loss = agent.loss_fn(curl_scores(query, keys, agent.W))
+        agent.encoder_opt.zero_grad()
+        agent.curl_opt.zero_grad()
+        loss.backward()
+        agent.encoder_opt.step()
+        agent.curl_opt.step()
+
+
+@pytest.mark.parametrize("num_positives", [1, 2])
+def test_update_matches_a_step_by_step_transcription_of_curl(num_positives):
+    agent, cfg = tiny_agent(num_positives=num_positives)
+    reference = copy.deepcopy(agent)
+    for step in range(4):  # both kinds of step: with and without the actor and EMA parts
+        batch = tiny_batch(cfg)
+        torch.manual_seed(step)
+        agent.update(batch, step)
+        torch.manual_seed(step)
+        reference_update(reference, batch, step)
+    for name in ("actor", "critic", "critic_target"):
+        for (key, p), q in zip(getattr(agent, name).state_dict().items(),
+                               getattr(reference, name).state_dict().values()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=f"{name}.{key}")
+    torch.testing.assert_close(agent.W, reference.W, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(agent.log_alpha, reference.log_alpha)
 
 
 def test_update_schedule_and_key_encoder_ema():
@@ -216,6 +302,7 @@ def test_update_schedule_and_key_encoder_ema():
     w_before = agent.W.detach().clone()
     stats = agent.update(tiny_batch(cfg), step=2)
     assert set(stats) == {"critic_loss", "actor_loss", "alpha"} and torch.equal(agent.W, w_before)
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 and not v.requires_grad for v in stats.values())
     for online, target, old, tau in ((agent.critic.encoder, agent.critic_target.encoder, target_before.encoder, 0.05),
                                      (agent.critic.q1, agent.critic_target.q1, target_before.q1, 0.01)):
         for p, tp, op in zip(online.parameters(), target.parameters(), old.parameters()):
@@ -224,7 +311,7 @@ def test_update_schedule_and_key_encoder_ema():
     target_before = copy.deepcopy(agent.critic_target)
     encoder = snapshot(agent.critic.encoder)
     stats = agent.update(tiny_batch(cfg), step=3)
-    assert set(stats) == {"critic_loss", "curl_loss"} and np.isfinite(stats["curl_loss"])
+    assert set(stats) == {"critic_loss", "curl_loss"} and np.isfinite(float(stats["curl_loss"]))
     assert not changed(snapshot(target_before), agent.critic_target)
     assert not torch.equal(agent.W, w_before) and changed(encoder, agent.critic.encoder)
 
@@ -232,7 +319,8 @@ def test_update_schedule_and_key_encoder_ema():
 def test_two_positive_crops_run():
     agent, cfg = tiny_agent(num_positives=2)
     stats = agent.update(tiny_batch(cfg), step=0)
-    assert set(stats) == {"critic_loss", "actor_loss", "alpha", "curl_loss"} and np.isfinite(stats["curl_loss"])
+    assert set(stats) == {"critic_loss", "actor_loss", "alpha", "curl_loss"}
+    assert np.isfinite(float(stats["curl_loss"]))
 
 
 def test_config_rejects_bad_values():

@@ -68,7 +68,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     with pytest.raises(Killed):
         run(spec(), context(tmp_path / "b", KilledAfterCheckpoint))
     state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
-    assert state["env_steps"] == 1000 and len(state["buffer"]["obs_slots"]) == 10
+    assert state["env_steps"] == 1000 and len(state["buffer"]["slots"]) == 10
     resumed = run(spec(), context(tmp_path / "b", resume=True))
     assert resumed[1].metrics == straight[1].metrics
     assert resumed[0].curve == straight[0].curve

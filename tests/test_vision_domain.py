@@ -73,3 +73,47 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert resumed.info["epochs_run"] == 2
     result = VISION.evaluate(_spec(**{**small, "epochs": 2, "linear_epochs": 3}), resumed, _ctx(tmp_path, True))
     assert {"top1", "top5", "knn_top1"} <= set(result.metrics)
+
+
+def test_failed_compilation_warns_and_trains_exactly_as_eager(tmp_path, monkeypatch):
+    import domains.vision.augment as aug
+
+    small = dict(epochs=2, batch_size=256, knn_every=0, proj_dim=32)
+    torch.manual_seed(0)
+    eager = VISION.pretrain(_spec(**small), _ctx(tmp_path / "eager", resume=False))
+
+    def broken(fn, **kwargs):
+        def fail(*args, **kw):
+            raise RuntimeError("no compiler here")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken)
+    monkeypatch.setattr(aug, "_compiled_fns", {})
+    torch.manual_seed(0)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed .*no compiler here.*training eagerly"):
+        fallback = VISION.pretrain(_spec(compile=True, **small), _ctx(tmp_path / "compiled", resume=False))
+    # The failed first step was undone (buffers, random state) and taken again eagerly.
+    assert [p["loss"] for p in fallback.curve] == [p["loss"] for p in eager.curve]
+    assert fallback.info["compiled"] is False and eager.info["compiled"] is False
+    assert all(m._compiled_call_impl is None for m in fallback.model.children())
+    assert not aug._compiled
+
+
+def test_optimizer_runs_the_multi_tensor_implementation_with_the_same_steps():
+    from domains.vision.train import multi_tensor
+
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(5, 3)) for _ in range(3)]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    plain = torch.optim.Adam(params, lr=0.1, weight_decay=1e-2, foreach=False)
+    fast = torch.optim.Adam(twins, lr=0.1, weight_decay=1e-2, foreach=False)
+    multi_tensor(fast, torch.device("cpu"))
+    assert all(g["foreach"] for g in fast.param_groups)
+    for _ in range(3):
+        grads = [torch.randn(5, 3) for _ in params]
+        for group, opt in ((params, plain), (twins, fast)):
+            for p, g in zip(group, grads):
+                p.grad = g.clone()
+            opt.step()
+    for p, q in zip(params, twins):
+        assert torch.allclose(p, q, atol=1e-6)

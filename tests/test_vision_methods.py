@@ -163,3 +163,32 @@ def test_biased_objectives_with_fairkl_have_gradients(loss):
     value.backward()
     assert torch.isfinite(value)
     assert all(p.grad is not None for p in method.encoder.parameters())
+
+
+def test_moco_momentum_update_matches_a_loop_over_parameters():
+    torch.manual_seed(0)
+    moco = MoCo(_cfg("moco", num_negatives=8, moco_momentum=0.7), _info(), losses.get("infonce"), False)
+    with torch.no_grad():
+        for p in (*moco.encoder.parameters(), *moco.head.parameters()):
+            p.add_(torch.randn_like(p))
+    keys = [p.clone() for p in moco.key_encoder.parameters()]
+    queries = [p.clone() for p in (*moco.encoder.parameters(), *moco.head.parameters())]
+    moco.momentum_update()
+    for after, k, q in zip(moco.key_encoder.parameters(), keys, queries):
+        assert torch.allclose(after, 0.7 * k + 0.3 * q, atol=1e-6)
+    assert all(not p.requires_grad for p in moco.key_encoder.parameters())
+
+
+def test_cmc_negatives_are_uniform_over_the_other_rows():
+    torch.manual_seed(0)
+    cmc = CMC(_cfg("cmc", num_negatives=6), _info(), losses.get("infonce"), False)
+    index = torch.tensor([1, 2, 3, 4])
+    counts = torch.zeros(N)
+    draws = 3000
+    for _ in range(draws):
+        counts[cmc.sample_negatives(index)] += 1
+    others = counts[[i for i in range(N) if i not in index.tolist()]]
+    expected = draws * 6 / (N - 4)
+    # Binomial counts: std sqrt(500 · (1 - 1/6)) ≈ 20; 5 std each way.
+    assert (others - expected).abs().max() < 5 * (expected * (1 - 6 / (N - 4))) ** 0.5
+    assert counts[index].sum() == 0

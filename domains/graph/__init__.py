@@ -32,7 +32,7 @@ from domains.base import (
 from domains.graph import synthetic
 from domains.graph.config import C_GRID, GraphConfig
 from domains.graph.data import GraphSet, load_tu, tu_fingerprint
-from domains.graph.evaluate import svm_protocol
+from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
 
 _TU = {
@@ -116,8 +116,9 @@ class GraphDomain(Domain):
 
     def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
         self.validate(spec)
-        data = self.load(spec.dataset, ctx.data_root, spec.config).to(ctx.device)
-        return train(spec, ctx, data)
+        data = self.load(spec.dataset, ctx.data_root, spec.config)
+        check_folds(data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds)  # before, not after, training
+        return train(spec, ctx, data.to(ctx.device))
 
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
         cfg: GraphConfig = spec.config

@@ -21,10 +21,26 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from domains.base import DatasetMissingError, cache_dir, hash_files, require
+from domains.base import DatasetMissingError, UserError, cache_dir, did_you_mean, hash_files, require
 from domains.graph.config import GraphConfig
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
+_TOX21 = ("AhR", "AR", "AR-LBD", "ARE", "aromatase", "ATAD5", "ER", "ER-LBD", "HSE", "MMP", "p53", "PPAR-gamma")
+# The graph-classification sets of the TU collection (https://chrsmrrs.github.io/datasets/docs/datasets/). Only
+# these are ever downloaded: any other name is a typo unless its files are on disk, and gets a suggestion instead
+# of a network request.
+TU_CATALOGUE = frozenset("""
+    AIDS alchemy_full aspirin benzene BZR BZR_MD COX2 COX2_MD DHFR DHFR_MD ER_MD ethanol FRANKENSTEIN
+    malonaldehyde MCF-7 MCF-7H MOLT-4 MOLT-4H Mutagenicity MUTAG naphthalene NCI1 NCI109 NCI-H23 NCI-H23H
+    OVCAR-8 OVCAR-8H P388 P388H PC-3 PC-3H PTC_FM PTC_FR PTC_MM PTC_MR QM9 salicylic_acid SF-295 SF-295H SN12C
+    SN12CH SW-620 SW-620H toluene uracil UACC257 UACC257H Yeast YeastH ZINC_full ZINC_test ZINC_train ZINC_val
+    DD ENZYMES KKI OHSU Peking_1 PROTEINS PROTEINS_full
+    COIL-DEL COIL-RAG Cuneiform Fingerprint FIRSTMM_DB Letter-high Letter-low Letter-med MSRC_9 MSRC_21 MSRC_21C
+    COLLAB dblp_ct1 dblp_ct2 DBLP_v1 deezer_ego_nets facebook_ct1 facebook_ct2 github_stargazers highschool_ct1
+    highschool_ct2 IMDB-BINARY IMDB-MULTI infectious_ct1 infectious_ct2 mit_ct1 mit_ct2 REDDIT-BINARY
+    REDDIT-MULTI-5K REDDIT-MULTI-12K reddit_threads tumblr_ct1 tumblr_ct2 twitch_egos TWITTER-Real-Graph-Partial
+    COLORS-3 SYNTHETIC SYNTHETICnew Synthie TRIANGLES
+""".split()) | {f"Tox21_{t}_{part}" for t in _TOX21 for part in ("training", "testing", "evaluation")}
 
 
 @dataclass
@@ -145,6 +161,11 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     for candidate in (raw, fetched):
         if _has_raw(candidate, name):
             return candidate
+    if name not in TU_CATALOGUE:
+        raise DatasetMissingError(
+            f"unknown dataset '{name}'{did_you_mean(name, TU_CATALOGUE)} It is not a TU set (harness list "
+            f"datasets) and {raw}/ holds no files; a TU-format set of your own goes there ({name}_A.txt, "
+            f"{name}_graph_indicator.txt, {name}_graph_labels.txt, ...)")
     if not download:
         raise _missing(name, data_root, f"no files in {raw}, download disabled")
     tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
@@ -170,12 +191,61 @@ def load_tu(name: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
     with filelock.FileLock(str(root / f"{name}.lock")):
         if not link.exists():
             link.symlink_to(raw.resolve(), target_is_directory=True)
-        dataset = tu_dataset(str(root), name)
+        problem = count_mismatch(raw, name)
+        if problem:
+            raise UserError(f"TU dataset '{name}' cannot be read: {problem}; restore its files in {raw}/ "
+                            f"(from {TU_URL}/{name}.zip)")
+        try:
+            dataset = tu_dataset(str(root), name)
+        except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
+            raise UserError(f"TU dataset '{name}' cannot be read: {damaged_file(raw, name) or exc}; "
+                            f"restore its files in {raw}/ (from {TU_URL}/{name}.zip)") from exc
         graphs = list(dataset)
     n_feat = dataset.num_node_features
     features = f"one-hot node labels ({n_feat})" if n_feat else "none"
     data = from_data_list(name, graphs, features, {"raw_dir": str(raw), "sha256": digest})
     return add_featureless(data, cfg)
+
+
+# Files of a TU set that hold one line per edge, per node and per graph: their line counts must agree.
+_PER_ITEM = {"edge": ("A", "edge_labels", "edge_attributes"), "node": ("graph_indicator", "node_labels",
+             "node_attributes"), "graph": ("graph_labels", "graph_attributes")}
+
+
+def _count_lines(path: Path) -> tuple[int, bytes]:
+    """The number of lines of ``path`` and its last line (the graph indicator's names the last graph)."""
+    data = path.read_bytes()
+    lines = data.splitlines()
+    return len(lines), lines[-1] if lines else b""
+
+
+def count_mismatch(raw: Path, name: str) -> str | None:
+    """Files whose line counts disagree (a truncated file; PyG accepts some of these without a word), else None."""
+    found = {path.name[len(name) + 1:-len(".txt")]: _count_lines(path) for path in raw_files(raw, name)}
+    graphs = found.get("graph_indicator", (0, b""))[1].strip()
+    if graphs.isdigit():  # graphs are numbered 1..G in order: the last line names G
+        found["graphs"] = (int(graphs), b"")
+    for item, parts in _PER_ITEM.items():
+        counts = {f"{name}_{part}.txt": found[part][0] for part in parts if part in found}
+        if item == "graph" and "graphs" in found:
+            counts[f"graphs in {name}_graph_indicator.txt"] = found["graphs"][0]
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{file} {count}" for file, count in counts.items())
+            return f"files with one line per {item} disagree (lines: {listed}): one of them is truncated in {raw}"
+    return None
+
+
+def damaged_file(raw: Path, name: str) -> str | None:
+    """What is wrong with the files of TU set ``name`` in ``raw``: the first line that is not comma-separated
+    numbers, or files whose line counts disagree; None when neither is found."""
+    for path in raw_files(raw, name):
+        with open(path, errors="replace") as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    [float(x) for x in line.split(",")]
+                except ValueError:
+                    return f"{path}, line {number}: {line.strip()[:40]!r} is not comma-separated numbers"
+    return count_mismatch(raw, name)
 
 
 def tu_fingerprint(name: str, data_root: Path, download: bool) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from domains.base import UserError
 from domains.graph.config import C_GRID
 
 
@@ -31,6 +32,18 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
         scaler = StandardScaler().fit(x_train)
         x_train, x_test = scaler.transform(x_train), scaler.transform(x_test)
     return float(SVC(C=c).fit(x_train, y_train).score(x_test, y_test))
+
+
+def check_folds(y: np.ndarray, folds: int, inner_folds: int) -> None:
+    """UserError when the labels ``y`` cannot be split as :func:`svm_protocol` splits them: scikit-learn's
+    StratifiedKFold refuses more folds than the largest class has members (on the whole set for the outer CV,
+    on an outer training fold for the inner one)."""
+    largest = int(np.bincount(y).max()) if len(y) else 0
+    in_training_fold = largest * (folds - 1) // folds
+    if folds > largest or inner_folds > in_training_fold:
+        raise UserError(f"graph config: svm_folds={folds} and svm_inner_folds={inner_folds} cannot split this "
+                        f"dataset (its largest class has {largest} graphs, about {in_training_fold} in an outer "
+                        f"training fold); use at most svm_folds={largest} and svm_inner_folds={in_training_fold}")
 
 
 def svm_protocol(x: np.ndarray, y: np.ndarray, seed: int, *, folds: int = 10, inner_folds: int = 5,

@@ -13,6 +13,7 @@ run sees the same batches; a last batch of a single graph (no negative) joins th
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -79,14 +80,24 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start):
         model.train()
         tic, total, count = time.perf_counter(), 0.0, 0
-        for idx in epoch_batches(data.num_graphs, cfg.batch_size, ctx.seed, epoch):
+        batches = epoch_batches(data.num_graphs, cfg.batch_size, ctx.seed, epoch)
+        for step, idx in enumerate(batches, epoch * len(batches) + 1):
             b = data.batch(idx)
             graph_out, node_out = model(b.x, b.edge_index, b.batch, b.num_graphs)
-            loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
+            hint = f"epoch {epoch + 1}; try a lower learning rate (now --set lr={cfg.lr:g})"
+            try:
+                loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
+            except ValueError:  # the loss core refuses non-finite scores: the weights diverged at the last step
+                if bool(torch.isfinite(node_out @ graph_out.T).all()):  # finite outputs and scores: another error
+                    raise
+                ctx.check_loss(math.nan, step, f"the encoder's outputs or their scores are no longer finite; {hint}")
+                raise
+            value = loss.item()
+            ctx.check_loss(value, step, hint)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            total += loss.item() * b.num_graphs
+            total += value * b.num_graphs
             count += b.num_graphs
         seconds = time.perf_counter() - tic
         seen, train_seconds = seen + count, train_seconds + seconds

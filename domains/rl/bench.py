@@ -1,6 +1,10 @@
 """Speed of the two halves of CURL: environment steps per second (physics + rendering + frame stacking,
-random actions) per task, and gradient updates per second (critic + actor + EMA + contrastive, buffer
-sampling and cropping included) at batch 128 and 512."""
+random actions) per task, and gradient updates per second (critic + actor + EMA + contrastive, replay
+sampling and cropping included, the replay buffer on the device) at batch 128 and 512.
+
+Every row has ``what`` (``env_steps_per_s`` or ``updates_per_s``) and ``value`` in that unit; update rows
+also have ``batch_size``, ``device``, ``ms_per_update`` and ``sample_ms`` (one replay sample alone: the
+part of an update that the old host-side buffer spent copying)."""
 
 from __future__ import annotations
 
@@ -31,26 +35,45 @@ def env_steps_per_s(task: str, agent_steps: int) -> float:
         env.close()
 
 
-def updates_per_s(device: torch.device, batch_size: int, updates: int, action_dim: int = 1) -> float:
+def filled_buffer(cfg: CurlConfig, action_dim: int, device: torch.device, capacity: int = 1000) -> ReplayBuffer:
+    """A full replay buffer of random frames in episodes of 125 agent steps (cartpole's length)."""
+    rng = np.random.default_rng(0)
+    buffer = ReplayBuffer(capacity, (3, cfg.image_size, cfg.image_size), cfg.frame_stack, action_dim, 125, device)
+    obs = rng.integers(0, 256, size=(cfg.frame_stack * 3, cfg.image_size, cfg.image_size), dtype=np.uint8)
+    for i in range(capacity):
+        if i % 125 == 0:
+            buffer.start_episode(obs)
+        obs = np.concatenate([obs[3:], rng.integers(0, 256, size=(3, cfg.image_size, cfg.image_size),
+                                                    dtype=np.uint8)])
+        buffer.add(rng.uniform(-1, 1, action_dim), float(rng.normal()), obs, 1.0)
+    return buffer
+
+
+def update_speed(device: torch.device, batch_size: int, updates: int, action_dim: int = 1) -> dict[str, float]:
+    """Updates per second (replay sampling and crops included) and, alone, the milliseconds of one
+    replay sample (indices, stacks and the three crops)."""
     cfg = CurlConfig(batch_size=batch_size)
     agent = CurlSac(cfg, action_dim, 1e-3, losses.get("infonce"), device)
-    rng = np.random.default_rng(0)
-    buffer = ReplayBuffer(1000, (3, cfg.image_size, cfg.image_size), cfg.frame_stack, action_dim, 125)
-    frames = rng.integers(0, 256, size=(cfg.frame_stack * 3, cfg.image_size, cfg.image_size), dtype=np.uint8)
-    buffer.start_episode(frames)
-    for _ in range(buffer.capacity):
-        buffer.add(rng.uniform(-1, 1, action_dim), 0.0, np.roll(frames, 1, axis=-1), 1.0)
+    buffer = filled_buffer(cfg, action_dim, device)
 
-    def run(n: int, first_step: int) -> None:
-        for step in range(first_step, first_step + n):
-            agent.update(buffer.sample(batch_size, rng), step)
+    def timed(fn, n: int) -> float:
+        t0 = time.perf_counter()
+        for i in range(n):
+            fn(i)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
 
-    run(1, 0)  # warm-up: first allocations, CUDA context and kernels
-    t0 = time.perf_counter()
-    run(updates, 1)
-    return updates / (time.perf_counter() - t0)
+    def sample(_: int):
+        return buffer.sample(batch_size, cfg.crop_size, cfg.num_positives)
+
+    # Warm-up: first allocations, CUDA context and kernels, cuDNN's choice of algorithms for both kinds
+    # of update (with and without the actor and EMA steps).
+    warmup = 2 if device.type == "cuda" else 1
+    timed(lambda step: agent.update(sample(step), step), warmup)
+    seconds = timed(lambda i: agent.update(sample(i), warmup + i), updates)
+    sample_s = timed(sample, updates)
+    return {"updates_per_s": updates / seconds, "sample_ms": 1000.0 * sample_s / updates}
 
 
 def benchmark(device: torch.device, quick: bool) -> list[dict[str, Any]]:
@@ -63,10 +86,15 @@ def benchmark(device: torch.device, quick: bool) -> list[dict[str, Any]]:
                      "rendering": backend, "value": round(rate, 1),
                      "note": "environment steps (agent steps x action repeat), rendering 100x100 included"})
     for batch in (128, 512):
-        n = (3 if batch == 128 else 1) if quick else (20 if batch == 128 else 10)
         if device.type == "cuda":
-            n *= 10
-        rows.append({"what": "updates_per_s", "device": str(device), "batch_size": batch,
-                     "value": round(updates_per_s(device, batch, n), 3),
-                     "note": "one CURL+SAC update: critic, actor+alpha every 2nd, EMA every 2nd, contrastive"})
+            n = 50 if quick else 200
+        else:
+            n = (3 if batch == 128 else 1) if quick else (20 if batch == 128 else 10)
+        speed = update_speed(device, batch, n)
+        rate = speed["updates_per_s"]
+        rows.append({"what": "updates_per_s", "device": str(device), "batch_size": batch, "value": round(rate, 3),
+                     "ms_per_update": round(1000.0 / rate, 2), "sample_ms": round(speed["sample_ms"], 3),
+                     "updates_timed": n,
+                     "note": "one CURL+SAC update (critic, actor+alpha and EMA every 2nd, contrastive), "
+                             "replay sampling and crops on the device included"})
     return rows

@@ -19,15 +19,20 @@ The algorithm, top to bottom, as in CURL's public code:
   CURL's cross-entropy (after subtracting the row max, which no core loss depends on) is ``infonce``.
 - Schedule: ``seed_agent_steps`` uniformly random actions, then one update per agent step (critic,
   actor and α every 2nd, target EMA every 2nd, contrastive every step), then the environment step.
+- Replay lives on the agent's device (uint8 frames on the GPU when training there): a batch is sampled,
+  stacked and cropped there by indexing, and an update never copies from or waits for the host.
 
 Budgets and the learning curve are in ENVIRONMENT steps (agent steps × action repeat).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,20 +49,6 @@ from domains.rl.env import DMCEnv
 # --------------------------------------------------------------------------------------------- augmentation
 
 
-def random_crop(obs: Tensor, size: int, generator: torch.Generator | None = None) -> Tensor:
-    """``[B, C, H, W] -> [B, C, size, size]``, each sample cropped at its own uniformly drawn offset
-    (all ``H - size + 1`` positions; CURL's numpy version never picks the last one)."""
-    b, c, h, w = obs.shape
-    top = torch.randint(0, h - size + 1, (b,), generator=generator).to(obs.device)
-    left = torch.randint(0, w - size + 1, (b,), generator=generator).to(obs.device)
-    span = torch.arange(size, device=obs.device)
-    rows = (top[:, None] + span)[:, None, :, None]
-    cols = (left[:, None] + span)[:, None, None, :]
-    batch = torch.arange(b, device=obs.device)[:, None, None, None]
-    channel = torch.arange(c, device=obs.device)[None, :, None, None]
-    return obs[batch, channel, rows, cols]
-
-
 def center_crop(obs: Tensor, size: int) -> Tensor:
     """The central ``size x size`` window of ``[..., H, W]`` (CURL's evaluation view)."""
     h, w = obs.shape[-2:]
@@ -68,26 +59,45 @@ def center_crop(obs: Tensor, size: int) -> Tensor:
 # --------------------------------------------------------------------------------------------- replay buffer
 
 
+@dataclass
+class Batch:
+    """A replay batch, cropped (uint8 pixels ``[B, frame_stack·C, size, size]``, on the buffer's device).
+
+    ``obs`` is the anchor crop, also the RL input (as CURL); ``keys`` are further random crops of the same
+    observations for the contrastive part. ``index`` and ``tops``/``lefts`` (``[2 + len(keys), B]``: obs,
+    next_obs, keys) say which transitions and windows were taken."""
+
+    obs: Tensor
+    action: Tensor  # float [B, A]
+    reward: Tensor  # float [B, 1]
+    next_obs: Tensor
+    not_done: Tensor  # float [B, 1]
+    keys: list[Tensor]
+    index: Tensor  # long [B]
+    tops: Tensor  # long [2 + M, B]
+    lefts: Tensor  # long [2 + M, B]
+
+
 class ReplayBuffer:
-    """Transitions ``(obs, action, reward, next_obs, not_done)`` with uint8 pixels, ``capacity`` of them.
+    """Transitions ``(obs, action, reward, next_obs, not_done)`` with uint8 pixels, ``capacity`` of them, all
+    held on ``device`` (the GPU when the agent trains there), so that a batch never leaves it.
 
     Consecutive stacked observations share frames, so each frame is stored once: a ring of single frames,
-    and for each transition the frame slots of its obs and next_obs. Samples are the same stacks as CURL's
-    buffer returns (it stores both stacks whole), in a sixth of the memory. The ring holds enough frames
-    for ``capacity`` transitions of episodes of ``episode_length`` agent steps: one frame per transition
-    and ``frame_stack`` at each episode start.
+    and for each transition the ``frame_stack + 1`` frame slots of its obs (the first ``frame_stack``) and
+    next_obs (the last ``frame_stack``). Samples are the same stacks as CURL's buffer returns (it stores both
+    stacks whole), in a sixth of the memory. The ring holds enough frames for ``capacity`` transitions of
+    episodes of ``episode_length`` agent steps: one frame per transition and ``frame_stack`` at each
+    episode start.
     """
 
     def __init__(self, capacity: int, frame_shape: tuple[int, int, int], frame_stack: int, action_dim: int,
-                 episode_length: int):
-        self.capacity, self.frame_stack = capacity, frame_stack
+                 episode_length: int, device: torch.device | str = "cpu"):
+        self.capacity, self.frame_stack, self.device = capacity, frame_stack, torch.device(device)
         self.frame_capacity = capacity + frame_stack * (capacity // episode_length + 4)
-        self.frames = np.zeros((self.frame_capacity, *frame_shape), dtype=np.uint8)
-        self.obs_slots = np.zeros((capacity, frame_stack), dtype=np.int64)
-        self.next_slots = np.zeros((capacity, frame_stack), dtype=np.int64)
-        self.actions = np.zeros((capacity, action_dim), dtype=np.float32)
-        self.rewards = np.zeros((capacity, 1), dtype=np.float32)
-        self.not_dones = np.zeros((capacity, 1), dtype=np.float32)
+        self.frames = torch.zeros((self.frame_capacity, *frame_shape), dtype=torch.uint8, device=self.device)
+        self.slots = torch.zeros((capacity, frame_stack + 1), dtype=torch.int64, device=self.device)
+        # action, reward, not_done side by side: one host-to-device copy per transition, not three.
+        self.scalars = torch.zeros((capacity, action_dim + 2), dtype=torch.float32, device=self.device)
         self.idx = self.size = self.frame_idx = 0
         self.frames_wrapped = False
         self._stack: list[int] = []  # frame slots of the current observation
@@ -97,7 +107,7 @@ class ReplayBuffer:
 
     def _put_frame(self, frame: np.ndarray) -> int:
         slot = self.frame_idx
-        self.frames[slot] = frame
+        self.frames[slot] = torch.from_numpy(np.ascontiguousarray(frame))
         self.frame_idx = (slot + 1) % self.frame_capacity
         self.frames_wrapped = self.frames_wrapped or self.frame_idx == 0
         return slot
@@ -111,40 +121,59 @@ class ReplayBuffer:
         if not self._stack:
             raise RuntimeError("call start_episode(obs) before add()")
         channels = next_obs.shape[0] // self.frame_stack
-        next_stack = self._stack[1:] + [self._put_frame(next_obs[-channels:])]
+        slots = self._stack + [self._put_frame(next_obs[-channels:])]
         i = self.idx
-        self.obs_slots[i], self.next_slots[i] = self._stack, next_stack
-        self.actions[i], self.rewards[i], self.not_dones[i] = action, reward, not_done
+        self.slots[i] = torch.tensor(slots)
+        self.scalars[i] = torch.from_numpy(np.concatenate([np.asarray(action, np.float32).reshape(-1),
+                                                           np.float32([reward, not_done])]))
         self.idx = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
-        self._stack = next_stack
+        self._stack = slots[1:]
 
-    def _stacks(self, slots: np.ndarray) -> np.ndarray:
-        frames = self.frames[slots]  # [B, k, C, H, W]
-        return frames.reshape(frames.shape[0], -1, *frames.shape[3:])
-
-    def sample(self, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        """A uniform batch (with replacement, as CURL): obs, action, reward, next_obs, not_done."""
+    def sample(self, batch_size: int, crop_size: int, num_keys: int = 1,
+               generator: torch.Generator | None = None) -> Batch:
+        """A uniform batch (with replacement, as CURL) with one random crop per sample and view: obs,
+        next_obs and ``num_keys`` key crops of obs, each at its own uniformly drawn offset (all
+        ``H - crop_size + 1`` positions; CURL's numpy version never picks the last one). Indices and
+        offsets are drawn on the buffer's device: sampling never waits for the host."""
         if self.size == 0:
             raise RuntimeError("the replay buffer is empty")
-        i = rng.integers(0, self.size, size=batch_size)
-        return (self._stacks(self.obs_slots[i]), self.actions[i], self.rewards[i],
-                self._stacks(self.next_slots[i]), self.not_dones[i])
+        _, h, w = self.frames.shape[1:]
+        if not 0 < crop_size <= min(h, w):
+            raise ValueError(f"crop_size must lie in [1, {min(h, w)}], got {crop_size}")
+        dev, views = self.device, 2 + num_keys
+        index = torch.randint(0, self.size, (batch_size,), device=dev, generator=generator)
+        tops = torch.randint(0, h - crop_size + 1, (views, batch_size), device=dev, generator=generator)
+        lefts = torch.randint(0, w - crop_size + 1, (views, batch_size), device=dev, generator=generator)
+        return self.gather(index, tops, lefts, crop_size)
+
+    def gather(self, index: Tensor, tops: Tensor, lefts: Tensor, crop_size: int) -> Batch:
+        """The batch of transitions ``index`` ([B]), cropped at ``tops``/``lefts`` ([2 + M, B]: obs,
+        next_obs, then M key crops of obs): one gather from the frame ring, no stack is ever built whole."""
+        slots = self.slots[index]  # [B, k + 1]
+        k = self.frame_stack
+        obs_slots, next_slots = slots[:, :k], slots[:, 1:]
+        view_slots = torch.stack([obs_slots, next_slots, *[obs_slots] * (tops.shape[0] - 2)])  # [V, B, k]
+        # Every crop window of every frame as a view [F, C, H-S+1, W-S+1, S, S]; indexing slot, top and
+        # left (not adjacent: the channel slice lies between them) puts the index dims first.
+        windows = self.frames.unfold(2, crop_size, 1).unfold(3, crop_size, 1)
+        crops = windows[view_slots, :, tops[:, :, None], lefts[:, :, None]]  # [V, B, k, C, S, S]
+        crops = crops.flatten(2, 3)  # [V, B, k·C, S, S]
+        scalars = self.scalars[index]
+        return Batch(obs=crops[0], action=scalars[:, :-2], reward=scalars[:, -2:-1], next_obs=crops[1],
+                     not_done=scalars[:, -1:], keys=list(crops[2:]), index=index, tops=tops, lefts=lefts)
 
     def state_dict(self) -> dict[str, Any]:
         n = self.size
         used = self.frame_capacity if self.frames_wrapped else self.frame_idx
-        return {"frames": self.frames[:used].copy(), "obs_slots": self.obs_slots[:n].copy(),
-                "next_slots": self.next_slots[:n].copy(), "actions": self.actions[:n].copy(),
-                "rewards": self.rewards[:n].copy(), "not_dones": self.not_dones[:n].copy(),
-                "idx": self.idx, "size": self.size, "frame_idx": self.frame_idx, "frames_wrapped": self.frames_wrapped,
-                "stack": list(self._stack)}
+        host = {name: getattr(self, name)[:count].to("cpu", copy=True)
+                for name, count in (("frames", used), ("slots", n), ("scalars", n))}
+        return {**host, "idx": self.idx, "size": self.size, "frame_idx": self.frame_idx,
+                "frames_wrapped": self.frames_wrapped, "stack": list(self._stack)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.frames[:len(state["frames"])] = state["frames"]
-        n = state["size"]
-        for name in ("obs_slots", "next_slots", "actions", "rewards", "not_dones"):
-            getattr(self, name)[:n] = state[name]
+        for name in ("frames", "slots", "scalars"):
+            getattr(self, name)[:len(state[name])] = state[name]
         self.idx, self.size, self.frame_idx = state["idx"], state["size"], state["frame_idx"]
         self.frames_wrapped = state["frames_wrapped"]
         self._stack = list(state["stack"])
@@ -173,14 +202,16 @@ def make_convs(in_channels: int, num_filters: int, num_layers: int) -> nn.Sequen
 
 
 class Encoder(nn.Module):
-    """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder."""
+    """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder.
+    Pixels may come as uint8: the division makes them float32 in the same pass."""
 
     def __init__(self, obs_shape: tuple[int, int, int], feature_dim: int, num_filters: int, num_layers: int,
                  convs: nn.Sequential | None = None):
         super().__init__()
         self.convs = convs if convs is not None else make_convs(obs_shape[0], num_filters, num_layers)
-        with torch.no_grad():
-            flat = self.convs(torch.zeros(1, *obs_shape)).shape[1]
+        weight = next(self.convs.parameters())
+        with torch.no_grad():  # probe where the convolutions live (shared ones may already be on the GPU)
+            flat = self.convs(weight.new_zeros(1, *obs_shape)).shape[1]
         self.fc = nn.Linear(flat, feature_dim)
         self.ln = nn.LayerNorm(feature_dim)
 
@@ -244,33 +275,44 @@ class Critic(nn.Module):
 
 @torch.no_grad()
 def ema_update(net: nn.Module, target: nn.Module, tau: float) -> None:
-    """``target ← tau·net + (1 - tau)·target``, parameter by parameter."""
-    for p, tp in zip(net.parameters(), target.parameters()):
-        tp.lerp_(p, tau)
+    """``target ← tau·net + (1 - tau)·target``, parameter by parameter (one fused kernel on the GPU)."""
+    torch._foreach_lerp_(list(target.parameters()), list(net.parameters()), tau)
 
 
 def curl_scores(query: Tensor, keys: list[Tensor], W: Tensor) -> losses.Scores:
     """CURL's bilinear logits as ``Scores``: ``logits[i, m·B + j] = qᵢᵀ W k⁽ᵐ⁾ⱼ`` for the M key crops;
     the positives of row i are its own keys (columns m·B + i), every other column is a negative. The
     logits are raw (no temperature, no bound), so ``min_logit``/``max_logit`` stay None."""
-    b = query.shape[0]
     candidates = torch.cat(keys)  # [M·B, d]
     logits = query @ (W @ candidates.T)  # [B, M·B]
-    pos = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
-    rows = torch.arange(b, device=logits.device)
-    for m in range(len(keys)):
-        pos[rows, m * b + rows] = True
+    pos = torch.eye(query.shape[0], dtype=torch.bool, device=logits.device).repeat(1, len(keys))
     return losses.Scores(logits, pos, ~pos)
 
 
 # --------------------------------------------------------------------------------------------- the agent
 
 
+@contextlib.contextmanager
+def _cudnn_autotune() -> Iterator[None]:
+    """cuDNN's benchmark mode for the duration: an update's convolutions have fixed shapes, so timing the
+    algorithms once pays off (restored afterwards, as the flag is process-wide)."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
+
+
 class CurlSac:
-    """The networks, optimisers and update rule of CURL + SAC (see the module docstring)."""
+    """The networks, optimisers and update rule of CURL + SAC (see the module docstring).
+
+    On a GPU nothing in an update waits for the host (losses come back as tensors, the schedule follows
+    the step number) except inside the core loss, which checks its ``Scores`` and finds the positives on
+    the host (tests/test_rl_gpu.py checks the rest with a stand-in loss)."""
 
     def __init__(self, cfg: CurlConfig, action_dim: int, lr: float, loss_fn, device: torch.device):
-        self.cfg, self.device, self.loss_fn = cfg, device, loss_fn
+        self.cfg, self.device, self.loss_fn = cfg, torch.device(device), loss_fn
         obs_shape = (3 * cfg.frame_stack, cfg.crop_size, cfg.crop_size)
         encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers)
         self.critic = Critic(encoder, action_dim, cfg.hidden_dim).to(device)
@@ -289,14 +331,16 @@ class CurlSac:
         shared = {id(p) for p in encoder.convs.parameters()}
         actor_params = [p for p in self.actor.parameters() if id(p) not in shared]  # it never trains the convs
         encoder_params = list(self.critic.encoder.parameters())
-        self.actor_opt = torch.optim.Adam(actor_params, lr=lr, betas=(cfg.beta, 0.999))
-        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=lr, betas=(cfg.beta, 0.999))
-        self.alpha_opt = torch.optim.Adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
+        # On the GPU each optimiser steps all its tensors in one fused kernel; the CPU keeps torch's default.
+        adam = functools.partial(torch.optim.Adam, fused=True) if self.device.type == "cuda" else torch.optim.Adam
+        self.actor_opt = adam(actor_params, lr=lr, betas=(cfg.beta, 0.999))
+        self.critic_opt = adam(self.critic.parameters(), lr=lr, betas=(cfg.beta, 0.999))
+        self.alpha_opt = adam([self.log_alpha], lr=cfg.alpha_lr, betas=(cfg.alpha_beta, 0.999))
         # CURL's code steps the encoder on the contrastive loss with two Adam optimisers: its
         # encoder_optimizer, and its cpc_optimizer over the CURL module, whose parameters include that
         # encoder besides W. The published numbers come from that code, so we keep both.
-        self.encoder_opt = torch.optim.Adam(encoder_params, lr=lr)
-        self.curl_opt = torch.optim.Adam([self.W, *encoder_params], lr=lr)
+        self.encoder_opt = adam(encoder_params, lr=lr)
+        self.curl_opt = adam([self.W, *encoder_params], lr=lr)
 
     @property
     def alpha(self) -> Tensor:
@@ -305,12 +349,12 @@ class CurlSac:
     @torch.no_grad()
     def act(self, obs: np.ndarray, sample: bool) -> np.ndarray:
         """The action for one ``[C, H, W]`` observation, centre-cropped: a policy sample or tanh(μ)."""
-        x = center_crop(torch.as_tensor(obs, device=self.device), self.cfg.crop_size)[None].float()
+        x = center_crop(torch.as_tensor(obs, device=self.device), self.cfg.crop_size)[None]
         mu, pi, _ = self.actor(x)
         return (pi if sample else mu)[0].cpu().numpy()
 
     def update_critic(self, obs: Tensor, action: Tensor, reward: Tensor, next_obs: Tensor,
-                      not_done: Tensor) -> float:
+                      not_done: Tensor) -> Tensor:
         with torch.no_grad():
             _, next_action, next_log_pi = self.actor(next_obs)
             tq1, tq2 = self.critic_target(next_obs, next_action)
@@ -321,13 +365,12 @@ class CurlSac:
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.critic_opt.step()
-        return loss.item()
+        return loss.detach()
 
-    def update_actor_and_alpha(self, obs: Tensor) -> float:
-        # The actor's and the critic's encoders share their convolutions, which the actor loss never
-        # trains (CURL detaches them): one detached pass serves both heads.
-        with torch.no_grad():
-            h = self.critic.encoder.conv_features(obs)
+    def update_actor_and_alpha(self, h: Tensor) -> Tensor:
+        """The actor and α step from the (detached) conv features ``h`` of the anchor crop: the actor's and
+        the critic's encoders share their convolutions, which the actor loss never trains (CURL detaches
+        them), so one pass serves both heads."""
         _, pi, log_pi = self.actor.policy(self.actor.encoder.head(h))
         q1, q2 = self.critic.q(self.critic.encoder.head(h), pi)
         actor_loss = (self.alpha.detach() * log_pi - torch.min(q1, q2)).mean()
@@ -338,37 +381,52 @@ class CurlSac:
         self.alpha_opt.zero_grad(set_to_none=True)
         alpha_loss.backward()
         self.alpha_opt.step()
-        return actor_loss.item()
+        return actor_loss.detach()
 
-    def update_curl(self, anchor: Tensor, positives: list[Tensor]) -> float:
-        query = self.critic.encoder(anchor)
+    def contrastive_loss(self, query: Tensor, keys: list[Tensor]) -> Tensor:
+        """The core loss on CURL's bilinear scores of queries against keys."""
+        return self.loss_fn(curl_scores(query, keys, self.W))
+
+    def update_curl(self, h: Tensor, key_obs: list[Tensor]) -> Tensor:
+        """The contrastive step: queries from the conv features ``h`` of the anchor crop (with their
+        gradient), keys from the key encoder on the other crops."""
+        query = self.critic.encoder.head(h)
         with torch.no_grad():
-            keys = [self.critic_target.encoder(p) for p in positives]
-        loss = self.loss_fn(curl_scores(query, keys, self.W))
+            keys = [self.critic_target.encoder(k) for k in key_obs]
+        loss = self.contrastive_loss(query, keys)
         self.encoder_opt.zero_grad(set_to_none=True)
         self.curl_opt.zero_grad(set_to_none=True)
         loss.backward()
         self.encoder_opt.step()
         self.curl_opt.step()
-        return loss.item()
+        return loss.detach()
 
-    def update(self, batch: tuple[np.ndarray, ...], step: int) -> dict[str, float]:
-        """One CURL update on a replay batch; ``step`` is the agent step (it sets the every-2 schedule)."""
-        cfg, dev = self.cfg, self.device
-        obs_u8, action, reward, next_u8, not_done = (torch.as_tensor(x, device=dev) for x in batch)
-        obs = random_crop(obs_u8, cfg.crop_size).float()  # the anchor crop, also the RL input (as CURL)
-        next_obs = random_crop(next_u8, cfg.crop_size).float()
-        stats = {"critic_loss": self.update_critic(obs, action, reward, next_obs, not_done)}
-        if step % cfg.actor_update_freq == 0:
-            stats["actor_loss"] = self.update_actor_and_alpha(obs)
-            stats["alpha"] = self.alpha.item()
-        if step % cfg.critic_target_update_freq == 0:
-            ema_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
-            ema_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
-            ema_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
-        if step % cfg.curl_update_freq == 0:
-            positives = [random_crop(obs_u8, cfg.crop_size).float() for _ in range(cfg.num_positives)]
-            stats["curl_loss"] = self.update_curl(obs, positives)
+    def update(self, batch: Batch, step: int) -> dict[str, Tensor]:
+        """One CURL update on a replay batch; ``step`` is the agent step (it sets the every-2 schedule).
+        Returns the losses (and α) as detached 0-d tensors, so that nothing waits for the device."""
+        cfg = self.cfg
+        with _cudnn_autotune() if self.device.type == "cuda" else contextlib.nullcontext():
+            stats = {"critic_loss": self.update_critic(batch.obs, batch.action, batch.reward, batch.next_obs,
+                                                       batch.not_done)}
+            curl_due = step % cfg.curl_update_freq == 0
+            # From here to the contrastive step the convolutions stay as they are (the actor never trains
+            # them, the EMA moves the target only), so CURL's two passes over the anchor crop (the actor's,
+            # detached, and the query's) are one.
+            h = self.critic.encoder.conv_features(batch.obs) if curl_due else None
+            if step % cfg.actor_update_freq == 0:
+                if h is None:
+                    with torch.no_grad():
+                        h_actor = self.critic.encoder.conv_features(batch.obs)
+                else:
+                    h_actor = h.detach()
+                stats["actor_loss"] = self.update_actor_and_alpha(h_actor)
+                stats["alpha"] = self.alpha.detach()
+            if step % cfg.critic_target_update_freq == 0:
+                ema_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
+                ema_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
+                ema_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
+            if h is not None:
+                stats["curl_loss"] = self.update_curl(h, batch.keys)
         return stats
 
     def state_dict(self) -> dict[str, Any]:
@@ -444,11 +502,11 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     total_agent_steps = math.ceil(cfg.num_env_steps / repeat)
     agent = CurlSac(cfg, env.action_shape[0], cfg.lr or task.lr, loss_fn, ctx.device)
     buffer = ReplayBuffer(cfg.buffer_capacity, (3, cfg.image_size, cfg.image_size), cfg.frame_stack,
-                          env.action_shape[0], episode_length)
+                          env.action_shape[0], episode_length, device=ctx.device)
     rng = np.random.default_rng(ctx.seed)
     start, updates, curve, episode_returns = 0, 0, [], []
     update_time = env_time = 0.0
-    recent: dict[str, list[float]] = {}
+    recent: dict[str, list[Tensor]] = {}  # the update statistics since the last evaluation, on the device
 
     state = ctx.load_checkpoint()
     if state is not None:
@@ -461,7 +519,8 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
         if torch.cuda.is_available() and state.get("cuda_rng") is not None:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         start, updates, curve, episode_returns = state["step"], state["updates"], state["curve"], state["returns"]
-        update_time, env_time, recent = state["update_time"], state["env_time"], state["recent"]
+        update_time, env_time = state["update_time"], state["env_time"]
+        recent = {key: list(values.to(ctx.device).unbind()) for key, values in state["recent"].items()}
         ctx.log(f"resumed from agent step {start} ({env.env_steps} environment steps)")
     next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
     next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq if cfg.checkpoint_freq else None
@@ -475,8 +534,11 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             action = env.sample_action(rng)
         else:
             action = agent.act(obs, sample=True)
+            # On a GPU this times the host until the update's work is queued (the core loss waits for the
+            # device on the way); the rest overlaps the environment step.
             t0 = time.perf_counter()
-            for key, value in agent.update(buffer.sample(cfg.batch_size, rng), step).items():
+            batch = buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives)
+            for key, value in agent.update(batch, step).items():
                 recent.setdefault(key, []).append(value)
             update_time += time.perf_counter() - t0
             updates += 1
@@ -502,7 +564,8 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
                 "env_rng": env.rng_state(), "env_steps": env.env_steps, "torch_rng": torch.get_rng_state(),
                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                 "step": step + 1, "updates": updates, "curve": curve, "returns": episode_returns,
-                "update_time": update_time, "env_time": env_time, "recent": recent})
+                "update_time": update_time, "env_time": env_time,
+                "recent": {key: torch.stack(values) for key, values in recent.items()}})
             next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
         obs, _ = env.reset()
         buffer.start_episode(obs)
@@ -518,12 +581,12 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
 
 
 def _curve_point(env_steps: int, agent_steps: int, updates: int, returns: list[float],
-                 train_returns: list[float], recent: dict[str, list[float]]) -> dict[str, Any]:
+                 train_returns: list[float], recent: dict[str, list[Tensor]]) -> dict[str, Any]:
     point = {"env_steps": env_steps, "agent_steps": agent_steps, "updates": updates,
              "eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
              "eval_episode_returns": [float(r) for r in returns],
              "train_return": float(train_returns[-1]) if train_returns else None}
-    point.update({key: float(np.mean(values)) for key, values in recent.items()})
+    point.update({key: float(np.mean(torch.stack(values).tolist())) for key, values in recent.items()})
     return point
 
 

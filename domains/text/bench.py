@@ -2,8 +2,8 @@
 
 Training runs on the Gutenberg books when ``<data root>/books`` exists, else on the embedded synthetic corpus;
 the SentEval rows (only when ``<data root>/senteval`` exists) time each task's encoding and protocol with the
-encoder just trained. ``quick``: a few steps and tasks subsampled to 1000 samples; otherwise a longer run and
-the full tasks.
+encoder just trained (the torch classifier, on the same device). ``quick``: a few steps and tasks subsampled to
+1000 samples; otherwise a longer run and the full tasks.
 """
 
 from __future__ import annotations
@@ -48,8 +48,9 @@ def benchmark(device: torch.device, data_root: Path, quick: bool) -> list[dict[s
                 encoder = QuickThoughtEncoder(model, tokenizer, device, cfg.eval_batch_size, truncate=False)
     if encoder is not None and (Path(data_root) / "senteval").is_dir():
         for task in load_tasks(data_root, replace(cfg, senteval_tasks=TASKS)):
-            result = evaluate_task(encoder, task, cfg)
-            rows.append({"benchmark": "senteval", "task": task.name, "n_train": result["n_train"],
+            result = evaluate_task(encoder, task, cfg, device)
+            rows.append({"benchmark": "senteval", "task": task.name, "classifier": result["classifier"],
+                         "device": str(device), "n_train": result["n_train"],
                          "features": result["features"], "encode_s": round(result["encode_s"], 2),
                          "seconds": round(result["seconds"], 2), "accuracy": round(result["accuracy"], 2)})
     return rows

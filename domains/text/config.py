@@ -54,6 +54,7 @@ class TextConfig:
     grad_clip: float = 5.0
     epochs: int = 3
     max_steps: int = 0  # stop after this many optimiser steps; 0: run every epoch
+    amp: bool = False  # bf16 autocast for the encoders on CUDA (ignored on the CPU)
     log_every: int = 10
     checkpoint_every: int = 200
     # --- evaluation ---
@@ -61,6 +62,14 @@ class TextConfig:
     kfold: int = 10
     senteval_max_samples: int = 0  # subsample each task (train and test) to this size, for smoke tests; 0: all
     eval_seed: int = 1111  # SentEval's seed: the folds do not change with the run seed
+    # torch: SentEval's PyTorch logistic regression (Adam, L2 grid 1e-5..1e-2, early stopping), every model of a
+    # task batched, on the run's device; sklearn: scikit-learn's LogisticRegression (C grid), on the CPU
+    classifier: Literal["torch", "sklearn"] = "torch"
+    probe_batch_size: int = 64  # SentEval's batch
+    probe_epoch_size: int = 4  # passes over the training set between two early-stopping checks
+    probe_tenacity: int = 5  # epochs without a better dev accuracy tolerated (SentEval's count, never reset)
+    probe_max_epoch: int = 200  # at most this many passes
+    probe_standardize: bool = True  # z-score each feature first (SentEval does not; see torch_probe.standardized)
     eval_solver: Literal["auto", "liblinear", "lbfgs"] = "auto"  # auto: liblinear on sparse, lbfgs on dense
     eval_max_iter: int = 1000
     eval_jobs: int = 1
@@ -73,11 +82,13 @@ class TextConfig:
                     "log_every", "checkpoint_every", "synthetic_topics", "synthetic_documents",
                     "synthetic_sentences_per_doc", "synthetic_eval_sentences", "bert_layers", "bert_heads",
                     "bert_hidden", "bert_intermediate", "eval_batch_size", "eval_max_iter", "eval_jobs",
-                    "min_frequency")
+                    "min_frequency", "probe_batch_size", "probe_epoch_size", "probe_max_epoch")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_sentences", "max_steps", "senteval_max_samples"):
+        if self.classifier not in ("torch", "sklearn"):
+            raise ValueError(f"classifier must be 'torch' or 'sklearn', got {self.classifier!r}")
+        for name in ("max_sentences", "max_steps", "senteval_max_samples", "probe_tenacity"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: no limit), got {getattr(self, name)}")
         if not self.temperature > 0:

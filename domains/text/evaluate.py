@@ -1,7 +1,7 @@
 """Evaluation of a frozen sentence encoder (anything with ``prepare(sentences)`` and ``encode(sentences)``).
 
 - ``synthetic-topics``: the topic of held-out single sentences, with the MR/CR/SUBJ/MPQA protocol (logistic
-  regression, C by inner k-fold inside an outer stratified k-fold); the Bayes accuracy and chance are recorded.
+  regression, its L2 by inner k-fold inside an outer stratified k-fold); the Bayes accuracy and chance are recorded.
 - ``books`` / ``hf-text``: the SentEval tasks of ``senteval_tasks``; the primary metric ``accuracy`` is the mean
   of their accuracies, every task's accuracy (and MRPC's F1) is a metric too. All in percent.
 """
@@ -13,23 +13,24 @@ from typing import Any
 
 from domains.text.config import TextConfig
 from domains.text.corpus import synthetic_task
-from domains.text.senteval import classifier, cross_validate, evaluate_senteval
+from domains.text.senteval import evaluate_senteval, run_protocol
 
 
-def evaluate_synthetic(encoder, cfg: TextConfig) -> tuple[dict[str, float], dict[str, Any]]:
+def evaluate_synthetic(encoder, cfg: TextConfig, device: str | Any = "cpu") -> tuple[dict[str, float], dict[str, Any]]:
     sentences, labels, bayes = synthetic_task(cfg)
     encoder.prepare(sentences)
-    result = cross_validate(encoder.encode(sentences), labels, cfg.kfold, classifier(cfg), jobs=cfg.eval_jobs)
+    result = run_protocol(encoder.encode(sentences), labels, None, None, cfg, device)
     k = cfg.synthetic_topics
     details = {"synthetic": result, "primary": "accuracy on the synthetic topic task (percent)",
                "class_prior": [1.0 / k] * k, "chance_accuracy": 100.0 / k, "bayes_accuracy": bayes}
     return {"accuracy": result["accuracy"], "bayes_accuracy": bayes}, details
 
 
-def evaluate_encoder(encoder, dataset: str, cfg: TextConfig, data_root: Path, log=print) -> tuple[dict, dict]:
-    """Metrics and details of ``encoder`` with the protocol of ``dataset``."""
+def evaluate_encoder(encoder, dataset: str, cfg: TextConfig, data_root: Path, log=print,
+                     device: str | Any = "cpu") -> tuple[dict, dict]:
+    """Metrics and details of ``encoder`` with the protocol of ``dataset`` (a torch classifier on ``device``)."""
     if dataset == "synthetic-topics":
-        return evaluate_synthetic(encoder, cfg)
-    metrics, details = evaluate_senteval(encoder, data_root, cfg, log)
+        return evaluate_synthetic(encoder, cfg, device)
+    metrics, details = evaluate_senteval(encoder, data_root, cfg, log, device)
     details["primary"] = f"mean accuracy over the SentEval tasks {', '.join(cfg.senteval_tasks)} (percent)"
     return metrics, details

@@ -78,15 +78,24 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
           ctx: RunContext, checkpoint: dict[str, Any] | None) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
     """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
     ``checkpoint_every`` steps and at every epoch's end; ``checkpoint`` (from ``ctx.load_checkpoint``)
-    resumes at its step. Returns the learning curve, the throughput and what to record."""
+    resumes at its step. Returns the learning curve, the throughput and what to record.
+
+    On a GPU nothing waits for the device between two log points: the padded corpus and its document ids are
+    on the device from the start, which batches have a positive pair is known beforehand, and the loss is
+    summed on the device and read (and checked for non-finite values) every ``log_every`` steps. ``amp``: the
+    encoders run under bf16 autocast on CUDA."""
     device = ctx.device
     model.to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    rows = tokenizer.ids(corpus.sentences)  # tokenised once, truncated to max_len
-    doc_ids = torch.from_numpy(corpus.doc_ids)
+    all_ids, all_lengths = pad(tokenizer.ids(corpus.sentences), tokenizer.pad_id)  # tokenised once, truncated
+    all_ids = all_ids.to(device, non_blocking=True)
+    doc_ids = torch.from_numpy(corpus.doc_ids).to(device)
     batches = contiguous_batches(len(corpus), cfg.batch_size)
     if not batches:
         raise UserError(f"the corpus has {len(corpus)} sentence(s): quick-thought needs at least 2")
+    # a batch of one-sentence documents has no positive pair (context >= 1: neighbours in the same document)
+    has_pair = [bool(np.any(corpus.doc_ids[sl][1:] == corpus.doc_ids[sl][:-1])) for sl in batches]
+    amp = cfg.amp and device.type == "cuda"
     per_epoch = len(batches)
     total = per_epoch * cfg.epochs
     if cfg.max_steps:
@@ -104,48 +113,62 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                              "curve": curve, "elapsed_s": elapsed, "sentences_seen": seen,
                              "skipped_batches": skipped, "tokenizer": tokenizer.to_str()})
 
+    loss_sum = torch.zeros((), device=device)
     window = _new_window()
+    tic = time.perf_counter()
+    first_step = step
     order: np.ndarray | None = None
     for step_index in ctx.progress(range(step, total), desc="quick-thought", total=total - step):
-        tic = time.perf_counter()
         epoch, within = divmod(step_index, per_epoch)
         if order is None or within == 0:
             order = np.random.default_rng([ctx.seed, epoch]).permutation(per_epoch)
-        sl = batches[order[within]]
-        ids, lengths = pad(rows[sl], tokenizer.pad_id)
-        u, v = model(ids.to(device), lengths)
-        positions = torch.arange(sl.start, sl.stop, device=device)
-        scores = qt_scores(u, v, doc_ids[sl].to(device), positions, cfg.context, cfg.similarity, cfg.temperature)
+        batch = int(order[within])
+        sl = batches[batch]
         step = step_index + 1
-        if scores.pos_mask.any():  # a batch of one-sentence documents has no positive pair
-            loss = loss_fn(scores)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"the {loss_fn} loss is {loss.item()} at step {step}; lower lr or use "
-                                         "similarity=cosine")
+        if has_pair[batch]:
+            lengths = all_lengths[sl]
+            try:
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
+                    u, v = model(all_ids[sl, : int(lengths.max())], lengths)
+            except RuntimeError as exc:
+                if not amp:
+                    raise
+                raise UserError(f"bf16 autocast failed in the encoders ({exc}): add --set amp=false") from exc
+            positions = torch.arange(sl.start, sl.stop, device=device)
+            loss = loss_fn(qt_scores(u, v, doc_ids[sl], positions, cfg.context, cfg.similarity, cfg.temperature))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
-            loss_value = loss.item()  # waits for the device, so the step's time is all in
-            seconds = time.perf_counter() - tic
-            elapsed += seconds
-            seen += sl.stop - sl.start
-            for key, value in (("loss", loss_value), ("steps", 1), ("sentences", sl.stop - sl.start),
-                               ("seconds", seconds)):
-                window[key] += value
+            loss_sum += loss.detach()
+            window["steps"] += 1
+            window["sentences"] += sl.stop - sl.start
         else:
             skipped += 1
         if window["steps"] and (step % cfg.log_every == 0 or step == total):
-            curve.append({"step": step, "epoch": round(step / per_epoch, 4),
-                          "loss": window["loss"] / window["steps"],
-                          "sentences_per_s": window["sentences"] / max(window["seconds"], 1e-9)})
+            window["loss"] = loss_sum.item()  # waits for the device: the window's time is all in
+            if not np.isfinite(window["loss"]):
+                raise FloatingPointError(f"the {loss_fn} loss is not finite between steps {step - cfg.log_every} "
+                                         f"and {step}; lower lr or use similarity=cosine")
+            seconds = time.perf_counter() - tic
+            elapsed += seconds
+            seen += window["sentences"]
+            curve.append({"step": step, "epoch": round(step / per_epoch, 4), "loss": window["loss"] / window["steps"],
+                          "sentences_per_s": window["sentences"] / max(seconds, 1e-9)})
+            if cfg.log_every < step - first_step <= 2 * cfg.log_every:  # the second window: past the warm-up
+                ctx.log(f"quick-thought: {seconds / window['steps']:.3f} s per step, about "
+                        f"{(total - step) * seconds / window['steps'] / 60:.1f} min for the {total - step} steps left")
+            loss_sum.zero_()
             window = _new_window()
+            tic = time.perf_counter()
         if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
+            pause = time.perf_counter()
             save()
+            tic += time.perf_counter() - pause  # saving is no training time
     throughput = {"sentences_per_s": seen / elapsed if elapsed > 0 else 0.0, "train_s": elapsed}
     info = {"steps": step, "epochs": round(step / per_epoch, 4), "batches_per_epoch": per_epoch,
             "train_sentences": len(corpus), "documents": len(corpus.doc_names), "skipped_batches": skipped,
             "vocab_size": tokenizer.vocab_size, "similarity": cfg.similarity, "temperature": cfg.temperature,
-            "positives_per_anchor": 2 * cfg.context,
+            "positives_per_anchor": 2 * cfg.context, "amp": "bf16" if amp else None,
             "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context)}
     return curve, throughput, info

@@ -1,4 +1,6 @@
-"""SentEval's transfer tasks (Conneau & Kiela 2018) read from its own layout, and its protocol with scikit-learn.
+"""SentEval's transfer tasks (Conneau & Kiela 2018) read from its own layout, and its protocol with a
+classifier in torch (``classifier=torch``, default: SentEval's PyTorch logistic regression, see ``torch_probe``)
+or scikit-learn (``classifier=sklearn``, the reference, below).
 
 Layout under ``<data root>/senteval/``: ``MR/rt-polarity.{pos,neg}``, ``CR/custrev.{pos,neg}``,
 ``SUBJ/subj.{objective,subjective}``, ``MPQA/mpqa.{pos,neg}``, ``TREC/{train_5500,TREC_10}.label``,
@@ -8,7 +10,8 @@ latin-1 for the four binary tasks and TREC (TREC's train file has a latin-1 byte
 BOM, header skipped. Samples are sorted as SentEval sorts them (by length, then label), so with the same seed
 the folds are SentEval's folds.
 
-Protocol (SentEval's scikit-learn path, ``senteval/tools/validation.py``):
+Protocol (SentEval's scikit-learn path, ``senteval/tools/validation.py``; the torch path has the same folds and
+structure with its own L2 grid and early stopping, ``torch_probe``):
 - MR, CR, SUBJ, MPQA (and the synthetic task): outer stratified k-fold (k = 10); inside each training fold an
   inner stratified k-fold picks the logistic regression's C from {2^-2, ..., 2^3}; the metric is the mean test
   accuracy over the outer folds.
@@ -17,7 +20,8 @@ Protocol (SentEval's scikit-learn path, ``senteval/tools/validation.py``):
 The dev score of each C is rounded to 2 decimals before the arg-max, as SentEval does (ties go to the smaller C).
 The solver (``eval_solver``, default ``auto``) is liblinear for sparse features (scikit-learn's default when
 SentEval was written, one-vs-rest for TREC) and lbfgs for dense embeddings: each is the fast one there, and both
-reach the same L2-regularised optimum for a binary task.
+reach the same L2-regularised optimum for a binary task. Sparse features (bag-of-words counts) always take this
+path: the torch classifier wants dense rows.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from domains.base import DatasetMissingError, UserError
+from domains.text import torch_probe
 from domains.text.config import TextConfig
 
 INNER_CS = tuple(2.0 ** t for t in range(-2, 4))  # InnerKFoldClassifier (MR, CR, SUBJ, MPQA)
@@ -298,7 +303,32 @@ def classifier(cfg: TextConfig) -> Classifier:
     return Classifier(cfg.eval_seed, cfg.eval_solver, cfg.eval_max_iter)
 
 
-def evaluate_task(encoder, task: Task, cfg: TextConfig) -> dict[str, Any]:
+def probe(cfg: TextConfig, device: str | Any = "cpu") -> torch_probe.TorchProbe:
+    return torch_probe.TorchProbe(str(device), cfg.eval_seed, cfg.probe_batch_size, epoch_size=cfg.probe_epoch_size,
+                                  tenacity=cfg.probe_tenacity, max_epoch=cfg.probe_max_epoch,
+                                  standardize=cfg.probe_standardize)
+
+
+def run_protocol(X_train, y_train: np.ndarray, X_test, y_test: np.ndarray | None, cfg: TextConfig,
+                 device: str | Any = "cpu") -> dict[str, Any]:
+    """The cross-validation protocol (``X_test`` None) or the train/test one, with ``cfg.classifier`` on ``device``
+    (sparse features: scikit-learn); the result names the classifier that ran."""
+    if cfg.classifier == "torch" and not hasattr(X_train, "tocsr"):
+        settings = probe(cfg, device)
+        if X_test is None:
+            result = torch_probe.cross_validate(X_train, y_train, cfg.kfold, settings)
+        else:
+            result = torch_probe.train_test(X_train, y_train, X_test, y_test, cfg.kfold, settings)
+        return {**result, "classifier": "torch", "device": str(device)}
+    options = {"kfold": cfg.kfold, "clf": classifier(cfg), "jobs": cfg.eval_jobs}
+    if X_test is None:
+        result = cross_validate(X_train, y_train, **options)
+    else:
+        result = train_test(X_train, y_train, X_test, y_test, **options)
+    return {**result, "classifier": "sklearn"}
+
+
+def evaluate_task(encoder, task: Task, cfg: TextConfig, device: str | Any = "cpu") -> dict[str, Any]:
     """Encode one task's sentences (after ``encoder.prepare`` on all of them) and run its protocol."""
     tic = time.perf_counter()
     encoder.prepare(task.train.all_sentences() + (task.test.all_sentences() if task.test else []))
@@ -310,11 +340,7 @@ def evaluate_task(encoder, task: Task, cfg: TextConfig) -> dict[str, Any]:
     X_train = features(task.train)
     X_test = features(task.test) if task.test is not None else None
     encode_s = time.perf_counter() - tic
-    options = {"kfold": cfg.kfold, "clf": classifier(cfg), "jobs": cfg.eval_jobs}
-    if task.test is None:
-        result = cross_validate(X_train, task.train.labels, **options)
-    else:
-        result = train_test(X_train, task.train.labels, X_test, task.test.labels, **options)
+    result = run_protocol(X_train, task.train.labels, X_test, task.test.labels if task.test else None, cfg, device)
     result.update(n_train=len(task.train), n_test=len(task.test) if task.test else len(task.train),
                   features=int(X_train.shape[1]), encode_s=encode_s, seconds=time.perf_counter() - tic)
     return result
@@ -340,16 +366,19 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
-def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print) -> tuple[dict[str, float], dict]:
-    """Every task of ``cfg.senteval_tasks`` with our scikit-learn protocol (or the `senteval` package)."""
+def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print,
+                      device: str | Any = "cpu") -> tuple[dict[str, float], dict]:
+    """Every task of ``cfg.senteval_tasks`` with our protocol (or the `senteval` package); a torch classifier
+    trains on ``device``."""
     if cfg.use_senteval_package:
         return run_senteval_package(encoder, data_root, cfg)
     results = {}
     for task in load_tasks(data_root, cfg):
-        results[task.name] = evaluate_task(encoder, task, cfg)
+        results[task.name] = evaluate_task(encoder, task, cfg, device)
         log(f"SentEval {task.name}: accuracy {results[task.name]['accuracy']:.2f} "
-            f"({results[task.name]['seconds']:.1f}s)")
-    return summarise(results), {"tasks": results, "protocol": "ours (scikit-learn)",
+            f"({results[task.name]['seconds']:.1f}s, {results[task.name]['classifier']})")
+    names = {"torch": "SentEval's PyTorch logistic regression, batched (torch)", "sklearn": "scikit-learn"}
+    return summarise(results), {"tasks": results, "protocol": f"ours ({names[cfg.classifier]})",
                                 "subsampled_to": cfg.senteval_max_samples or None}
 
 

@@ -62,6 +62,16 @@ def _load(name: str, root: str, image_size: int, rho: float, bias_percent: str, 
     return load(name, Path(root), image_size=image_size, rho=rho, bias_percent=bias_percent, download=download)
 
 
+def _on_device(data: VisionData, device: torch.device) -> VisionData:
+    """The in-memory sets on a CUDA device when they fit in a quarter of its memory: batches are then
+    indexed there, with no copy per step (folders stay on the host, streamed by a DataLoader)."""
+    if device.type != "cuda":
+        return data
+    splits = {id(s): s for s in (data.pretrain, data.train, data.test)}.values()
+    size = sum(s.images.numel() * s.images.element_size() for s in splits if isinstance(s.images, torch.Tensor))
+    return data.to(device) if size <= torch.cuda.get_device_properties(device).total_memory // 4 else data
+
+
 def _data(spec: RunSpec, ctx: RunContext) -> VisionData:
     c = spec.config
     return _load(spec.dataset, str(ctx.data_root), c.image_size, c.rho, c.bias_percent, c.download)
@@ -133,6 +143,7 @@ class VisionDomain(Domain):
         self.validate(spec)
         device = setup_device(ctx.device)
         data = _data(spec, ctx)
+        data = _on_device(data, device)
         cfg, method = self._method(spec, data, device)
         return pretrain(method, data, cfg, ctx, device, desc=f"{spec.method}/{spec.loss}")
 
@@ -153,6 +164,9 @@ class VisionDomain(Domain):
                                         cfg.knn_temperature)}
         if data.test.bias is not None:
             metrics.update(group_accuracy(result["predictions"], test_y, data.test.bias.to(device)))
+        online = method.reported_metrics(data.test, device, pretrained.curve)
+        # the biased track reports its online classifier (Barbano et al.); the probe's values stay beside
+        metrics = {**metrics, **{f"probe_{k}": metrics[k] for k in online if k in metrics}, **online}
         details = {"n_train": len(data.train), "n_test": len(data.test), "n_pretrain": len(data.pretrain),
                    "feature_dim": int(train_f.shape[1]), "image_size": data.image_size,
                    "epochs_run": pretrained.info.get("epochs_run"), "linear_epochs": cfg.linear_epochs}

@@ -7,11 +7,20 @@ SimCLR's augmentation (Chen et al. 2020, as used by Chuang et al. 2020): random 
 draws its own crop, flip and jitter factors; the order of the four jitter operations is drawn once
 per batch (torchvision draws it per image). Images enter as uint8 ``[B, 3, H, W]`` and leave as float
 in [0, 1]; :func:`normalize` or :func:`lab_views` follow.
+
+Speed: every random number of a step is drawn in one call per operation group (no per-sample loop,
+nothing read back to the host), constants live on the device once (a host-to-device copy of a fresh
+tensor waits for the device), and the pixel work is done by a few pure functions (``@_kernel``) that
+:func:`set_compiled` runs through ``torch.compile``, which fuses each into one or two kernels. The
+random draws stay outside those functions, so compiled and eager augmentation see the same numbers.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +31,42 @@ JITTER_P, GRAY_P = 0.8, 0.2
 # CMC's Lab normalisation: each channel's range, from the sRGB gamut, mapped to [-1, 1].
 LAB_MEAN = (50.0, (-86.183 + 98.233) / 2, (-107.857 + 94.478) / 2)
 LAB_STD = (50.0, (86.183 + 98.233) / 2, (107.857 + 94.478) / 2)
+# sRGB (D65) to CIE XYZ, and the D65 white point (the constants of scikit-image's rgb2lab).
+_RGB_TO_XYZ = ((0.412453, 0.357580, 0.180423), (0.212671, 0.715160, 0.072169), (0.019334, 0.119193, 0.950227))
+_WHITE = (0.95047, 1.0, 1.08883)
+_LOG_RATIO = (math.log(3 / 4), math.log(4 / 3))
+
+_compiled = False
+_compiled_fns: dict[Callable, Callable] = {}  # each pixel function's torch.compile'd form, once built
+Fn = TypeVar("Fn", bound=Callable)
+
+
+def set_compiled(enabled: bool) -> bool:
+    """Run the pixel functions through ``torch.compile`` (True) or eagerly; returns the old setting."""
+    global _compiled
+    previous, _compiled = _compiled, bool(enabled)
+    return previous
+
+
+def _kernel(fn: Fn) -> Fn:
+    """``fn`` eagerly, or its ``torch.compile``d form (built on first use) while :func:`set_compiled`."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if not _compiled:
+            return fn(*args, **kwargs)
+        if fn not in _compiled_fns:
+            _compiled_fns[fn] = torch.compile(fn)
+        return _compiled_fns[fn](*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(values: tuple, device: torch.device, shape: tuple[int, ...]) -> Tensor:
+    """A float32 constant on ``device``, made once: ``torch.tensor(..., device=cuda)`` copies from
+    pageable host memory, which blocks until the device has finished its queue."""
+    return torch.tensor(values, dtype=torch.float32, device=device).view(shape)
 
 
 def to_unit(images: Tensor) -> Tensor:
@@ -29,22 +74,37 @@ def to_unit(images: Tensor) -> Tensor:
     return images.float().div_(255.0)
 
 
+def grayscale(x: Tensor) -> Tensor:
+    """ITU-R 601 luma, [B, 1, H, W]."""
+    return 0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]
+
+
+@_kernel
+def _crop(x: Tensor, u: Tensor, size: int, min_scale: float, flip: bool, scale: float) -> Tensor:
+    # u [5, B]: area, log aspect ratio, centre x, centre y, flip.
+    area = min_scale + (1.0 - min_scale) * u[0]
+    ratio = (_LOG_RATIO[0] + (_LOG_RATIO[1] - _LOG_RATIO[0]) * u[1]).exp()
+    w = (area * ratio).sqrt().clamp(max=1.0)  # fractions of the image width / height
+    h = (area / ratio).sqrt().clamp(max=1.0)
+    cx = (u[2] * 2 - 1) * (1 - w)  # centres in [-1, 1] keeping the crop inside
+    cy = (u[3] * 2 - 1) * (1 - h)
+    sx = torch.where(u[4] < 0.5, -w, w) if flip else w
+    # affine_grid's sampling grid for theta = [[sx, 0, cx], [0, h, cy]], built elementwise: affine_grid
+    # takes a batched matmul, which autocast would run in bf16.
+    base = torch.arange(size, device=x.device, dtype=torch.float32).mul_(2 / size).add_(1 / size - 1)
+    gx = (sx[:, None] * base + cx[:, None])[:, None, :].expand(-1, size, -1)
+    gy = (h[:, None] * base + cy[:, None])[:, :, None].expand(-1, -1, size)
+    grid = torch.stack([gx, gy], -1)
+    out = F.grid_sample(x.float(), grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+    return out * scale if scale != 1.0 else out
+
+
 def random_resized_crop(x: Tensor, size: int, min_scale: float, flip: bool = True) -> Tensor:
     """Per-sample crops of area fraction U(min_scale, 1) and log-uniform aspect ratio in [3/4, 4/3],
-    resized bilinearly to ``size`` (one ``grid_sample``); a side longer than the image is clamped."""
-    b = x.shape[0]
-    dev = x.device
-    area = torch.empty(b, device=dev).uniform_(min_scale, 1.0)
-    log_ratio = torch.empty(b, device=dev).uniform_(math.log(3 / 4), math.log(4 / 3))
-    w = (area * log_ratio.exp()).sqrt().clamp(max=1.0)  # fractions of the image width / height
-    h = (area / log_ratio.exp()).sqrt().clamp(max=1.0)
-    cx = (torch.rand(b, device=dev) * 2 - 1) * (1 - w)  # centres in [-1, 1] keeping the crop inside
-    cy = (torch.rand(b, device=dev) * 2 - 1) * (1 - h)
-    sx = w * (torch.where(torch.rand(b, device=dev) < 0.5, -1.0, 1.0) if flip else 1.0)
-    theta = torch.zeros(b, 2, 3, device=dev)
-    theta[:, 0, 0], theta[:, 0, 2], theta[:, 1, 1], theta[:, 1, 2] = sx, cx, h, cy
-    grid = F.affine_grid(theta, [b, x.shape[1], size, size], align_corners=False)
-    return F.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+    resized bilinearly to ``size`` (one ``grid_sample``); a side longer than the image is clamped.
+    A uint8 batch comes back in [0, 1]."""
+    u = torch.rand(5, x.shape[0], device=x.device)
+    return _crop(x, u, size, min_scale, flip, 1 / 255 if x.dtype == torch.uint8 else 1.0)
 
 
 def center_crop(x: Tensor, size: int) -> Tensor:
@@ -56,79 +116,94 @@ def center_crop(x: Tensor, size: int) -> Tensor:
     return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
 
 
-def grayscale(x: Tensor) -> Tensor:
-    """ITU-R 601 luma, [B, 1, H, W]."""
-    return (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3])
+def _hsv(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Hue in [0, 1), saturation and value, each [B, H, W]."""
+    maxc, argmax = x.max(1)
+    delta = maxc - x.amin(1)
+    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
+    # Channel c's hue numerator is x[c+1] - x[c+2] (g-b, b-r, r-g), offset by 2c sextants.
+    diff = (x.roll(-1, 1) - x.roll(-2, 1)).gather(1, argmax.unsqueeze(1)).squeeze(1)
+    hue = torch.where(delta > 0, ((diff / safe + 2 * argmax) % 6) / 6, torch.zeros_like(delta))
+    sat = torch.where(maxc > 0, delta / torch.where(maxc > 0, maxc, torch.ones_like(maxc)), torch.zeros_like(maxc))
+    return hue, sat, maxc
+
+
+def _rgb(h: Tensor, s: Tensor, v: Tensor) -> Tensor:
+    """HSV to RGB in closed form: channel n in (5, 3, 1) is ``v - v·s·clamp(min(k, 4-k), 0, 1)`` with
+    ``k = (n + 6h) mod 6``."""
+    n = torch.arange(5.0, 0.0, -2.0, device=h.device).view(1, 3, 1, 1)  # made on the device: no copy
+    k = (n + 6 * h.unsqueeze(1)) % 6
+    return v.unsqueeze(1) * (1 - s.unsqueeze(1) * torch.minimum(k, 4 - k).clamp(0, 1))
 
 
 def rgb_to_hsv(x: Tensor) -> Tensor:
-    r, g, b = x.unbind(1)
-    maxc, argmax = x.max(1)
-    minc = x.min(1).values
-    delta = maxc - minc
-    safe = torch.where(delta > 0, delta, torch.ones_like(delta))
-    hue = torch.where(argmax == 0, ((g - b) / safe) % 6,
-                      torch.where(argmax == 1, (b - r) / safe + 2, (r - g) / safe + 4))
-    hue = torch.where(delta > 0, hue / 6.0, torch.zeros_like(hue))
-    sat = torch.where(maxc > 0, delta / torch.where(maxc > 0, maxc, torch.ones_like(maxc)), torch.zeros_like(maxc))
-    return torch.stack([hue, sat, maxc], 1)
+    return torch.stack(_hsv(x), 1)
 
 
 def hsv_to_rgb(x: Tensor) -> Tensor:
-    h, s, v = x.unbind(1)
-    h6 = (h % 1.0) * 6
-    i = h6.floor()
-    f = h6 - i
-    p, q, t = v * (1 - s), v * (1 - s * f), v * (1 - s * (1 - f))
-    i = i.long() % 6
-    table = [(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)]
-    out = torch.zeros_like(x)
-    for k, (r, g, b) in enumerate(table):
-        sel = (i == k).unsqueeze(1)
-        out = torch.where(sel, torch.stack([r, g, b], 1), out)
-    return out
+    return _rgb(*x.unbind(1))
 
 
-def _factor(b: int, strength: float, device: torch.device) -> Tensor:
-    return torch.empty(b, 1, 1, 1, device=device).uniform_(max(0.0, 1 - strength), 1 + strength)
+# The jitter operations take their uniform draws ``u`` [B] and the strength ``s``.
+def _factor(u: Tensor, s: float) -> Tensor:
+    lo = max(0.0, 1 - s)
+    return (lo + (1 + s - lo) * u).view(-1, 1, 1, 1)
+
+
+@_kernel
+def _brightness(x: Tensor, u: Tensor, s: float) -> Tensor:
+    return (x * _factor(u, s)).clamp(0, 1)
+
+
+@_kernel
+def _contrast(x: Tensor, u: Tensor, s: float) -> Tensor:
+    mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
+    return torch.lerp(mean, x, _factor(u, s)).clamp(0, 1)
+
+
+@_kernel
+def _saturation(x: Tensor, u: Tensor, s: float) -> Tensor:
+    return torch.lerp(grayscale(x), x, _factor(u, s)).clamp(0, 1)
+
+
+@_kernel
+def _hue(x: Tensor, u: Tensor, s: float) -> Tensor:
+    h, sat, v = _hsv(x)
+    return _rgb(h + ((2 * u - 1) * s).view(-1, 1, 1), sat, v)
+
+
+@_kernel
+def _choose(u: Tensor, p: float, changed: Tensor, x: Tensor) -> Tensor:
+    return torch.where((u < p).view(-1, 1, 1, 1), changed, x)
 
 
 def color_jitter(x: Tensor, strength: tuple[float, float, float, float] = JITTER, p: float = JITTER_P) -> Tensor:
     """Brightness, contrast, saturation and hue jitter with per-sample factors, applied with
-    probability ``p`` per sample."""
-    b, dev = x.shape[0], x.device
-    bri, con, sat, hue = strength
+    probability ``p`` per sample; an operation of strength 0 is skipped."""
+    u = torch.rand(5, x.shape[0], device=x.device)  # one draw per operation in the order drawn, then p
+    ops = (_brightness, _contrast, _saturation, _hue)
     out = x
-    for op in torch.randperm(4).tolist():
-        if op == 0:
-            out = (out * _factor(b, bri, dev)).clamp(0, 1)
-        elif op == 1:
-            mean = grayscale(out).mean(dim=(1, 2, 3), keepdim=True)
-            out = ((out - mean) * _factor(b, con, dev) + mean).clamp(0, 1)
-        elif op == 2:
-            gray = grayscale(out)
-            out = ((out - gray) * _factor(b, sat, dev) + gray).clamp(0, 1)
-        else:
-            hsv = rgb_to_hsv(out)
-            shift = torch.empty(b, 1, 1, device=dev).uniform_(-hue, hue)
-            hsv = torch.stack([hsv[:, 0] + shift, hsv[:, 1], hsv[:, 2]], 1)
-            out = hsv_to_rgb(hsv)
-    apply = (torch.rand(b, 1, 1, 1, device=dev) < p)
-    return torch.where(apply, out, x)
+    for row, op in enumerate(torch.randperm(4).tolist()):
+        if strength[op] != 0:
+            out = ops[op](out, u[row], strength[op])
+    return _choose(u[4], p, out, x)
+
+
+@_kernel
+def _gray(u: Tensor, p: float, x: Tensor) -> Tensor:
+    return torch.where((u < p).view(-1, 1, 1, 1), grayscale(x).expand_as(x), x)
 
 
 def random_grayscale(x: Tensor, p: float = GRAY_P) -> Tensor:
-    apply = torch.rand(x.shape[0], 1, 1, 1, device=x.device) < p
-    return torch.where(apply, grayscale(x).expand_as(x), x)
+    return _gray(torch.rand(x.shape[0], device=x.device), p, x)
 
 
 def augment(images: Tensor, mode: str, size: int, min_scale: float) -> Tensor:
     """One augmented view in [0, 1]: ``simclr`` (crop, flip, jitter, grayscale), ``crop`` (crop and
     flip: CMC's) or ``none`` (the centre crop)."""
-    x = to_unit(images)
     if mode == "none":
-        return center_crop(x, size)
-    x = random_resized_crop(x, size, min_scale)
+        return center_crop(to_unit(images), size)
+    x = random_resized_crop(images if images.dtype == torch.uint8 else to_unit(images), size, min_scale)
     if mode == "simclr":
         x = random_grayscale(color_jitter(x))
     return x
@@ -138,25 +213,32 @@ def evaluation_view(images: Tensor, size: int) -> Tensor:
     return center_crop(to_unit(images), size)
 
 
+@_kernel
+def _affine(x: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+    return torch.addcmul(shift, x, scale)
+
+
 def normalize(x: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> Tensor:
-    m = torch.tensor(mean, device=x.device).view(1, -1, 1, 1)
-    s = torch.tensor(std, device=x.device).view(1, -1, 1, 1)
-    return (x - m) / s
+    """``(x - mean) / std`` per channel, as ``x·(1/std) - mean/std`` (one pass)."""
+    shape = (1, len(mean), 1, 1)
+    scale = _constant(tuple(1.0 / s for s in std), x.device, shape)
+    shift = _constant(tuple(-m / s for m, s in zip(mean, std)), x.device, shape)
+    return _affine(x, scale, shift)
 
 
-# sRGB (D65) to CIE XYZ, and the D65 white point (the constants of scikit-image's rgb2lab).
-_RGB_TO_XYZ = ((0.412453, 0.357580, 0.180423), (0.212671, 0.715160, 0.072169), (0.019334, 0.119193, 0.950227))
-_WHITE = (0.95047, 1.0, 1.08883)
+@_kernel
+def _lab(x: Tensor, to_xyz: Tensor, white: Tensor) -> Tensor:
+    lin = torch.where(x > 0.04045, ((x + 0.055) / 1.055).clamp_min(0) ** 2.4, x / 12.92)
+    # A weighted sum, not a matmul, so that it stays float32 under autocast.
+    xyz = (to_xyz.view(1, 3, 3, 1, 1) * lin.unsqueeze(1)).sum(2) / white
+    f = torch.where(xyz > 0.008856, xyz.clamp_min(1e-12) ** (1 / 3), 7.787 * xyz + 16 / 116)
+    fx, fy, fz = f.unbind(1)
+    return torch.stack([116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)], 1)
 
 
 def rgb_to_lab(x: Tensor) -> Tensor:
     """sRGB in [0, 1] ``[B, 3, H, W]`` to CIE Lab (L in [0, 100])."""
-    lin = torch.where(x > 0.04045, ((x + 0.055) / 1.055).clamp_min(0) ** 2.4, x / 12.92)
-    m = torch.tensor(_RGB_TO_XYZ, device=x.device, dtype=x.dtype)
-    xyz = torch.einsum("ij,bjhw->bihw", m, lin) / torch.tensor(_WHITE, device=x.device).view(1, 3, 1, 1)
-    f = torch.where(xyz > 0.008856, xyz.clamp_min(1e-12) ** (1 / 3), 7.787 * xyz + 16 / 116)
-    fx, fy, fz = f.unbind(1)
-    return torch.stack([116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)], 1)
+    return _lab(x, _constant(_RGB_TO_XYZ, x.device, (3, 3)), _constant(_WHITE, x.device, (1, 3, 1, 1)))
 
 
 def lab_views(x: Tensor) -> tuple[Tensor, Tensor]:

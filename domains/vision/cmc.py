@@ -41,16 +41,18 @@ class CMC(Method):
         return self.head_l(self.enc_l(l)), self.head_ab(self.enc_ab(ab))
 
     def sample_negatives(self, index: Tensor) -> Tensor:
-        """Up to K distinct bank rows outside the batch ``index``, uniformly at random (this rank's
-        share under torchrun)."""
+        """Up to K distinct bank rows outside the batch ``index`` (distinct rows), uniformly at random
+        (this rank's share under torchrun)."""
         world = torch.distributed.get_world_size() if self.gather else 1
-        allowed = torch.ones(self.info.size, dtype=torch.bool, device=index.device)
-        allowed[index] = False
-        pool = allowed.nonzero().flatten()
         k = max(1, self.cfg.num_negatives // world)
-        if k >= len(pool):
-            return pool
-        return pool[torch.randperm(len(pool), device=pool.device)[:k]]
+        if k >= self.info.size - index.numel():  # every other row
+            allowed = torch.ones(self.info.size, dtype=torch.bool, device=index.device)
+            allowed[index] = False
+            return allowed.nonzero().flatten()
+        # The K smallest of uniform keys, the batch's rows keyed out of reach: a uniform K-subset in
+        # random order, with a size known in advance (nonzero would wait for the device).
+        keys = torch.rand(self.info.size, device=index.device).index_fill_(0, index, 2.0)
+        return keys.topk(k, largest=False).indices
 
     @torch.no_grad()
     def update_banks(self, index: Tensor, z_l: Tensor, z_ab: Tensor) -> None:

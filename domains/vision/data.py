@@ -5,9 +5,13 @@ class labels (-1: unlabelled) and, for the biased-data track, bias labels.
   fixed stratified 70/30 split. ``biased-digits``: the same digits on a background colour tied to the
   class with probability ``rho`` (test: rho 0.1), built as Biased-MNIST.
 - Biased-MNIST (Bahng et al., ICML 2020, "Learning De-biased Representations with Biased
-  Representations"): each class has a colour; a training sample gets its class's colour with
-  probability rho, else one of the other nine (split evenly); the unbiased test set uses rho = 0.1;
-  the bias label is the colour.
+  Representations"), built as Barbano et al. ran it (EIDOSLAB/unbiased-contrastive-learning,
+  src/data/biased_mnist.py, ``color_background=True``): each class has a colour; per class
+  ``int(n·rho)`` training samples take it and the rest are split in chunks of ``ceil(rest/9)`` over the
+  other nine colours in random order; the unbiased test set uses rho = 0.1; the bias label is the
+  colour. Every pixel that is not 0 becomes white (255), every 0 pixel the background colour; the
+  tenth colour is (50, 255, 128) as in their background mode, not Bahng's grey. Difference: the
+  colouring is drawn once (fixed seed), where theirs is redrawn with each trial's seed.
 - CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST through torchvision; ImageNet-100
   (the CMC class list), Corrupted CIFAR-10 and bFFHQ (the layouts of Barbano et al.) as image folders.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.base import DatasetMissingError, DatasetSpec, hash_jsonable, require
+from domains.base import DatasetMissingError, DatasetSpec, cache_dir, hash_jsonable, require
 
 DATASETS = {
     "digits": DatasetSpec("digits", "scikit-learn's 1,797 handwritten 8x8 digits, upsampled (embedded)", False),
@@ -43,6 +47,8 @@ BIASED = ("biased-digits", "biased-mnist", "corrupted-cifar10", "bffhq")
 # Bahng et al.'s ten background colours, one per class.
 COLOURS = torch.tensor([[255, 0, 0], [0, 255, 0], [0, 0, 255], [225, 225, 0], [225, 0, 225],
                         [0, 255, 255], [255, 128, 0], [255, 0, 128], [128, 0, 255], [128, 128, 128]])
+# Barbano et al.'s background mode replaces the tenth colour (grey would be hard to tell from white digits).
+MNIST_COLOURS = torch.cat([COLOURS[:9], torch.tensor([[50, 255, 128]])])
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 HALF_STATS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -92,6 +98,11 @@ class ImageSet:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def to(self, device: torch.device) -> ImageSet:
+        """The same set with its tensors on ``device`` (folders stay where they are)."""
+        images = self.images.to(device) if isinstance(self.images, Tensor) else self.images
+        return ImageSet(images, self.labels.to(device), None if self.bias is None else self.bias.to(device))
+
 
 @dataclass
 class VisionData:
@@ -104,6 +115,14 @@ class VisionData:
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
     fingerprint: dict = field(default_factory=dict)
+
+    def to(self, device: torch.device) -> VisionData:
+        """The same data with every in-memory split on ``device`` (a split shared by two roles stays shared)."""
+        moved: dict[int, ImageSet] = {}
+        for split in (self.pretrain, self.train, self.test):
+            moved.setdefault(id(split), split.to(device))
+        return replace(self, pretrain=moved[id(self.pretrain)], train=moved[id(self.train)],
+                       test=moved[id(self.test)])
 
 
 def batches(images: ImageSet, order: Tensor, batch_size: int, drop_last: bool,
@@ -145,9 +164,22 @@ def colourize(gray: Tensor, colour: Tensor) -> Tensor:
     return (gray * 255.0 + (1.0 - gray) * bg).round().clamp(0, 255).to(torch.uint8)
 
 
+def colourize_binary(digits: Tensor, colour: Tensor) -> Tensor:
+    """Barbano et al.'s Biased-MNIST pixels: uint8 ``digits [N, H, W]``; a non-zero pixel becomes
+    white, a zero pixel the background colour ``MNIST_COLOURS[colour]``."""
+    ink = (digits != 0)[:, None]
+    bg = MNIST_COLOURS[colour].to(torch.uint8)[:, :, None, None]
+    return torch.where(ink, torch.full_like(bg, 255), bg).contiguous()
+
+
 def biased(gray: Tensor, labels: Tensor, rho: float, seed: int) -> ImageSet:
     colour = assign_colours(labels, rho, torch.Generator().manual_seed(seed))
     return ImageSet(colourize(gray, colour), labels, colour)
+
+
+def biased_mnist(digits: Tensor, labels: Tensor, rho: float, seed: int) -> ImageSet:
+    colour = assign_colours(labels, rho, torch.Generator().manual_seed(seed))
+    return ImageSet(colourize_binary(digits, colour), labels, colour)
 
 
 def _digits(size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -200,15 +232,46 @@ def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, Image
     return train, train, test
 
 
+MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+               "t10k-labels-idx1-ubyte")
+
+
+def _unpacked_mnist(root: Path) -> Path:
+    """A root under which torchvision finds ``MNIST/raw`` unpacked: the data root if it holds the
+    plain idx files, else the cache, into which the gzipped ones are unpacked once (the data root
+    may be read-only). Each file is written beside its target and renamed, so concurrent runs
+    never read a half-written file."""
+    import gzip
+    import os
+    import shutil
+
+    raw = root / "MNIST" / "raw"
+    if all((raw / f).is_file() for f in MNIST_FILES):
+        return root
+    cache = cache_dir() / "mnist"
+    target = cache / "MNIST" / "raw"
+    for name in MNIST_FILES:
+        if (target / name).is_file() or not (raw / f"{name}.gz").is_file():
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = target / f".{name}.{os.getpid()}"
+        with gzip.open(raw / f"{name}.gz", "rb") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        tmp.replace(target / name)
+    return cache
+
+
 def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets."""
     tvd = require("torchvision.datasets", "vision")
     try:
-        train, test = (tvd.MNIST(str(root), train=t, download=download) for t in (True, False))
+        where = str(root if download else _unpacked_mnist(root))
+        train, test = (tvd.MNIST(where, train=t, download=download) for t in (True, False))
     except (RuntimeError, OSError) as exc:
-        raise _missing("MNIST", root / "MNIST" / "raw", "put train-images-idx3-ubyte(.gz), train-labels-idx1-ubyte, "
-                       "t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte there, or pass --set download=true") from exc
-    return (train.data[:, None].float() / 255.0, train.targets.long(),
-            test.data[:, None].float() / 255.0, test.targets.long())
+        raise _missing("MNIST", root / "MNIST" / "raw", "put train-images-idx3-ubyte(.gz), "
+                       "train-labels-idx1-ubyte(.gz), t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte(.gz) "
+                       "there, or pass --set download=true") from exc
+    return train.data, train.targets.long(), test.data, test.targets.long()
 
 
 def _imagenet100(root: Path, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
@@ -264,10 +327,11 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
         parts = (train, train, test)
     elif name == "biased-mnist":
         size, stats, classes = image_size or 28, HALF_STATS, 10
-        g_tr, y_tr, g_te, y_te = _mnist(root, download)
-        g_tr, g_te = (F.interpolate(g, size=(size, size), mode="bilinear") if size != 28 else g for g in (g_tr, g_te))
-        train = biased(g_tr, y_tr, rho, SPLIT_SEED)
-        parts = (train, train, biased(g_te, y_te, UNBIASED_TEST_RHO, SPLIT_SEED + 1))
+        d_tr, y_tr, d_te, y_te = _mnist(root, download)
+        train, test = biased_mnist(d_tr, y_tr, rho, SPLIT_SEED), biased_mnist(d_te, y_te, UNBIASED_TEST_RHO,
+                                                                              SPLIT_SEED + 1)
+        train, test = (ImageSet(_resize(p.images, size), p.labels, p.bias) for p in (train, test))
+        parts = (train, train, test)
     elif name in ("cifar10", "cifar100", "stl10"):
         parts = _torchvision(name, root, download)
         size = image_size or parts[0].images.shape[-1]

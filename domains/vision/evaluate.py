@@ -27,7 +27,8 @@ def extract(method: Method, images: ImageSet, device: torch.device, batch_size: 
     """Features of every image of ``images`` in order (float32, on ``device``), in eval mode."""
     was_training = method.training
     method.eval()
-    order = torch.arange(len(images))
+    # Indexed where the images are (on the device for in-memory sets: no index copy per batch).
+    order = torch.arange(len(images), device=images.images.device if isinstance(images.images, Tensor) else None)
     out = [method.features(x.to(device, non_blocking=True)).float()
            for _, x in batches(images, order, batch_size, drop_last=False, num_workers=num_workers)]
     method.train(was_training)
@@ -42,13 +43,13 @@ def knn_top1(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tensor, n
     train_f, train_y = F.normalize(train_f[keep], dim=1), train_y[keep]
     test_f = F.normalize(test_f, dim=1)
     k = min(k, len(train_y))
-    correct = 0
+    correct = torch.zeros((), dtype=torch.long, device=test_f.device)  # read once, at the end
     for start in range(0, len(test_f), chunk):
         sim, idx = (test_f[start:start + chunk] @ train_f.T).topk(k, dim=1)
         votes = torch.zeros(sim.shape[0], num_classes, device=sim.device)
         votes.scatter_add_(1, train_y[idx], (sim / temperature).exp())
-        correct += int((votes.argmax(1) == test_y[start:start + chunk]).sum())
-    return 100.0 * correct / max(1, len(test_f))
+        correct += (votes.argmax(1) == test_y[start:start + chunk]).sum()
+    return 100.0 * int(correct) / max(1, len(test_f))
 
 
 def linear_eval(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tensor, num_classes: int, *,
@@ -64,8 +65,8 @@ def linear_eval(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tensor
     opt = torch.optim.Adam(clf.parameters(), lr=lr, weight_decay=weight_decay)
     with torch.enable_grad():
         for _ in range(epochs):
-            for idx in torch.randperm(len(train_y), generator=gen).split(batch_size):
-                idx = idx.to(train_f.device)
+            # One copy of the epoch's order to the device, not one per batch (each would wait for it).
+            for idx in torch.randperm(len(train_y), generator=gen).to(train_f.device).split(batch_size):
                 loss = F.cross_entropy(clf(train_f[idx]), train_y[idx])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()

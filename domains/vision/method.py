@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig
+from domains.vision.data import ImageSet
 from losses.distributed import is_distributed
 
 
@@ -56,6 +57,25 @@ class Method(nn.Module):
     def labels_for_loss(self, batch: Batch) -> Tensor | None:
         """The labels the loss may read: only the oracle (and supervised losses) get them."""
         return batch.labels if self.needs_labels else None
+
+    def _make_optimizer(self, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+        if self.cfg.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum,
+                                   weight_decay=self.cfg.weight_decay)
+        return torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The pretraining optimizer (``cfg.optimizer``) over every trainable parameter; called once the
+        method is on its device."""
+        return self._make_optimizer([p for p in self.parameters() if p.requires_grad])
+
+    def monitor(self, test: ImageSet, device: torch.device) -> dict[str, float]:
+        """Cheap per-epoch metrics for the learning curve (the biased track: its online classifier)."""
+        return {}
+
+    def reported_metrics(self, test: ImageSet, device: torch.device, curve: list[dict]) -> dict[str, float]:
+        """Metrics that take the place of the linear probe's (which stay beside as ``probe_*``); {} for none."""
+        return {}
 
     def forward(self, batch: Batch) -> Tensor:
         raise NotImplementedError

@@ -37,10 +37,9 @@ class MoCo(Method):
 
     @torch.no_grad()
     def momentum_update(self) -> None:
-        m = self.cfg.moco_momentum
-        query = list(self.encoder.parameters()) + list(self.head.parameters())
-        for pk, pq in zip(self.key_encoder.parameters(), query):
-            pk.mul_(m).add_(pq.detach(), alpha=1 - m)
+        query = [p.detach() for p in (*self.encoder.parameters(), *self.head.parameters())]
+        # θ_k + (1 - m)(θ_q - θ_k) = m·θ_k + (1 - m)·θ_q, as a few multi-tensor kernels instead of two per tensor
+        torch._foreach_lerp_(list(self.key_encoder.parameters()), query, 1 - self.cfg.moco_momentum)
 
     @torch.no_grad()
     def enqueue(self, keys: Tensor, labels: Tensor) -> None:

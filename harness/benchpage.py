@@ -1,0 +1,249 @@
+"""``leaderboards/bench.md``: the JSON files of ``harness bench`` as one markdown page, rendered by
+``harness leaderboard``.
+
+Rows are rendered generically (any flat dicts; rows with unrelated keys go to separate tables), so the
+domains can change what their benchmarks report. The issue's targets are the declarative ``TARGETS``
+table: which file and rows a target reads, the key it compares and the threshold. A key that is missing
+shows "–", never an error. The page depends on the files only (sorted, no clock), so regenerating it
+from the same files gives the same bytes; with no file it is not written (nor removed).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from domains.base import UserError
+from harness.leaderboard import MARKER
+from harness.records import write_text_atomic
+
+PAGE = "bench.md"
+NONE = "–"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One figure the issue asks for: ``metric`` of the rows that match, compared with ``threshold``.
+
+    ``where`` maps a row key to the value it must have, or to a predicate on that value. ``device`` ("cuda"
+    or "cpu") and ``gpu`` (a substring of the GPU name) select the files. ``total``: the sum of ``metric``
+    over the matching rows is compared, once per file. ``full``: only files of a run without ``--quick``.
+    ``threshold=None``: the target is that the figure is reported."""
+
+    label: str
+    bench: str
+    metric: str
+    op: str
+    threshold: float | None
+    where: Mapping[str, Any] = field(default_factory=dict)
+    device: str | None = None
+    gpu: str | None = None
+    total: bool = False
+    full: bool = False
+
+
+def _is_not(value: Any) -> Callable[[Any], bool]:
+    return lambda v: v != value
+
+
+def _contains(text: str) -> Callable[[Any], bool]:
+    return lambda v: text in str(v)
+
+
+# Issue 12 (and issue 2's memory target). Update the keys here when a domain renames its row fields.
+TARGETS: tuple[Target, ...] = (
+    Target("loss step <= 1.3x NT-Xent (GPU, wall time)", "losses", "time_ratio", "<=", 1.3,
+           {"loss": _is_not("nt_xent")}, device="cuda"),
+    # On a shared CPU the least disturbed estimate of a step's own cost is its best CPU time.
+    Target("loss step <= 1x NT-Xent (CPU, best CPU time)", "losses", "best_cpu_ratio", "<=", 1.0,
+           {"loss": _is_not("nt_xent")}, device="cpu"),
+    Target("loss peak memory <= 1.5x NT-Xent at B=512", "losses", "memory_ratio", "<=", 1.5,
+           {"loss": _is_not("nt_xent"), "batch_size": 512}),
+    Target("vision harness loop >= 0.95x the hand-written loop", "vision", "ratio", ">=", 0.95,
+           {"benchmark": "simclr_pretrain"}),
+    Target("SimCLR ResNet-18 32x32 batch 512 bf16 >= 25,000 img/s on an H100", "vision", "harness_images_per_s",
+           ">=", 25_000, {"arch": "resnet18", "image_size": 32, "batch_size": 512, "bf16": True},
+           device="cuda", gpu="H100"),
+    Target("vision biased track: epoch time reported", "vision", "epoch_s", "reported", None,
+           {"benchmark": _contains("biased")}),
+    Target("rl >= 250 updates/s at batch 512 (GPU)", "rl", "value", ">=", 250,
+           {"what": "updates_per_s", "batch_size": 512}, device="cuda"),
+    Target("text SentEval six tasks <= 60 s (GPU)", "text", "seconds", "<=", 60,
+           {"benchmark": "senteval"}, device="cuda", total=True, full=True),
+    Target("text SentEval six tasks <= 5 min (CPU)", "text", "seconds", "<=", 300,
+           {"benchmark": "senteval"}, device="cpu", total=True, full=True),
+)
+_OPS = {"<=": operator.le, ">=": operator.ge}
+
+
+def number(value: Any) -> str:
+    """A cell: floats to 4 significant digits without exponents for big rates, None as "–"."""
+    if value is None:
+        return NONE
+    if isinstance(value, float):
+        return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def file_device(bench: Mapping[str, Any]) -> str:
+    return str(bench.get("device", "")).split(":")[0]
+
+
+def applies_to_file(target: Target, bench: Mapping[str, Any]) -> bool:
+    gpu = str((bench.get("hardware") or {}).get("device_name", ""))
+    return (bench.get("name") == target.bench and target.device in (None, file_device(bench))
+            and (target.gpu is None or target.gpu in gpu) and not (target.full and bench.get("quick") is not False))
+
+
+def matches(target: Target, row: Mapping[str, Any]) -> bool:
+    return all(key in row and (want(row[key]) if callable(want) else row[key] == want)
+               for key, want in target.where.items())
+
+
+def threshold_text(target: Target) -> str:
+    if target.threshold is None:
+        return f"`{target.metric}` reported"
+    total = "sum of " if target.total else ""
+    return f"{total}`{target.metric}` {target.op} {number(float(target.threshold))}"
+
+
+def met(target: Target, value: Any) -> str:
+    if not _numeric(value):
+        return NONE
+    if target.threshold is None:
+        return "yes"
+    return "yes" if _OPS[target.op](value, target.threshold) else "no"
+
+
+def summary(target: Target, bench: Mapping[str, Any]) -> tuple[str, str]:
+    """(figure, met?) of a target over one file: the sum, or the worst matching row and whether all meet it."""
+    values = [row.get(target.metric) for row in bench["rows"] if matches(target, row)]
+    numbers = [v for v in values if _numeric(v)]
+    if not numbers:
+        return (f"{NONE} (no matching row)" if not values else f"{NONE} (no `{target.metric}`)"), NONE
+    if target.total:
+        value = sum(numbers)
+        return f"{number(float(value))} (sum of {len(numbers)} rows)", met(target, value)
+    if target.threshold is None:
+        return ", ".join(number(v) for v in numbers), "yes"
+    worst = max(numbers) if target.op == "<=" else min(numbers)
+    verdict = "yes" if all(met(target, v) == "yes" for v in numbers) else "no"
+    of = f" (worst of {len(numbers)} rows)" if len(numbers) > 1 else ""
+    return f"{number(worst)}{of}", verdict
+
+
+def table(columns: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def row_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """Rows in tables: a row joins the first table whose columns contain its keys or are contained in them."""
+    groups: list[tuple[set[str], list[dict[str, Any]]]] = []
+    for row in rows:
+        keys = set(row)
+        for i, (columns, members) in enumerate(groups):
+            if keys <= columns or columns <= keys:
+                groups[i] = (columns | keys, [*members, row])
+                break
+        else:
+            groups.append((keys, [row]))
+    return [members for _, members in groups]
+
+
+def hardware_line(bench: Mapping[str, Any]) -> str:
+    hw, sw = bench.get("hardware") or {}, bench.get("software") or {}
+    commit = sw.get("git_commit")
+    commit = f"{commit[:10]}{' (dirty)' if sw.get('git_dirty') else ''}" if commit else NONE
+    parts = [f"device {number(hw.get('device_name'))} (`{number(bench.get('device'))}`)",
+             f"CPU {number(hw.get('cpu'))}, {number(hw.get('cpu_count'))} cores, "
+             f"torch threads {number(hw.get('torch_threads'))}",
+             f"torch {number(hw.get('torch'))}, CUDA {number(hw.get('cuda'))}, cuDNN {number(hw.get('cudnn'))}, "
+             f"Python {number(hw.get('python'))}",
+             f"harness {number(sw.get('contrastive_harness'))}, commit {commit}", f"date {number(bench.get('date'))}"]
+    if bench.get("quick"):
+        parts.append("quick run")
+    command = bench.get("command")
+    if command:
+        parts.append(f"command `{' '.join(map(str, command))}`")
+    return "; ".join(parts) + "."
+
+
+def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
+    lines = [f"## {stem}", "", hardware_line(bench), ""]
+    targets = [t for t in TARGETS if applies_to_file(t, bench) and not t.total]
+    for rows in row_groups(bench["rows"]):
+        present = {key for row in rows for key in row}
+        columns = list(dict.fromkeys([*(c for c in bench.get("columns", []) if c in present),
+                                      *(key for row in rows for key in row)]))
+        hit = [[t for t in targets if matches(t, row)] for row in rows]
+        cells = [[number(row.get(c)) if c in row else "" for c in columns] for row in rows]
+        if any(hit):
+            columns = [*columns, "target", "met?"]
+            for cell, row, ts in zip(cells, rows, hit):
+                cell += ["; ".join(threshold_text(t) for t in ts), "; ".join(met(t, row.get(t.metric)) for t in ts)]
+        lines += [*table(columns, cells), ""]
+    return lines
+
+
+def load_bench(path: Path) -> dict[str, Any]:
+    try:
+        bench = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path} is not a readable bench file ({exc}); run `harness bench` again") from None
+    if not (isinstance(bench, dict) and isinstance(bench.get("rows"), list)
+            and all(isinstance(r, dict) for r in bench["rows"])):
+        raise UserError(f"{path} is not a bench file: expected an object with a list of row objects under 'rows'")
+    bench.setdefault("name", path.stem.rsplit("-", 1)[0])
+    return bench
+
+
+def bench_page(benches: dict[str, dict[str, Any]]) -> str:
+    """The page for ``{file stem: bench file}``."""
+    lines = [
+        MARKER, "", "# Benchmarks", "",
+        f"Generated by `harness leaderboard` from {len(benches)} JSON file{'s' * (len(benches) != 1)} that "
+        "`harness bench` wrote (by "
+        "default under `leaderboards/bench/`; `harness bench all --device cuda` writes them all). Each figure "
+        "stands beside its anchor: a loss's step time and peak memory as a ratio to NT-Xent at the same batch "
+        "size, the harness's SimCLR loop beside a hand-written PyTorch loop (`ratio`). Targets: a row's `target` "
+        "and `met?` cells; the table below gives, per target and file, the worst matching row (or the sum).", "",
+        "## Targets", "",
+    ]
+    cells = []
+    for target in TARGETS:
+        files = [stem for stem, bench in benches.items() if applies_to_file(target, bench)]
+        for stem in files:
+            figure, verdict = summary(target, benches[stem])
+            cells.append([target.label, stem, threshold_text(target), figure, verdict])
+        if not files:
+            cells.append([target.label, NONE, threshold_text(target), f"{NONE} (not measured)", NONE])
+    lines += [*table(["target", "file", "threshold", "figure", "met?"], cells), ""]
+    for stem, bench in benches.items():
+        lines += file_section(stem, bench)
+    return "\n".join(lines)
+
+
+def write_bench_page(bench_dir: Path, out: Path) -> Path | None:
+    """Render ``bench_dir/*.json`` into ``out/bench.md``; None (and no file touched) when there is none."""
+    paths = sorted(p for p in Path(bench_dir).glob("*.json") if not p.name.startswith("."))
+    if not paths:
+        return None
+    page = out / PAGE
+    write_text_atomic(page, bench_page({p.stem: load_bench(p) for p in paths}))
+    return page
+
+
+def cmd_bench_page(bench_dir: str, out: str) -> int:
+    page = write_bench_page(Path(bench_dir), Path(out))
+    if page is not None:
+        print(f"wrote {page}")
+    return 0

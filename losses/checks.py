@@ -1,0 +1,40 @@
+"""Checks of tensor *values* in the loss core that never stall an accelerator.
+
+Reading a value of a CUDA tensor on the host (``bool(t)``, ``.item()``, ``nonzero``) waits for every
+kernel queued before it: a host-device synchronisation, which costs more than the loss itself at small
+batch sizes. So a check on the CPU raises ValueError at once (a CPU tensor is read for free), while on
+another device it is queued with ``torch._assert_async``: a failed check stops the process at the
+next synchronisation with a device-side assertion (CUDA cannot carry our message; run the batch on the
+CPU, or call ``set_sync_checks(True)``, to see which check failed). ``set_sync_checks(True)`` makes
+every check a synchronous ValueError on every device, for debugging.
+
+Checks of shapes, dtypes and hyper-parameters need no value and always raise at once.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_sync_checks = False
+
+
+def set_sync_checks(enabled: bool) -> bool:
+    """Make value checks on an accelerator synchronous (ValueError) or queued; returns the old setting."""
+    global _sync_checks
+    previous, _sync_checks = _sync_checks, bool(enabled)
+    return previous
+
+
+def reads_values_now(t: Tensor) -> bool:
+    """Whether a check on ``t`` may read it on the host now: on the CPU, or with synchronous checks."""
+    return t.device.type == "cpu" or _sync_checks
+
+
+def require(condition: Tensor, message: str) -> None:
+    """ValueError(message) unless the one-element bool tensor ``condition`` is True (see the module)."""
+    if reads_values_now(condition):
+        if not bool(condition):
+            raise ValueError(message)
+    else:
+        torch._assert_async(condition, message)

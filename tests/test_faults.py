@@ -1,0 +1,341 @@
+"""Fault injection: kills, interrupts, concurrent writers, damaged records and data, unwritable folders and
+failed writes. Each case checks that nothing was lost and that the message names the problem. Most run the
+CLI in a subprocess on the tiny test domain (seconds); the data cases use a small TU-format set written here."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+import torch
+from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
+
+from domains.base import NonFiniteLossError, RunContext
+from harness import records
+from harness.cli import main
+
+TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet"]
+STABLE = ("started_at", "finished_at", "timings", "throughput", "resumed", "info", "hardware")
+
+
+def _records(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+
+
+def _same_result(a: dict, b: dict) -> None:
+    """Equal but for what says when, where and how fast it ran."""
+    assert {k: v for k, v in a.items() if k not in STABLE} == {k: v for k, v in b.items() if k not in STABLE}
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_epoch(results: Path, epoch: int) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline and f"epoch {epoch}:" not in "".join(p.read_text() for p in results.glob("*.log")):
+        time.sleep(0.05)
+
+
+# --- runs: kill -9, Ctrl-C, concurrent writers ---------------------------------------------------------------
+
+def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path):
+    """On the graph domain, whose resume is exact (the tiny test domain does not checkpoint its RNG)."""
+    pytest.importorskip("torch_geometric")
+    args = ["run", "--domain", "graph", "--loss", "pucl", "--seeds", "0", "--quiet", "--set", "epochs=4",
+            "--set", "svm_folds=3", "--set", "svm_inner_folds=2"]
+    assert harness(*args, "--results", str(tmp_path / "whole")).returncode == 0
+    proc = _start([*args, "--results", str(tmp_path / "cut")])
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / "cut" / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not _records(tmp_path / "cut")  # nothing half-written, only the checkpoint
+    out = harness(*args, "--results", str(tmp_path / "cut"), "--resume")
+    assert out.returncode == 0, out.stderr
+    [whole], [resumed] = _records(tmp_path / "whole"), _records(tmp_path / "cut")
+    assert resumed["info"]["resumed_at_epoch"] >= 1 and resumed["run_id"] == whole["run_id"]
+    assert resumed["metrics"] == whole["metrics"] and resumed["details"]["fold_accuracy"] == \
+        whole["details"]["fold_accuracy"]
+    assert [c["loss"] for c in resumed["curve"]] == [c["loss"] for c in whole["curve"]]
+
+
+def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_run(tmp_path):
+    args = [*TINY[:-2], "0,1", "--quiet", "--set", "epochs=8", "--set", "sleep_s=0.3", "--results", str(tmp_path)]
+    proc = _start([*args, "--force"])
+    _wait_for_epoch(tmp_path, 2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    hint = stderr.strip().splitlines()[-1]
+    assert hint.startswith("interrupted; continue with: harness run ") and hint.endswith("--resume")
+    assert "--force" not in hint  # it would redo the seeds that completed
+    out = harness(*hint.split("continue with: harness ")[1].split())
+    assert out.returncode == 0, out.stderr
+    assert sorted(r["seed"] for r in _records(tmp_path)) == [0, 1]
+
+
+def test_each_seed_is_printed_as_it_finishes(tmp_path):
+    proc = _start([*TINY[:-2], "0,1", "--quiet", "--set", "epochs=4", "--set", "sleep_s=0.4",
+                   "--results", str(tmp_path)])
+    first = proc.stdout.readline()  # seed 0's line arrives while seed 1 still trains
+    assert first.startswith("[completed]") and first.rstrip().endswith("-s0.json")
+    assert proc.poll() is None
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0
+
+
+def test_concurrent_writers_of_the_same_run_leave_one_complete_record(tmp_path):
+    procs = [_start([*TINY, "--set", "epochs=3", "--set", "sleep_s=0.2", "--results", str(tmp_path)])
+             for _ in range(3)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    [record] = _records(tmp_path)
+    assert record["status"] == "completed"
+    statuses = sorted(line.split("]")[0][1:] for out, _ in outs for line in out.splitlines() if line.startswith("["))
+    assert statuses.count("completed") == 1 and set(statuses) <= {"completed", "busy", "skipped"}
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+# --- records: truncated, corrupted, failed writes, permissions ------------------------------------------------
+
+def _board(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
+    results, out = tmp_path / "results", tmp_path / "board"
+    write_records(results, [synthetic_record(loss, s, 80.0 + s) for loss in ("infonce", "dcl") for s in range(2)])
+    assert main(["leaderboard", "--results", str(results), "--out", str(out)]) == 0
+    return results, out, {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "not a record"])
+def test_a_damaged_record_is_named_and_the_pages_are_untouched(tmp_path, damage):
+    results, out, pages = _board(tmp_path)
+    victim = sorted(results.glob("*.json"))[0]
+    text = victim.read_text()
+    victim.write_text({"truncated": text[: len(text) // 2], "not json": "\x00\x01garbage",
+                       "not a record": "[1, 2, 3]"}[damage])
+    for command in ("leaderboard", "report"):
+        proc = harness(command, "--results", str(results), "--out", str(out))
+        assert proc.returncode == 2 and victim.name in proc.stderr and "cannot be read" in proc.stderr
+    proc = harness("compare", "--baseline", str(results), "--candidate", str(results))
+    assert proc.returncode == 2 and victim.name in proc.stderr
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == pages
+
+
+def test_a_mistyped_results_folder_writes_and_deletes_nothing(tmp_path):
+    results, out, pages = _board(tmp_path)
+    for command in ("leaderboard", "report"):
+        proc = harness(command, "--results", str(tmp_path / "reslts"), "--out", str(out))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"error: results folder '{tmp_path / 'reslts'}' does not exist")
+    (tmp_path / "empty").mkdir()
+    assert harness("leaderboard", "--results", str(tmp_path / "empty"), "--out", str(out)).returncode == 2
+    assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == pages
+
+
+@pytest.mark.parametrize("candidate", ["empty", "other"])
+def test_compare_with_nothing_to_compare_fails(tmp_path, candidate):
+    results, _, _ = _board(tmp_path)
+    (tmp_path / "empty").mkdir()
+    write_records(tmp_path / "other", [synthetic_record("infonce", s, 80.0, dataset="blobs_hard") for s in range(2)])
+    proc = harness("compare", "--baseline", str(results), "--candidate", str(tmp_path / candidate))
+    assert proc.returncode == 2 and "PASS" not in proc.stderr
+    assert ("has no completed records" if candidate == "empty" else "no group of the baseline matches") in proc.stderr
+
+
+def test_a_truncated_record_of_a_run_is_run_again(tmp_path):
+    assert main([*TINY, "--results", str(tmp_path)]) == 0
+    [path] = tmp_path.glob("*.json")
+    before = json.loads(path.read_text())
+    path.write_text(path.read_text()[:100])
+    assert main([*TINY, "--results", str(tmp_path)]) == 0
+    _same_result(before, json.loads(path.read_text()))
+
+
+def test_a_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    records.write_json_atomic(path, {"a": 1})
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        records.write_json_atomic(path, {"a": 2})
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_a_record_that_cannot_be_written_keeps_the_checkpoint_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    def full_disk(path: Path, data: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records, "write_json_atomic", full_disk)
+    assert main([*TINY, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the record" in err and "No space left on device" in err and "--resume" in err
+    assert list((tmp_path / ".work").glob("*/checkpoint.pt"))
+
+
+def test_an_unusable_results_folder_is_named_before_anything_runs(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = harness(*TINY, "--results", str(tmp_path / "file" / "results"))
+    assert proc.returncode == 2 and "cannot use the results folder" in proc.stderr and "file/results" in proc.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions")
+def test_a_read_only_results_folder_is_named(tmp_path):
+    tmp_path.joinpath("ro").mkdir(mode=0o555)
+    proc = harness(*TINY, "--results", str(tmp_path / "ro"))
+    assert proc.returncode == 2 and "ro" in proc.stderr
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o027, 0o640)])
+def test_records_respect_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        records.write_json_atomic(tmp_path / "r.json", {})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == mode
+
+
+# --- checkpoints and training -------------------------------------------------------------------------------
+
+class _Exploit:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_a_tampered_checkpoint_is_refused_and_a_real_one_loads(tmp_path):
+    import numpy as np
+
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
+    state = {"w": torch.ones(2), "rng": np.random.get_state(), "buffer": np.zeros((2, 3), np.uint8),
+             "pcg": np.random.default_rng(0).bit_generator.state, "step": np.int64(3), "curve": [{"loss": 1.0}]}
+    ctx.save_checkpoint(state)
+    loaded = ctx.load_checkpoint()
+    assert loaded["rng"][0] == "MT19937" and loaded["buffer"].dtype == np.uint8 and loaded["step"] == 3
+    torch.save({"evil": _Exploit()}, ctx.checkpoint_path)
+    with pytest.raises(Exception, match="Weights only load failed|Unsupported global"):
+        ctx.load_checkpoint()
+
+
+def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path)
+    ctx.check_loss(1.5, 1)
+    with pytest.raises(NonFiniteLossError, match=r"the loss is inf at training step 7: .*lower learning rate"):
+        ctx.check_loss(float("inf"), 7)
+
+
+# --- data: mistyped, missing, corrupted, changed --------------------------------------------------------------
+
+def _toy_tu(root: Path, name: str = "TOY") -> Path:
+    """A TU-format set of 24 graphs (triangles, label 0; 4-paths, label 1) under ``root/TU/name/raw``."""
+    raw = root / "TU" / name / "raw"
+    raw.mkdir(parents=True)
+    edges, indicator, labels, node = [], [], [], 1
+    for g in range(24):
+        n = 3 if g % 2 == 0 else 4
+        ids = list(range(node, node + n))
+        pairs = [(ids[i], ids[(i + 1) % n]) for i in range(n if n == 3 else n - 1)]
+        edges += [p for a, b in pairs for p in ((a, b), (b, a))]
+        indicator += [g + 1] * n
+        labels.append(g % 2)
+        node += n
+    (raw / f"{name}_A.txt").write_text("".join(f"{a}, {b}\n" for a, b in edges))
+    (raw / f"{name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
+    (raw / f"{name}_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
+    return raw
+
+
+def _graph_run(tmp_path: Path, dataset: str, *extra: str) -> list[str]:
+    return ["run", "--domain", "graph", "--dataset", dataset, "--loss", "jsd", "--seeds", "0", "--quiet",
+            "--set", "epochs=1", "--set", "svm_folds=3", "--set", "svm_inner_folds=2", "--set", "hidden=8",
+            "--data-root", str(tmp_path / "data"), "--results", str(tmp_path / "results"), *extra]
+
+
+@pytest.fixture
+def graph_cache(tmp_path, monkeypatch):
+    pytest.importorskip("torch_geometric")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_a_mistyped_tu_name_suggests_the_name_without_a_download(tmp_path, graph_cache, monkeypatch, capsys):
+    import torch_geometric.datasets
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was used")
+
+    monkeypatch.setattr(torch_geometric.datasets, "TUDataset", no_network)
+    assert main(_graph_run(tmp_path, "MUTAGG")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown dataset 'MUTAGG'; did you mean 'MUTAG'?")
+    assert not (tmp_path / "results").exists()  # no record, no folder
+
+
+def test_a_mistyped_tu_name_through_the_cli(tmp_path):
+    proc = harness(*_graph_run(tmp_path, "PROTEINZ"))
+    assert proc.returncode == 2 and "unknown dataset 'PROTEINZ'; did you mean 'PROTEINS'?" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 or "Warning" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_missing_data_root_names_where_the_files_go(tmp_path, graph_cache, capsys):
+    assert main(_graph_run(tmp_path, "MUTAG", "--set", "download=false")) == 2
+    err = capsys.readouterr().err
+    assert "TU dataset 'MUTAG' not found" in err and str(tmp_path / "data" / "TU" / "MUTAG" / "raw") in err
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("damage, expected", [
+    ("label", "TOY_graph_labels.txt, line 5: 'x' is not comma-separated numbers"),
+    ("truncated", "files with one line per graph disagree (lines: TOY_graph_labels.txt 12"),
+])
+def test_corrupted_tu_files_are_named(tmp_path, graph_cache, capsys, damage, expected):
+    raw = _toy_tu(tmp_path / "data")
+    labels = raw / "TOY_graph_labels.txt"
+    lines = labels.read_text().splitlines(keepends=True)
+    labels.write_text("".join(lines[:4] + ["x\n"] + lines[5:]) if damage == "label" else "".join(lines[:12]))
+    assert main(_graph_run(tmp_path, "TOY")) == 2
+    assert expected in capsys.readouterr().err
+
+
+def test_changed_data_is_a_new_run_and_resume_does_not_reuse_the_old_one(tmp_path, graph_cache):
+    raw = _toy_tu(tmp_path / "data")
+    assert main(_graph_run(tmp_path, "TOY")) == 0
+    [first] = _records(tmp_path / "results")
+    labels = raw / "TOY_graph_labels.txt"
+    labels.write_text("".join(f"{1 - int(y)}\n" for y in labels.read_text().split()))  # relabelled files
+    assert main(_graph_run(tmp_path, "TOY", "--resume")) == 0
+    ids = sorted(r["run_id"] for r in _records(tmp_path / "results"))
+    assert len(ids) == 2 and first["run_id"] in ids
+    assert len({r["data_fingerprint"]["sha256"] for r in _records(tmp_path / "results")}) == 2
+
+
+def test_values_that_would_fail_after_training_are_refused_before_it(tmp_path, graph_cache, capsys):
+    _toy_tu(tmp_path / "data")
+    assert main([*_graph_run(tmp_path, "TOY"), "--set", "svm_folds=1000"]) == 2
+    err = capsys.readouterr().err
+    assert "svm_folds=1000" in err and "largest class has 12 graphs" in err
+    [record] = _records(tmp_path / "results")
+    assert record["status"] == "failed" and record["curve"] == []  # no epoch was trained
+
+
+def test_a_diverging_run_stops_with_a_failed_record_that_says_so(tmp_path, graph_cache, capsys):
+    _toy_tu(tmp_path / "data")
+    assert main([*_graph_run(tmp_path, "TOY"), "--set", "lr=1e8", "--set", "epochs=5", "--set", "batch_size=4"]) == 2
+    err = capsys.readouterr().err
+    assert "the loss is nan at training step" in err and "lower learning rate (now --set lr=1e+08)" in err
+    [record] = _records(tmp_path / "results")
+    assert record["status"] == "failed" and "training diverged" in record["error"]

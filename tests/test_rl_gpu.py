@@ -1,0 +1,135 @@
+"""The rl domain on CUDA: the quick preset end to end through the CLI (with checkpoints and evaluations on the
+way), a run resumed on the GPU after a kill, the replay buffer on the GPU against the same buffer on the
+CPU, and updates that never wait for the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import domains
+import losses
+from domains.base import RunContext, RunSpec
+from domains.rl.config import CurlConfig
+from domains.rl.curl import CurlSac, ReplayBuffer
+
+pytestmark = pytest.mark.gpu
+REPO = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def no_sync():
+    """Any host-device synchronisation inside raises."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def filled(device: torch.device, capacity: int = 300, size: int = 100, seed: int = 0) -> ReplayBuffer:
+    """Episodes of 40 steps of random frames, wrapped once around the buffer."""
+    rng = np.random.default_rng(seed)
+    buffer = ReplayBuffer(capacity, (3, size, size), 3, 1, 40, device)
+    obs = rng.integers(0, 256, size=(9, size, size), dtype=np.uint8)
+    for i in range(capacity + 70):
+        if i % 40 == 0:
+            buffer.start_episode(obs)
+        obs = np.concatenate([obs[3:], rng.integers(0, 256, size=(3, size, size), dtype=np.uint8)])
+        buffer.add(rng.uniform(-1, 1, 1), float(rng.normal()), obs, 1.0)
+    return buffer
+
+
+def test_quick_preset_end_to_end_on_cuda(tmp_path, cuda, rendering):
+    # Action repeat 100: 10 agent steps an episode, so 3k env steps pass two evaluations and checkpoints.
+    cmd = [sys.executable, "-m", "harness", "run", "--domain", "rl", "--loss", "infonce", "--preset", "quick",
+           "--device", "cuda", "--seeds", "0", "--results", str(tmp_path), "--quiet",
+           "--set", "num_env_steps=3000", "--set", "action_repeat=100", "--set", "seed_agent_steps=5",
+           "--set", "eval_freq=1000", "--set", "eval_episodes=1", "--set", "checkpoint_freq=1000"]
+    out = subprocess.run(cmd, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    records = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert len(records) == 1
+    r = records[0]
+    assert (r["status"], r["domain"], r["loss"], r["hardware"]["device"]) == ("completed", "rl", "infonce", "cuda")
+    d = r["details"]
+    assert (d["env_steps"], d["agent_steps"], d["action_repeat"], d["updates"]) == (3000, 30, 100, 25)
+    assert [p["env_steps"] for p in d["learning_curve"]] == [1000, 2000, 3000]
+    # The update statistics gathered on the GPU reach the curve (updates start after 5 agent steps).
+    assert all(np.isfinite(p["curl_loss"]) and np.isfinite(p["critic_loss"]) for p in d["learning_curve"][:2])
+    assert 0.0 <= r["metrics"]["return"] <= 1000.0
+    assert r["throughput"]["updates_per_s"] > 0 and r["throughput"]["env_steps_per_s"] > 0
+
+
+class Killed(Exception):
+    pass
+
+
+class KilledAfterCheckpoint(RunContext):
+    def save_checkpoint(self, state):
+        super().save_checkpoint(state)
+        raise Killed
+
+
+def test_resume_on_cuda_after_kill(tmp_path, cuda, rendering):
+    # Checkpoints hold the GPU buffer and statistics on the host; a resumed run puts them back on the GPU.
+    cfg = CurlConfig(num_env_steps=2000, eval_freq=1000, eval_episodes=1, checkpoint_freq=1000, seed_agent_steps=5,
+                     action_repeat=100, batch_size=32)
+    spec = RunSpec("rl", "curl", "cartpole-swingup", "dcl", {"tau_plus": 0.1}, "quick", 0, cfg)
+    domain = domains.get("rl")
+
+    def context(cls=RunContext, resume=False):
+        return cls(seed=0, device=cuda, data_root=tmp_path, work_dir=tmp_path, resume=resume, quiet=True)
+
+    with pytest.raises(Killed):
+        domain.pretrain(spec, context(KilledAfterCheckpoint))
+    pretrained = domain.pretrain(spec, context(resume=True))
+    assert pretrained.info["updates"] == 15 and [p["env_steps"] for p in pretrained.curve] == [1000]
+    assert pretrained.model.agent.W.device.type == "cuda"
+    assert 0.0 <= domain.evaluate(spec, pretrained, context()).metrics["return"] <= 1000.0
+
+
+def test_gpu_buffer_returns_the_cpu_buffers_crops(cuda):
+    on_gpu, on_cpu = filled(cuda), filled(torch.device("cpu"))
+    assert on_gpu.frames.device.type == "cuda"
+    batch = on_gpu.sample(256, 84, 2)
+    assert batch.obs.device.type == "cuda" and batch.obs.dtype == torch.uint8
+    same = on_cpu.gather(batch.index.cpu(), batch.tops.cpu(), batch.lefts.cpu(), 84)
+    for name in ("obs", "next_obs", "action", "reward", "not_done"):
+        assert torch.equal(getattr(batch, name).cpu(), getattr(same, name)), name
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(batch.keys, same.keys))
+
+
+def test_updates_never_wait_for_the_host(cuda):
+    cfg = CurlConfig(batch_size=128, num_positives=1)
+    torch.manual_seed(0)
+    agent = CurlSac(cfg, 1, 1e-3, losses.get("infonce"), cuda)
+    buffer = filled(cuda)
+    for step in (0, 1):  # warm-up: lazy initialisation and cuDNN's choice of algorithms
+        agent.update(buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives), step)
+    # The loss core validates its Scores and finds the positives on the host (losses/, not this domain);
+    # in the checked region CURL's own cross-entropy stands in for it, after showing they agree.
+    query = torch.randn(cfg.batch_size, cfg.feature_dim, device=cuda)
+    keys = [torch.randn_like(query)]
+
+    def curl_cross_entropy(q, k):
+        logits = q @ (agent.W @ k[0].T)
+        return (torch.logsumexp(logits, 1) - logits.diagonal()).mean()
+
+    torch.testing.assert_close(curl_cross_entropy(query, keys), agent.contrastive_loss(query, keys))
+    agent.contrastive_loss = curl_cross_entropy
+    before = agent.W.detach().clone()
+    with no_sync():
+        for step in (2, 3):  # with and without the actor and EMA parts; sampling and crops included
+            stats = agent.update(buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives), step)
+    assert set(stats) == {"critic_loss", "curl_loss"} and all(v.device.type == "cuda" for v in stats.values())
+    assert not torch.equal(agent.W, before) and all(np.isfinite(float(v)) for v in stats.values())
