@@ -211,6 +211,9 @@ class Domain(ABC):
     method_baselines: ClassVar[dict[str, str]] = {}  # method -> its own baseline loss, where it differs
     references: ClassVar[tuple[Reference, ...]] = ()
     leaderboard_metrics: ClassVar[tuple[str, ...]] = ()  # secondary metrics the leaderboard shows as columns
+    # dataset -> a paragraph the leaderboard prints under that dataset's table: where and why we do not
+    # reproduce a paper, what is still to run. Written by hand, so it cites records, never replaces them.
+    notes: ClassVar[dict[str, str]] = {}
 
     def baseline_loss_for(self, method: str) -> str:
         """The loss a method's other rows are measured against (the domain's, unless the method sets its own)."""

@@ -106,6 +106,9 @@ def domain_page(domain: str, groups: list[Group]) -> str:
             lines.append("| " + " | ".join(["*published*", ref.label, "–", ref.source, f"{fmt(ref.value)}{std}",
                                             *([""] * (1 + len(extra)))]) + " |")
         lines.append("")
+        note = dom.notes.get(dataset) if dom is not None else None
+        if note:
+            lines += [f"**Notes.** {' '.join(note.split())}", ""]
     return "\n".join(lines)
 
 

@@ -108,3 +108,13 @@ def test_list_overrides_read_as_comma_lists(tmp_path):
     write_records(tmp_path / "results", [record])
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
     assert "| quick (lr=0.001, tasks=CR,TREC), 3 epochs |" in (tmp_path / "tiny.md").read_text()
+
+
+def test_a_domain_note_is_printed_under_its_dataset_only(tmp_path, monkeypatch):
+    monkeypatch.setattr(tiny_domain.TinyDomain, "notes", {"blobs_hard": "Not reproduced:\n  one seed only."})
+    write_records(tmp_path / "results", synthetic_records())
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "tiny.md").read_text()
+    blobs, hard = page.split("## blobs_hard")
+    assert "**Notes.**" not in blobs
+    assert "\n**Notes.** Not reproduced: one seed only.\n" in hard

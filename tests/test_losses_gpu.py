@@ -132,8 +132,9 @@ def test_sync_checks_raise_the_cpu_error_on_cuda(cuda):
 
 
 def test_queued_checks_stop_the_process_on_cuda(cuda):
-    """By default the same check is queued: the process stops at the next synchronisation with a
-    device-side assertion (in a subprocess: the assertion leaves the CUDA context unusable)."""
+    """By default the same check is queued: the process stops with a device-side assertion at the next
+    CUDA call that reports the error (a later kernel launch or the synchronisation; measured on an H100,
+    it surfaced before the loss call returned). In a subprocess: the assertion leaves the context unusable."""
     script = ("import torch, losses\n"
               "z = torch.randn(8, 4, device='cuda')\n"
               "loss = losses.supcon(losses.label_scores(z, torch.arange(8, device='cuda'), 0.5))\n"
@@ -142,5 +143,5 @@ def test_queued_checks_stop_the_process_on_cuda(cuda):
               "print('not reached', flush=True)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parent.parent)
-    assert done.returncode != 0 and "queued" in done.stdout and "not reached" not in done.stdout
+    assert done.returncode != 0 and "not reached" not in done.stdout
     assert "assert" in (done.stderr + done.stdout).lower()
