@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import no_sync
 
 import losses
 
@@ -86,12 +87,18 @@ def _value_and_grads(entry, inputs: list[torch.Tensor], build: Build) -> tuple[t
     return value, list(grads)
 
 
-@pytest.mark.parametrize("layout, t", LAYOUTS, ids=[f"{n}-t{t}" for n, t in LAYOUTS])
-@pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
-def test_cuda_gives_the_cpu_value_and_gradient(entry, layout, t, cuda):
+def _case(entry, layout: str, t: float):
+    """The inputs and constructor of a layout; skips a supervised loss on a layout without labels."""
     inputs, build = _layouts(t)[layout]
     if not _applies(entry, build(inputs)):
         pytest.skip("layout without labels")
+    return inputs, build
+
+
+@pytest.mark.parametrize("layout, t", LAYOUTS, ids=[f"{n}-t{t}" for n, t in LAYOUTS])
+@pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
+def test_cuda_gives_the_cpu_value_and_gradient(entry, layout, t, cuda):
+    inputs, build = _case(entry, layout, t)
     value, grads = _value_and_grads(entry, [x.clone() for x in inputs], build)
     value_gpu, grads_gpu = _value_and_grads(entry, [x.to(cuda) for x in inputs], build)
     assert value_gpu.device.type == "cuda"
@@ -103,19 +110,10 @@ def test_cuda_gives_the_cpu_value_and_gradient(entry, layout, t, cuda):
 @pytest.mark.parametrize("layout, t", LAYOUTS, ids=[f"{n}-t{t}" for n, t in LAYOUTS])
 @pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
 def test_no_host_device_synchronisation(entry, layout, t, cuda):
-    inputs, build = _layouts(t)[layout]
-    if not _applies(entry, build(inputs)):
-        pytest.skip("layout without labels")
-    leaves = [x.to(cuda).requires_grad_() if x.is_floating_point() else x.to(cuda) for x in inputs]
-    loss = losses.get(entry[0], **entry[1])
-    torch.cuda.synchronize()
-    previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        value = loss(build(leaves))  # the constructor, the loss, and its queued checks
-        grads = torch.autograd.grad(value, [x for x in leaves if x.is_floating_point()])
-    finally:
-        torch.cuda.set_sync_debug_mode(previous)
+    inputs, build = _case(entry, layout, t)
+    leaves = [x.to(cuda) for x in inputs]
+    with no_sync():  # the constructor, the loss, its queued checks and the backward pass
+        value, grads = _value_and_grads(entry, leaves, build)
     assert torch.isfinite(value) and all(bool(torch.isfinite(g).all()) for g in grads)
 
 

@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support import Killed, KilledAfterCheckpoint, no_sync
 
 import domains
 import losses
@@ -23,17 +23,6 @@ from domains.rl.curl import CurlSac, ReplayBuffer
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
-
-
-@contextmanager
-def no_sync():
-    """Any host-device synchronisation inside raises."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 def filled(device: torch.device, capacity: int = 300, size: int = 100, seed: int = 0) -> ReplayBuffer:
@@ -68,16 +57,6 @@ def test_quick_preset_end_to_end_on_cuda(tmp_path, cuda, rendering):
     assert all(np.isfinite(p["curl_loss"]) and np.isfinite(p["critic_loss"]) for p in d["learning_curve"][:2])
     assert 0.0 <= r["metrics"]["return"] <= 1000.0
     assert r["throughput"]["updates_per_s"] > 0 and r["throughput"]["env_steps_per_s"] > 0
-
-
-class Killed(Exception):
-    pass
-
-
-class KilledAfterCheckpoint(RunContext):
-    def save_checkpoint(self, state):
-        super().save_checkpoint(state)
-        raise Killed
 
 
 def test_resume_on_cuda_after_kill(tmp_path, cuda, rendering):

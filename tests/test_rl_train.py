@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import Killed, KilledAfterCheckpoint
 
 import domains
 from domains.base import RunContext, RunSpec
@@ -20,16 +21,6 @@ TINY = dict(num_env_steps=2000, eval_freq=1000, eval_episodes=1, checkpoint_freq
 
 
 pytestmark = pytest.mark.usefixtures("rendering")
-
-
-class Killed(Exception):
-    pass
-
-
-class KilledAfterCheckpoint(RunContext):
-    def save_checkpoint(self, state):
-        super().save_checkpoint(state)
-        raise Killed
 
 
 def spec(loss: str = "dcl", **overrides) -> RunSpec:

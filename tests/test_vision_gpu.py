@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
+from support import no_sync
 
 import losses
 from domains.vision import augment as aug
@@ -27,17 +27,6 @@ from domains.vision.train import accelerate, multi_tensor
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
 STATS = ((0.49, 0.48, 0.45), (0.25, 0.24, 0.26))
-
-
-@contextmanager
-def no_sync():
-    """Any host-device synchronisation inside raises."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 def _info(n: int, size: int = 32) -> DataInfo:
