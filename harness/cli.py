@@ -6,7 +6,12 @@ User mistakes (``UserError``) print one line ``error: ...`` and exit 2; unexpect
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import sys
+import warnings
+from collections.abc import Iterator
+from typing import TextIO
 
 from domains.base import UserError
 
@@ -20,7 +25,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", help="method (default: the domain's default)")
     p.add_argument("--dataset", help="dataset (default: the domain's embedded default)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
-    p.add_argument("--preset", default="quick", help="quick (minutes on a CPU) or paper (default: quick)")
+    p.add_argument("--preset", default="quick",
+                   help="quick (about 5 minutes on a laptop CPU), paper, ... (harness list presets; default: quick)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, or a loss hyper-parameter as loss.NAME=VALUE (repeatable)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
@@ -29,6 +35,12 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_verbose(p)
+
+
+def _add_verbose(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also show the run's log lines, library warnings and library log lines")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
+    _add_verbose(p)
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records, bench.md from the benchmarks")
     p.add_argument("--results", default=RESULTS)
@@ -91,6 +104,72 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Library chatter a normal run hides (-v shows it): deprecation notices of APIs the harness's dependencies
+# call (torch.jit.script's FutureWarning from PyG), INFO lines of libraries that configure logging on import
+# (absl through dm_control), and PyG's "Processing..." / "Done!" prints when it first processes a TU set.
+QUIET_WARNINGS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+QUIET_LOGGERS = ("absl", "torch_geometric", "transformers", "datasets", "urllib3", "filelock", "matplotlib",
+                 "PIL", "OpenGL")
+QUIET_PRINTS = frozenset({"Processing...", "Done!"})
+
+
+class _DropLines:
+    """A stderr that drops the exact lines in QUIET_PRINTS (written by ``print``: the text, then its newline)
+    and passes every other write through unchanged, progress bars included."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._dropped = False
+
+    def write(self, text: str) -> int:
+        dropped, self._dropped = self._dropped, text in QUIET_PRINTS
+        if self._dropped or (dropped and text == "\n"):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
+def configure_output(verbose: bool) -> None:
+    """A normal run shows progress bars, its estimate and results; ``verbose`` adds every log line.
+
+    The run's own log lines always go to its record's ``.log`` file; the "harness" logger does not propagate
+    to the root logger, where a library may have installed a handler (absl calls ``logging.basicConfig``).
+    """
+    harness_logger = logging.getLogger("harness")
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        harness_logger.propagate = True
+        return
+    harness_logger.propagate = False
+    logging.getLogger().setLevel(logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for category in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", category=category)
+    if not isinstance(sys.stderr, _DropLines):
+        sys.stderr = _DropLines(sys.stderr)
+
+
+@contextlib.contextmanager
+def output_settings(verbose: bool) -> Iterator[None]:
+    """``configure_output`` for one command, undone afterwards: ``main`` also runs inside other programs."""
+    root, harness_logger = logging.getLogger(), logging.getLogger("harness")
+    loggers = [root, *(logging.getLogger(name) for name in QUIET_LOGGERS)]
+    levels, handlers = [lg.level for lg in loggers], list(root.handlers)
+    stderr, propagate = sys.stderr, harness_logger.propagate
+    with warnings.catch_warnings():
+        configure_output(verbose)
+        try:
+            yield
+        finally:
+            sys.stderr, harness_logger.propagate = stderr, propagate
+            root.handlers[:] = handlers
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from harness.commands import cmd_run
@@ -119,8 +198,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint after an interruption
+    settings = output_settings(args.verbose) if args.command in ("run", "sweep") else contextlib.nullcontext()
     try:
-        return _dispatch(args)
+        with settings:
+            return _dispatch(args)
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

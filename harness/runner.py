@@ -5,16 +5,18 @@ The same code path serves ``harness run`` and every ``harness sweep`` job.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import random
 import shutil
+import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -26,6 +28,10 @@ from harness import config as cfg
 from harness import records
 
 LOGGER = logging.getLogger("harness")
+T = TypeVar("T")
+# A run's estimate is printed once its first steps took this long, or once this fraction of them is done.
+ESTIMATE_AFTER_S = 30.0
+ESTIMATE_AFTER_FRACTION = 0.1
 
 
 @dataclass
@@ -64,6 +70,54 @@ class Plan:
     domain: Domain
     specs: list[RunSpec]
     overrides: dict[str, Any]
+    estimated: bool = False  # a run of this plan has printed its time estimate
+
+
+@dataclass
+class EstimatingContext(RunContext):
+    """A RunContext whose first progress loop (every domain's pretraining loop) prints once how long the
+    pretraining should take: the recent time per step times the steps left, over the seeds left."""
+
+    seeds: int = 1
+
+    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
+        items = super().progress(iterable, desc, total=total, **kw)
+        if total is None or self.seeds < 1:
+            return items
+        seeds, self.seeds = self.seeds, 0  # later loops (evaluation) print nothing
+        return _estimating(items, desc, total - kw.get("initial", 0), seeds)
+
+
+def _estimating(items: Iterator[T], desc: str, steps: int, seeds: int) -> Iterator[T]:
+    """Yield ``items``; after 30 s or a tenth of the steps, print once the time the pretraining has left."""
+    from tqdm.auto import tqdm  # its write() keeps the progress bar intact
+
+    starts: list[float] = []  # when each step started
+    for done, item in enumerate(items):
+        if seeds:
+            starts.append(time.perf_counter())
+            if done and (starts[-1] - starts[0] >= ESTIMATE_AFTER_S or done >= ESTIMATE_AFTER_FRACTION * steps):
+                per_step = _recent_step_time(starts)
+                left = per_step * (steps - done) + per_step * steps * (seeds - 1)
+                tqdm.write(f"estimate: {desc} takes {_duration(per_step)} a step; about {_duration(left)} of "
+                           f"pretraining left over {seeds} seed{'s' * (seeds > 1)}, plus each seed's evaluation",
+                           file=sys.stderr)
+                seeds = 0
+        yield item
+
+
+def _recent_step_time(starts: list[float]) -> float:
+    """The time per step over the latest half of the elapsed time: past the warm-up, and past a cheap first
+    phase such as the random-action steps that fill CURL's replay buffer before any update."""
+    half = (starts[0] + starts[-1]) / 2
+    first = min(bisect.bisect_left(starts, half), len(starts) - 2)
+    return (starts[-1] - starts[first]) / (len(starts) - 1 - first)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def default_data_root(cli_value: str | None) -> Path:
@@ -216,8 +270,13 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
         "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},
         "data_fingerprint": data,
     }
-    ctx = RunContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir, resume=req.resume,
-                     quiet=req.quiet, logger=logging.getLogger("harness.run"))
+    # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
+    estimate = write and spec.preset != "quick" and not the_plan.estimated
+    the_plan.estimated |= estimate
+    seeds_left = len(the_plan.specs) - the_plan.specs.index(spec)
+    ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
+                            resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
+                            seeds=seeds_left if estimate else 0)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(record["command"]))
         outcome = _attempt(domain, spec, ctx, record, path)

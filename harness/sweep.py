@@ -129,19 +129,22 @@ def _progress(total: int):
     return tqdm(total=total, desc="sweep", unit="job")
 
 
-def _share_cores(threads: int) -> None:
+def _init_worker(threads: int, verbose: bool) -> None:
+    from harness.cli import configure_output  # a spawned worker starts with Python's default output settings
+
+    configure_output(verbose)
     torch.set_num_threads(threads)
 
 
-def run_local(requests: list[RunRequest], workers: int) -> list[dict[str, Any]]:
+def run_local(requests: list[RunRequest], workers: int, verbose: bool = False) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
     # share the cores instead of each starting one thread per core. An explicit OMP_NUM_THREADS wins: on a
     # machine shared with other jobs, one thread per worker avoids OpenMP threads spinning on busy cores.
     context = multiprocessing.get_context("spawn")
     threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // workers))
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_share_cores,
-                             initargs=(threads,)) as pool, _progress(len(requests)) as bar:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                             initargs=(threads, verbose)) as pool, _progress(len(requests)) as bar:
         for future in as_completed([pool.submit(run_job, r) for r in requests]):
             results += _report(future.result(), bar)
     return results
@@ -214,7 +217,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     elif args.executor == "ray":
         results = run_ray(todo)
     if results is None:
-        results = run_local(todo, args.workers)
+        results = run_local(todo, args.workers, args.verbose)
     counts = {s: sum(r["status"] == s for r in results) for s in ("completed", "failed", "skipped", "busy")}
     print("sweep done: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
     return 1 if counts["failed"] else 0

@@ -1,10 +1,11 @@
-"""Helpers shared by several test files: a region where any host-device synchronisation raises, and a run
-context that dies right after its first checkpoint (to test resuming)."""
+"""Helpers shared by several test files: a region where any host-device synchronisation raises, a run
+context that dies right after its first checkpoint (to test resuming), and a tiny TU-format dataset."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
@@ -31,3 +32,22 @@ class KilledAfterCheckpoint(RunContext):
     def save_checkpoint(self, state):
         super().save_checkpoint(state)
         raise Killed
+
+
+def toy_tu(root: Path, name: str = "TOY") -> Path:
+    """A TU-format set of 24 graphs (triangles, label 0; 4-paths, label 1) under ``root/TU/name/raw``."""
+    raw = root / "TU" / name / "raw"
+    raw.mkdir(parents=True)
+    edges, indicator, labels, node = [], [], [], 1
+    for g in range(24):
+        n = 3 if g % 2 == 0 else 4
+        ids = list(range(node, node + n))
+        pairs = [(ids[i], ids[(i + 1) % n]) for i in range(n if n == 3 else n - 1)]
+        edges += [p for a, b in pairs for p in ((a, b), (b, a))]
+        indicator += [g + 1] * n
+        labels.append(g % 2)
+        node += n
+    (raw / f"{name}_A.txt").write_text("".join(f"{a}, {b}\n" for a, b in edges))
+    (raw / f"{name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
+    (raw / f"{name}_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
+    return raw

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
+from support import toy_tu
 from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
 
 from domains.base import NonFiniteLossError, RunContext
@@ -240,25 +241,6 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
 
 # --- data: mistyped, missing, corrupted, changed --------------------------------------------------------------
 
-def _toy_tu(root: Path, name: str = "TOY") -> Path:
-    """A TU-format set of 24 graphs (triangles, label 0; 4-paths, label 1) under ``root/TU/name/raw``."""
-    raw = root / "TU" / name / "raw"
-    raw.mkdir(parents=True)
-    edges, indicator, labels, node = [], [], [], 1
-    for g in range(24):
-        n = 3 if g % 2 == 0 else 4
-        ids = list(range(node, node + n))
-        pairs = [(ids[i], ids[(i + 1) % n]) for i in range(n if n == 3 else n - 1)]
-        edges += [p for a, b in pairs for p in ((a, b), (b, a))]
-        indicator += [g + 1] * n
-        labels.append(g % 2)
-        node += n
-    (raw / f"{name}_A.txt").write_text("".join(f"{a}, {b}\n" for a, b in edges))
-    (raw / f"{name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
-    (raw / f"{name}_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
-    return raw
-
-
 def _graph_run(tmp_path: Path, dataset: str, *extra: str) -> list[str]:
     return ["run", "--domain", "graph", "--dataset", dataset, "--loss", "jsd", "--seeds", "0", "--quiet",
             "--set", "epochs=1", "--set", "svm_folds=3", "--set", "svm_inner_folds=2", "--set", "hidden=8",
@@ -303,7 +285,7 @@ def test_a_missing_data_root_names_where_the_files_go(tmp_path, graph_cache, cap
     ("truncated", "files with one line per graph disagree (lines: TOY_graph_labels.txt 12"),
 ])
 def test_corrupted_tu_files_are_named(tmp_path, graph_cache, capsys, damage, expected):
-    raw = _toy_tu(tmp_path / "data")
+    raw = toy_tu(tmp_path / "data")
     labels = raw / "TOY_graph_labels.txt"
     lines = labels.read_text().splitlines(keepends=True)
     labels.write_text("".join(lines[:4] + ["x\n"] + lines[5:]) if damage == "label" else "".join(lines[:12]))
@@ -312,7 +294,7 @@ def test_corrupted_tu_files_are_named(tmp_path, graph_cache, capsys, damage, exp
 
 
 def test_changed_data_is_a_new_run_and_resume_does_not_reuse_the_old_one(tmp_path, graph_cache):
-    raw = _toy_tu(tmp_path / "data")
+    raw = toy_tu(tmp_path / "data")
     assert main(_graph_run(tmp_path, "TOY")) == 0
     [first] = _records(tmp_path / "results")
     labels = raw / "TOY_graph_labels.txt"
@@ -324,7 +306,7 @@ def test_changed_data_is_a_new_run_and_resume_does_not_reuse_the_old_one(tmp_pat
 
 
 def test_values_that_would_fail_after_training_are_refused_before_it(tmp_path, graph_cache, capsys):
-    _toy_tu(tmp_path / "data")
+    toy_tu(tmp_path / "data")
     assert main([*_graph_run(tmp_path, "TOY"), "--set", "svm_folds=1000"]) == 2
     err = capsys.readouterr().err
     assert "svm_folds=1000" in err and "largest class has 12 graphs" in err
@@ -333,7 +315,7 @@ def test_values_that_would_fail_after_training_are_refused_before_it(tmp_path, g
 
 
 def test_a_diverging_run_stops_with_a_failed_record_that_says_so(tmp_path, graph_cache, capsys):
-    _toy_tu(tmp_path / "data")
+    toy_tu(tmp_path / "data")
     assert main([*_graph_run(tmp_path, "TOY"), "--set", "lr=1e8", "--set", "epochs=5", "--set", "batch_size=4"]) == 2
     err = capsys.readouterr().err
     assert "the loss is nan at training step" in err and "lower learning rate (now --set lr=1e+08)" in err

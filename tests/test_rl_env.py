@@ -1,5 +1,6 @@
-"""The DeepMind Control wrapper: observation shape and frame stacking, action repeat against a raw
-dm_control environment stepped by hand, environment-step counting, episode ends, seeding, bad input."""
+"""The DeepMind Control pixel environment (a ``gymnasium.Env``): spaces, observation shape and frame
+stacking, action repeat against a raw dm_control environment stepped by hand, environment-step counting,
+episode ends, seeding, bad input."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ def make(seed: int = 0, **kw):
 
 
 def test_observation_shape_and_frame_stack(rendering):
+    import gymnasium as gym
+
     env = make()
     obs, info = env.reset()
     assert obs.shape == (9, 100, 100) and obs.dtype == np.uint8 and info == {}
     assert env.observation_shape == (9, 100, 100)
+    assert isinstance(env, gym.Env) and env.observation_space == gym.spaces.Box(0, 255, (9, 100, 100), np.uint8)
+    assert env.action_space == gym.spaces.Box(-1.0, 1.0, (1,), np.float32) and env.render_mode == "rgb_array"
     # After a reset the stack holds the first frame three times.
     assert np.array_equal(obs[0:3], obs[3:6]) and np.array_equal(obs[3:6], obs[6:9])
     rng = np.random.default_rng(0)
@@ -77,7 +82,7 @@ def test_default_action_repeat_per_task():
 def test_seeding(rendering):
     def initial_qpos(env, seed=None):
         env.reset(seed=seed)
-        return env._env.physics.data.qpos.copy()
+        return env.unwrapped._env.physics.data.qpos.copy()
 
     a, b, c = make(seed=1), make(seed=1), make(seed=2)
     assert np.array_equal(initial_qpos(a), initial_qpos(b))

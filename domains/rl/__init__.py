@@ -1,6 +1,10 @@
 """Reinforcement learning: CURL with SAC on DeepMind Control from pixels, with any unsupervised loss of
 the core as its contrastive objective (``infonce`` is CURL itself; the DCL paper used ``dcl``).
 
+The environments are Gymnasium environments (``domains.rl.gym_envs`` registers ``dmc/<domain>-<task>-v0``);
+besides the six tasks of the CURL benchmark, a dataset ``gym:<id>`` is any continuous-action Gymnasium
+environment that renders ``rgb_array`` frames, seen from pixels the same way.
+
 The metric is the mean return of the deterministic policy over ``eval_episodes`` episodes at the end
 of training; budgets are ENVIRONMENT steps (agent steps × action repeat), as in the papers.
 """
@@ -25,7 +29,7 @@ from domains.base import (
     RunSpec,
     UserError,
 )
-from domains.rl.config import PRESETS, TASKS, CurlConfig
+from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig
 
 _CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"
 _DCL = "DCL paper (Chuang et al. 2020), Table 3"
@@ -54,6 +58,26 @@ def _version(package: str) -> str | None:
         return None
 
 
+class _Datasets(dict):
+    """The CURL benchmark's tasks, and any ``gym:<id>`` on demand: ``name in datasets`` holds for every
+    name with the prefix (checked when the run is validated); iteration lists the named ones."""
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and name.startswith(GYM_PREFIX))
+
+    def __missing__(self, name: str) -> DatasetSpec:
+        if name.startswith(GYM_PREFIX):
+            env_id = name[len(GYM_PREFIX):]
+            return DatasetSpec(name, f"Gymnasium environment {env_id} from pixels", needs_download=False)
+        raise KeyError(name)
+
+
+def _task_line(name: str) -> str:
+    t = TASKS[name]
+    return (f"DeepMind Control {t.domain} {t.task} from pixels (Gymnasium id dmc/{name}-v0), action repeat "
+            f"{t.action_repeat} (ships with dm_control; needs OpenGL rendering)")
+
+
 @register
 class RLDomain(Domain):
     name = "rl"
@@ -61,10 +85,11 @@ class RLDomain(Domain):
     config_class = CurlConfig
     methods = {"curl": "CURL (Srinivas et al. 2020): SAC with a contrastive auxiliary loss on random crops"}
     default_method = "curl"
-    datasets = {name: DatasetSpec(name, f"DeepMind Control {t.domain} {t.task} from pixels, action repeat "
-                                        f"{t.action_repeat} (ships with dm_control; needs OpenGL rendering)",
-                                  needs_download=False)
-                for name, t in TASKS.items()}
+    datasets = _Datasets({
+        **{name: DatasetSpec(name, _task_line(name), needs_download=False) for name in TASKS},
+        "gym:Pendulum-v1": DatasetSpec("gym:Pendulum-v1", "Gymnasium's Pendulum from pixels, action repeat 1; any "
+                                       "gym:<id> of a continuous-action environment with rgb_array rendering works "
+                                       "the same way (--set action_repeat=N)", needs_download=False)})
     default_dataset = "cartpole-swingup"
     losses = tuple(losses.available(needs_labels=False))
     presets = PRESETS
@@ -81,13 +106,18 @@ class RLDomain(Domain):
     def validate(self, spec: RunSpec) -> None:
         if spec.method not in self.methods:
             raise UserError(f"unknown method '{spec.method}' for domain rl; available: {', '.join(self.methods)}")
-        if spec.dataset not in TASKS:
-            raise UserError(f"unknown task '{spec.dataset}'; available: {', '.join(TASKS)}")
+        if spec.dataset.startswith(GYM_PREFIX):
+            from domains.rl.gym_envs import make_pixel_env
+
+            make_pixel_env(spec.dataset, 0, image_size=8).close()  # unknown id, discrete actions: fail before the run
+        elif spec.dataset not in TASKS:
+            raise UserError(f"unknown task '{spec.dataset}'; available: {', '.join(TASKS)}, or gym:<Gymnasium id>")
 
     def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
         from domains.rl.curl import train
+        from domains.rl.gym_envs import task_of
 
-        trained, out = train(spec.config, TASKS[spec.dataset], spec.dataset, spec.make_loss(), ctx)
+        trained, out = train(spec.config, task_of(spec.dataset), spec.dataset, spec.make_loss(), ctx)
         return PretrainResult(model=trained, curve=out["curve"], throughput=out["throughput"], info=out["info"])
 
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
@@ -109,13 +139,18 @@ class RLDomain(Domain):
         return EvalResult(metrics=metrics, details=details)
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        from domains.rl.gym_envs import dmc_id, task_of
+
+        task = task_of(spec.dataset)
+        cfg = spec.config
+        common = {"dataset": spec.dataset, "action_repeat": cfg.action_repeat or task.action_repeat,
+                  "image_size": cfg.image_size, "gymnasium": _version("gymnasium")}
+        if spec.dataset.startswith(GYM_PREFIX):
+            return {**common, "env_id": task.task}
         from domains.rl.env import rendering_backend
 
-        task = TASKS[spec.dataset]
-        cfg = spec.config
-        return {"dataset": spec.dataset, "suite": f"{task.domain}-{task.task}", "camera_id": task.camera_id,
-                "action_repeat": cfg.action_repeat or task.action_repeat, "image_size": cfg.image_size,
-                "dm_control": _version("dm_control"), "mujoco": _version("mujoco"),
+        return {**common, "env_id": dmc_id(task.domain, task.task), "suite": f"{task.domain}-{task.task}",
+                "camera_id": task.camera_id, "dm_control": _version("dm_control"), "mujoco": _version("mujoco"),
                 "rendering": rendering_backend()}
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:

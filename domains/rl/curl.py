@@ -43,8 +43,9 @@ from torch import Tensor, nn
 
 import losses
 from domains.base import RunContext
-from domains.rl.config import EPISODE_ENV_STEPS, CurlConfig, TaskSpec
-from domains.rl.env import DMCEnv
+from domains.rl.config import CurlConfig, TaskSpec
+from domains.rl.env import PixelEnv
+from domains.rl.gym_envs import make_pixel_env
 
 # --------------------------------------------------------------------------------------------- augmentation
 
@@ -465,12 +466,12 @@ class Trained:
     eval_env_seed: int
 
 
-def make_env(task: str, seed: int, cfg: CurlConfig) -> DMCEnv:
-    return DMCEnv(task, seed, action_repeat=cfg.action_repeat, image_size=cfg.image_size,
-                  frame_stack=cfg.frame_stack)
+def make_env(task: str, seed: int, cfg: CurlConfig) -> PixelEnv:
+    return make_pixel_env(task, seed, action_repeat=cfg.action_repeat, image_size=cfg.image_size,
+                          frame_stack=cfg.frame_stack)
 
 
-def evaluate_agent(agent: CurlSac, env: DMCEnv, episodes: int, seed: int) -> list[float]:
+def evaluate_agent(agent: CurlSac, env: PixelEnv, episodes: int, seed: int) -> list[float]:
     """Returns of ``episodes`` episodes with the deterministic policy tanh(μ) on centre crops."""
     returns = []
     for e in range(episodes):
@@ -498,7 +499,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     env = make_env(task_name, ctx.seed, cfg)
     eval_env = make_env(task_name, ctx.seed + 1, cfg)
     repeat = env.action_repeat
-    episode_length = math.ceil(EPISODE_ENV_STEPS / repeat)
+    episode_length = math.ceil(env.episode_env_steps / repeat)
     total_agent_steps = math.ceil(cfg.num_env_steps / repeat)
     agent = CurlSac(cfg, env.action_shape[0], cfg.lr or task.lr, loss_fn, ctx.device)
     buffer = ReplayBuffer(cfg.buffer_capacity, (3, cfg.image_size, cfg.image_size), cfg.frame_stack,

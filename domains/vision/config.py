@@ -61,7 +61,8 @@ class VisionConfig:
     download: bool = False  # try torchvision's download when the files are missing
 
 
-QUICK = Preset("the embedded digits with a small encoder: minutes on a CPU", {}, seeds=(0, 1, 2, 3, 4))
+QUICK = Preset("the embedded digits with a small encoder, 30 epochs and a 100-epoch linear probe: about 30 s a "
+               "seed on one CPU core, under 3 minutes for the 5 seeds", {}, seeds=(0, 1, 2, 3, 4))
 PRESETS = {
     "quick": QUICK,
     "paper": Preset(

@@ -1,0 +1,63 @@
+"""A normal ``harness run`` shows progress bars and results only; ``-v`` adds log lines and library chatter.
+Longer presets print one time estimate. Through the CLI in a subprocess, as a user sees it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from support import toy_tu  # a TU set of 24 small graphs, written in the test's folder
+from tiny_domain import harness
+
+from harness import runner
+
+GRAPH_RUN = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
+             "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--set", "download=false"]
+
+
+def _graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str) -> str:
+    """stderr of a graph run on the embedded data and then on a fresh TU set (PyG processes it on first use)."""
+    pytest.importorskip("torch_geometric")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # PyG stays silent under pytest; the user's shell has no such variable
+    toy_tu(tmp_path / "data")
+    err = ""
+    for dataset in ("synthetic-motifs", "TOY"):
+        proc = harness(*GRAPH_RUN, "--dataset", dataset, "--data-root", str(tmp_path / "data"), "--results",
+                       str(tmp_path / "results"), *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert "[completed]" in proc.stdout
+        err += proc.stderr
+    return err
+
+
+def test_a_normal_run_prints_no_warning_no_processing_and_no_log_line(tmp_path, monkeypatch):
+    err = _graph(tmp_path, monkeypatch)
+    assert "Warning" not in err and "warn" not in err
+    assert "Processing" not in err and "Done!" not in err
+    assert "INFO" not in err
+
+
+def test_verbose_shows_the_log_lines_and_pygs_processing(tmp_path, monkeypatch):
+    err = _graph(tmp_path, monkeypatch, "-v")
+    assert "INFO harness: run graph-synthetic-motifs-" in err and "INFO harness: run graph-TOY-" in err
+    assert "Processing..." in err  # the fresh TU set was processed, and -v lets PyG say so
+
+
+def test_the_estimate_leaves_out_a_cheap_first_phase():
+    """Three steps of 0.1 s (CURL's random-action steps), then steps of 10 s: the latest half of the time
+    gives 10 s a step, where the mean over all steps would say 5."""
+    assert runner._recent_step_time([0.0, 0.1, 0.2, 0.3, 10.3, 20.3, 30.3]) == pytest.approx(10.0)
+
+
+def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
+    """The estimate is printed once per run, from its first seed, and names the seeds it covers."""
+    pytest.importorskip("torch_geometric")
+    args = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=10",
+            "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--results", str(tmp_path), "--quiet"]
+    paper = harness(*args, "--preset", "paper")
+    assert paper.returncode == 0, paper.stderr
+    lines = [line for line in paper.stderr.splitlines() if line.startswith("estimate: ")]
+    assert len(lines) == 1 and "over 2 seeds" in lines[0], paper.stderr
+    quick = harness(*args, "--preset", "quick")
+    assert quick.returncode == 0 and "estimate" not in quick.stderr, quick.stderr
