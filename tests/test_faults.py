@@ -36,9 +36,15 @@ def _same_result(a: dict, b: dict) -> None:
     assert {k: v for k, v in a.items() if k not in STABLE} == {k: v for k, v in b.items() if k not in STABLE}
 
 
+def _default_sigint() -> None:
+    # A job started in the background by a non-interactive shell (CI, `cmd &`) inherits SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt: give the child the disposition a terminal gives it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
 
 
 def _wait_for_epoch(results: Path, epoch: int) -> None:
