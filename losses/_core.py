@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from losses.checks import reads_values_now, require
+from losses.checks import NonFiniteError, reads_values_now, require
 from losses.scores import Entries, Scores
 
 EXP_LIMIT = 40.0
@@ -168,11 +168,6 @@ def row_logsumexps(logits: Tensor, mask: Mask, scales: tuple[float, ...], *, bou
     return [next(rows) if s != 0.0 else torch.log(mask.count()) for s in scales], pos
 
 
-def masked_logsumexps(logits: Tensor, mask: Tensor, scales: tuple[float, ...]) -> list[Tensor]:
-    """``row_logsumexps`` over a bool mask."""
-    return row_logsumexps(logits, Mask(tuple(logits.shape), dense=mask), scales)[0]
-
-
 PAIRS_FROM_MASK_ON = frozenset({"cpu"})
 """Devices where the positives are found from ``pos_mask`` by ``nonzero`` (it synchronises elsewhere)."""
 
@@ -313,7 +308,8 @@ def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str, n_n
     require(valid.any(), f"{loss}: no anchor has {needs}, so the loss is undefined")
     result = torch.where(valid, per_anchor, 0.0).sum() / valid.sum()
     if not reads_values_now(result):  # the finiteness check the Scores left to the loss
-        require(torch.isfinite(result), f"{loss}: the loss is not finite: the logits contain NaN or infinite values")
+        require(torch.isfinite(result), f"{loss}: the loss is not finite: the logits contain NaN or infinite values",
+                NonFiniteError)
     return result
 
 

@@ -176,7 +176,8 @@ class VisionDomain(Domain):
                                         cfg.knn_temperature)}
         if data.test.bias is not None:
             metrics.update(group_accuracy(result["predictions"], test_y, data.test.bias.to(device)))
-        online = method.reported_metrics(data.test, device, pretrained.curve)
+        test_bias = None if data.test.bias is None else data.test.bias.to(device)
+        online = method.reported_metrics(test_f, test_y, test_bias, pretrained.curve)
         # the biased track reports its online classifier (Barbano et al.); the probe's values stay beside
         metrics = {**metrics, **{f"probe_{k}": metrics[k] for k in online if k in metrics}, **online}
         details = {"n_train": len(data.train), "n_test": len(data.test), "n_pretrain": len(data.pretrain),

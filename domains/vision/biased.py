@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 import losses
 from domains.vision.data import ImageSet
-from domains.vision.evaluate import group_accuracy
+from domains.vision.evaluate import extract, group_accuracy, topk_accuracy
 from domains.vision.method import Batch, Method
 from domains.vision.models import FEATURE_DIM, encoder, projection_head
 
@@ -43,17 +43,15 @@ class Biased(Method):
         super().__init__(cfg, info, loss, needs_labels)
         small = cfg.arch in ("small", "simpleconvnet")
         self.ce = loss is None
-        # The authors' contrastive nets end in tanh with no head; their CE net ends in ReLU unless FairKL is on.
-        final = "tanh" if small and (not self.ce or cfg.fairkl_lambda > 0) else "relu"
+        # The classifier reads L2-normalised features, except the plain CE baseline's; the authors' nets end
+        # in tanh (contrastive: with no head) wherever the features are normalised, in ReLU otherwise.
+        self.normalized = not self.ce or cfg.fairkl_lambda > 0
+        final = "tanh" if small and self.normalized else "relu"
         self.encoder = encoder(cfg.arch, 3, info.image_size, final=final)
         if cfg.arch == "simpleconvnet":  # the authors' initialisation
             for m in self.encoder.modules():
                 if isinstance(m, nn.Conv2d):
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-        # Channels-last convolutions run on the GPU's tensor cores without layout transposes; the batch
-        # shape is fixed (drop_last), so cuDNN's autotuning pays for itself within the first epoch.
-        self.encoder.to(memory_format=torch.channels_last)
-        torch.backends.cudnn.benchmark = True
         self.head = nn.Identity() if small or self.ce else projection_head(cfg.arch, cfg.proj_dim)
         self.classifier = nn.Linear(FEATURE_DIM[cfg.arch], info.num_classes)
         self.online: torch.optim.Optimizer | None = None  # built in optimizer(), once on the device
@@ -92,52 +90,42 @@ class Biased(Method):
     def forward(self, batch: Batch) -> Tensor:
         b, views = batch.labels.shape[0], self._n_views()
         x = torch.cat([self.view(batch.images) for _ in range(views)])
-        feats = self.encoder(x.contiguous(memory_format=torch.channels_last))
+        feats = self.encoder(x)
         labels = batch.labels.repeat(views)
         if self.ce:
-            inputs = F.normalize(feats.float(), dim=1) if self.cfg.fairkl_lambda > 0 else feats.float()
-            total = self.cfg.alpha * F.cross_entropy(self.classifier(inputs), labels)
+            total = self.cfg.alpha * F.cross_entropy(self._classify(feats), labels)
         else:
             main = self.loss(losses.label_scores(self.head(feats), labels, self.cfg.temperature, gather=self.gather))
             weight = self.cfg.alpha
             if self.cfg.objective == "authors":
                 weight = self.cfg.alpha * self.cfg.alpha * self.cfg.temperature / BASE_TEMPERATURE
-            online = self.classifier(F.normalize(feats[:b].detach().float(), dim=1))
-            total = weight * main + F.cross_entropy(online, batch.labels)
+            total = weight * main + F.cross_entropy(self._classify(feats[:b].detach()), batch.labels)
         if self.cfg.fairkl_lambda > 0:
             reg = losses.fairkl(feats[:b], batch.labels, batch.bias, moments=self.cfg.fairkl_moments,
                                 form=self.cfg.fairkl_form, kld=self.cfg.fairkl_kld)
             total = total + self.cfg.fairkl_lambda * reg
         return total
 
+    def _classify(self, feats: Tensor) -> Tensor:
+        feats = feats.float()
+        return self.classifier(F.normalize(feats, dim=1) if self.normalized else feats)
+
     @torch.no_grad()
     def features(self, images: Tensor) -> Tensor:
-        return self.encoder(self.eval_input(images).contiguous(memory_format=torch.channels_last))
-
-    @torch.no_grad()
-    def logits(self, test: ImageSet, device: torch.device) -> Tensor:
-        """The classifier's logits on every image of ``test``, in eval mode, in big chunks on the device."""
-        was_training = self.training
-        self.eval()
-        out = []
-        for start in range(0, len(test), EVAL_CHUNK):
-            feats = self.features(test.images[start:start + EVAL_CHUNK].to(device, non_blocking=True)).float()
-            out.append(self.classifier(feats if self.ce and self.cfg.fairkl_lambda == 0 else F.normalize(feats, dim=1)))
-        self.train(was_training)
-        return torch.cat(out)
+        return self.encoder(self.eval_input(images))
 
     def monitor(self, test: ImageSet, device: torch.device) -> dict[str, float]:
-        pred = self.logits(test, device).argmax(1)
+        with torch.no_grad():
+            pred = self._classify(extract(self, test, device, batch_size=EVAL_CHUNK)).argmax(1)
         return {"online_top1": 100.0 * float((pred == test.labels.to(device)).float().mean())}
 
-    def reported_metrics(self, test: ImageSet, device: torch.device, curve: list[dict]) -> dict[str, float]:
-        logits = self.logits(test, device)
-        labels = test.labels.to(device)
-        top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-        out = {"top1": 100.0 * float((top[:, 0] == labels).float().mean()),
-               "top5": 100.0 * float((top == labels[:, None]).any(1).float().mean())}
+    def reported_metrics(self, test_f: Tensor, test_y: Tensor, test_bias: Tensor | None,
+                         curve: list[dict]) -> dict[str, float]:
+        with torch.no_grad():
+            top1, top5, pred = topk_accuracy(self._classify(test_f), test_y)
+        out = {"top1": top1, "top5": top5}
         seen = [p["online_top1"] for p in curve if "online_top1" in p]
         out["online_best_top1"] = max([out["top1"], *seen])
-        if test.bias is not None:
-            out.update(group_accuracy(top[:, 0], labels, test.bias.to(device)))
+        if test_bias is not None:
+            out.update(group_accuracy(pred, test_y, test_bias))
         return out

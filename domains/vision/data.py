@@ -127,7 +127,10 @@ class VisionData:
 
 def batches(images: ImageSet, order: Tensor, batch_size: int, drop_last: bool,
             num_workers: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(index, uint8 images)`` for consecutive chunks of ``order``."""
+    """``(index, uint8 images)`` for consecutive chunks of ``order``; in-memory images are indexed where
+    they are (on the device: one copy of ``order``, none per batch)."""
+    if isinstance(images.images, Tensor):
+        order = order.to(images.images.device)
     chunks = list(torch.split(order, batch_size))
     if drop_last and chunks and len(chunks[-1]) < batch_size:
         chunks.pop()

@@ -27,8 +27,7 @@ def extract(method: Method, images: ImageSet, device: torch.device, batch_size: 
     """Features of every image of ``images`` in order (float32, on ``device``), in eval mode."""
     was_training = method.training
     method.eval()
-    # Indexed where the images are (on the device for in-memory sets: no index copy per batch).
-    order = torch.arange(len(images), device=images.images.device if isinstance(images.images, Tensor) else None)
+    order = torch.arange(len(images))
     out = [method.features(x.to(device, non_blocking=True)).float()
            for _, x in batches(images, order, batch_size, drop_last=False, num_workers=num_workers)]
     method.train(was_training)
@@ -74,13 +73,16 @@ def linear_eval(train_f: Tensor, train_y: Tensor, test_f: Tensor, test_y: Tensor
     with torch.no_grad():
         logits = clf(test_f)
         train_pred = clf(train_f).argmax(1)
-    top = logits.topk(min(5, num_classes), dim=1).indices
-    return {
-        "top1": 100.0 * float((top[:, 0] == test_y).float().mean()),
-        "top5": 100.0 * float((top == test_y[:, None]).any(1).float().mean()),
-        "train_top1": 100.0 * float((train_pred == train_y).float().mean()),
-        "predictions": top[:, 0],
-    }
+    top1, top5, predictions = topk_accuracy(logits, test_y)
+    return {"top1": top1, "top5": top5, "train_top1": 100.0 * float((train_pred == train_y).float().mean()),
+            "predictions": predictions}
+
+
+def topk_accuracy(logits: Tensor, labels: Tensor) -> tuple[float, float, Tensor]:
+    """Top-1 and top-5 accuracy (percent) of ``logits`` against ``labels``, and the top-1 predictions."""
+    top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+    return (100.0 * float((top[:, 0] == labels).float().mean()),
+            100.0 * float((top == labels[:, None]).any(1).float().mean()), top[:, 0])
 
 
 def group_accuracy(pred: Tensor, labels: Tensor, bias: Tensor) -> dict[str, float]:

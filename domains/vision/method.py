@@ -73,8 +73,10 @@ class Method(nn.Module):
         """Cheap per-epoch metrics for the learning curve (the biased track: its online classifier)."""
         return {}
 
-    def reported_metrics(self, test: ImageSet, device: torch.device, curve: list[dict]) -> dict[str, float]:
-        """Metrics that take the place of the linear probe's (which stay beside as ``probe_*``); {} for none."""
+    def reported_metrics(self, test_f: Tensor, test_y: Tensor, test_bias: Tensor | None,
+                         curve: list[dict]) -> dict[str, float]:
+        """Metrics that take the place of the linear probe's (which stay beside as ``probe_*``), from the
+        test set's frozen features, labels and bias labels (on the device); {} for none."""
         return {}
 
     def forward(self, batch: Batch) -> Tensor:

@@ -191,8 +191,6 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         order = torch.randperm(len(pre), generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + epoch))
         if size > 1:
             order = order[: len(order) // size * size][rank::size]
-        if isinstance(pre.images, Tensor):  # index where the images are: on the device, no copy per batch
-            order = order.to(pre.images.device)
         t0, total, steps = time.perf_counter(), torch.zeros((), device=device), 0
         for idx, images in batches(pre, order, local_batch, drop_last=True, num_workers=cfg.num_workers):
             batch = Batch(idx.to(device, non_blocking=True), images.to(device, non_blocking=True),
