@@ -70,10 +70,6 @@ def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: 
     return same / total if total else None
 
 
-def _new_window() -> dict[str, float]:
-    return {"loss": 0.0, "steps": 0, "sentences": 0, "seconds": 0.0}
-
-
 def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg: TextConfig, loss_fn,
           ctx: RunContext, checkpoint: dict[str, Any] | None) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
     """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
@@ -114,7 +110,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                              "skipped_batches": skipped, "tokenizer": tokenizer.to_str()})
 
     loss_sum = torch.zeros((), device=device)
-    window = _new_window()
+    window_steps = window_sentences = 0  # the steps trained and sentences seen since the last log point
     tic = time.perf_counter()
     first_step = step
     order: np.ndarray | None = None
@@ -141,25 +137,24 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             optimizer.step()
             loss_sum += loss.detach()
-            window["steps"] += 1
-            window["sentences"] += sl.stop - sl.start
+            window_steps += 1
+            window_sentences += sl.stop - sl.start
         else:
             skipped += 1
-        if window["steps"] and (step % cfg.log_every == 0 or step == total):
-            window["loss"] = loss_sum.item()  # waits for the device: the window's time is all in
-            if not np.isfinite(window["loss"]):
-                raise FloatingPointError(f"the {loss_fn} loss is not finite between steps {step - cfg.log_every} "
-                                         f"and {step}; lower lr or use similarity=cosine")
+        if window_steps and (step % cfg.log_every == 0 or step == total):
+            loss_total = loss_sum.item()  # waits for the device: the window's time is all in
+            ctx.check_loss(loss_total, step, f"the {loss_fn} loss is not finite between steps "
+                                             f"{step - cfg.log_every} and {step}; lower lr or use similarity=cosine")
             seconds = time.perf_counter() - tic
             elapsed += seconds
-            seen += window["sentences"]
-            curve.append({"step": step, "epoch": round(step / per_epoch, 4), "loss": window["loss"] / window["steps"],
-                          "sentences_per_s": window["sentences"] / max(seconds, 1e-9)})
+            seen += window_sentences
+            curve.append({"step": step, "epoch": round(step / per_epoch, 4), "loss": loss_total / window_steps,
+                          "sentences_per_s": window_sentences / max(seconds, 1e-9)})
             if cfg.log_every < step - first_step <= 2 * cfg.log_every:  # the second window: past the warm-up
-                ctx.log(f"quick-thought: {seconds / window['steps']:.3f} s per step, about "
-                        f"{(total - step) * seconds / window['steps'] / 60:.1f} min for the {total - step} steps left")
+                ctx.log(f"quick-thought: {seconds / window_steps:.3f} s per step, about "
+                        f"{(total - step) * seconds / window_steps / 60:.1f} min for the {total - step} steps left")
             loss_sum.zero_()
-            window = _new_window()
+            window_steps = window_sentences = 0
             tic = time.perf_counter()
         if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
             pause = time.perf_counter()

@@ -81,6 +81,11 @@ def _compacted(W: Tensor, optimizer: torch.optim.Adam, keep: Tensor, lr: float) 
     return kept, out
 
 
+def with_ones(X: np.ndarray, device: torch.device | str) -> Tensor:
+    """X [N, d] as float32 with a ones column appended (the bias input), on ``device``: [N, d + 1]."""
+    return torch.cat([torch.as_tensor(X, dtype=torch.float32), torch.ones(len(X), 1)], dim=1).to(device)
+
+
 def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: np.ndarray, l2: np.ndarray,
                 probe: TorchProbe) -> tuple[Tensor, np.ndarray, Tensor, int]:
     """Train M early-stopped logistic regressions on the rows of X [N, d]: model m learns from the rows where
@@ -91,7 +96,7 @@ def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: 
     n, dim = X.shape
     n_classes = int(y.max()) + 1
     n_models = train_mask.shape[1]
-    Xa = torch.cat([torch.as_tensor(X, dtype=torch.float32), torch.ones(n, 1)], dim=1).to(device)
+    Xa = with_ones(X, device)
     labels = torch.as_tensor(y, dtype=torch.long).to(device)
     onehot = F.one_hot(labels, n_classes).float()
     train_w = torch.as_tensor(train_mask, dtype=torch.float32).to(device)  # [N, M]
@@ -142,10 +147,19 @@ def predict(Xa: Tensor, W: Tensor) -> Tensor:
     return (Xa @ W.view(Xa.shape[1], -1)).view(Xa.shape[0], W.shape[1], W.shape[2]).argmax(1)
 
 
-def _folds(y: np.ndarray, kfold: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_folds(y: np.ndarray, k: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """SentEval's folds: (train rows, held-out rows) of a shuffled stratified k-fold of the labels y, seeded."""
     from sklearn.model_selection import StratifiedKFold
 
-    return list(StratifiedKFold(n_splits=kfold, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+    return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(len(y)), y))
+
+
+def rounded_best(scores) -> tuple[int, float]:
+    """Index and score of the best candidate from its fold accuracies (fractions), one row per candidate:
+    SentEval's selection, the mean in percent rounded to 2 decimals, ties to the first candidate."""
+    means = [round(100 * float(np.mean(row)), 2) for row in scores]
+    best = int(np.argmax(means))
+    return best, means[best]
 
 
 def _validation_split(rows: np.ndarray, probe: TorchProbe) -> tuple[np.ndarray, np.ndarray]:
@@ -183,13 +197,6 @@ class _Models:
         return fit_batched(X, y, train, dev, np.asarray(self.l2), probe)
 
 
-def _select(dev: np.ndarray, grid: tuple[float, ...]) -> tuple[int, float]:
-    """Index and score of the best L2 value from dev accuracies [L, k] (fractions): SentEval's rounded mean."""
-    means = [round(100 * float(np.mean(row)), 2) for row in dev]
-    best = int(np.argmax(means))
-    return best, means[best]
-
-
 def cross_validate(X: np.ndarray, y: np.ndarray, kfold: int, probe: TorchProbe) -> dict[str, Any]:
     """InnerKFoldClassifier: outer stratified k-fold; in each training fold the L2 value by an inner k-fold."""
     grid = probe.l2_grid
@@ -197,9 +204,9 @@ def cross_validate(X: np.ndarray, y: np.ndarray, kfold: int, probe: TorchProbe) 
         (X,) = standardized(X)
     models = _Models(len(y))
     plan = []
-    for train_idx, test_idx in _folds(y, kfold, probe.seed):
-        inner = [[models.add(train_idx[tr], train_idx[te], l2) for tr, te in _folds(y[train_idx], kfold, probe.seed)]
-                 for l2 in grid]
+    for train_idx, test_idx in stratified_folds(y, kfold, probe.seed):
+        folds = stratified_folds(y[train_idx], kfold, probe.seed)
+        inner = [[models.add(train_idx[tr], train_idx[te], l2) for tr, te in folds] for l2 in grid]
         fit_rows, dev_rows = _validation_split(train_idx, probe)
         final = [models.add(fit_rows, dev_rows, l2) for l2 in grid]
         plan.append((test_idx, inner, final))
@@ -207,7 +214,7 @@ def cross_validate(X: np.ndarray, y: np.ndarray, kfold: int, probe: TorchProbe) 
     predictions = predict(Xa, W).cpu().numpy()
     accuracies, devs, chosen = [], [], []
     for test_idx, inner, final in plan:
-        best, dev = _select(dev_acc[np.asarray(inner)], grid)
+        best, dev = rounded_best(dev_acc[np.asarray(inner)])
         accuracies.append(100 * float(np.mean(predictions[test_idx, final[best]] == y[test_idx])))
         devs.append(dev)
         chosen.append(grid[best])
@@ -224,13 +231,13 @@ def train_test(X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray, y_t
     if probe.standardize:
         X_train, X_test = standardized(X_train, X_test)
     models = _Models(len(y_train))
-    folds = _folds(y_train, kfold, probe.seed)
+    folds = stratified_folds(y_train, kfold, probe.seed)
     inner = [[models.add(tr, te, l2) for tr, te in folds] for l2 in grid]
     fit_rows, dev_rows = _validation_split(np.arange(len(y_train)), probe)
     final = [models.add(fit_rows, dev_rows, l2) for l2 in grid]
     W, dev_acc, Xa, passes = models.fit(X_train, y_train, probe)
-    best, dev = _select(dev_acc[np.asarray(inner)], grid)
-    test = torch.cat([torch.as_tensor(X_test, dtype=torch.float32), torch.ones(len(X_test), 1)], 1).to(Xa.device)
+    best, dev = rounded_best(dev_acc[np.asarray(inner)])
+    test = with_ones(X_test, Xa.device)
     predictions = predict(test, W[:, :, final[best]:final[best] + 1].contiguous()).cpu().numpy()[:, 0]
     result = {"accuracy": 100 * float(np.mean(predictions == y_test)), "dev_accuracy": dev, "chosen_l2": grid[best],
               "models": len(models.l2), "passes": passes}
