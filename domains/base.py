@@ -24,7 +24,7 @@ import math
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -75,6 +75,25 @@ class DatasetSpec:
     name: str
     description: str
     needs_download: bool = True
+
+
+class OpenDatasets(dict):
+    """A domain's named data sets, and any other name ``accepts`` admits, described on demand by
+    ``describe``: ``name in datasets`` and ``datasets[name]`` hold for both; iteration lists only the
+    named ones (``harness list``)."""
+
+    def __init__(self, named: dict[str, DatasetSpec], *, accepts: Callable[[str], bool],
+                 describe: Callable[[str], DatasetSpec]):
+        super().__init__(named)
+        self.accepts, self.describe = accepts, describe
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name) or (isinstance(name, str) and self.accepts(name))
+
+    def __missing__(self, name: str) -> DatasetSpec:
+        if isinstance(name, str) and self.accepts(name):
+            return self.describe(name)
+        raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -237,7 +256,10 @@ class Domain(ABC):
         """Evaluate the frozen representation with the domain's protocol."""
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
-        """What identifies the data a run saw (file hashes, generator parameters)."""
+        """What identifies the data a run saw (file hashes, generator parameters). It may depend only on the
+        domain, the dataset, the data root and the config, never on the seed, the loss or the device: the
+        harness takes it once for the runs that share those (``harness.runner.fingerprint``, and a sweep
+        memoises it across jobs)."""
         return {"dataset": spec.dataset}
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:

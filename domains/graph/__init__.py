@@ -22,6 +22,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    OpenDatasets,
     Preset,
     PretrainResult,
     Reference,
@@ -47,18 +48,12 @@ _TU = {
 _TU_NAME = re.compile(r"[A-Za-z0-9_\-]+")
 
 
-class _Datasets(dict):
-    """The listed data sets, and any other TU name on demand: ``name in datasets`` holds for every
-    name shaped like a TU data set (looked up under <data root>/TU/<name>/raw/ or downloaded), so the
-    harness accepts e.g. ``--dataset NCI1``; iteration lists only the named ones."""
+def _is_tu_name(name: str) -> bool:
+    return bool(_TU_NAME.fullmatch(name))
 
-    def __contains__(self, name: object) -> bool:
-        return super().__contains__(name) or (isinstance(name, str) and bool(_TU_NAME.fullmatch(name)))
 
-    def __missing__(self, name: str) -> DatasetSpec:
-        if _TU_NAME.fullmatch(name):
-            return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)")
-        raise KeyError(name)
+def _unlisted_tu(name: str) -> DatasetSpec:
+    return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)")
 
 
 _INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
@@ -77,11 +72,14 @@ class GraphDomain(Domain):
     config_class = GraphConfig
     methods = {"infograph": "InfoGraph: GIN encoder, FF heads, node-vs-graph pairs (Sun et al. 2020)"}
     default_method = "infograph"
-    datasets = _Datasets({
+    # The listed data sets, and any other TU name on demand: ``name in datasets`` holds for every name shaped
+    # like a TU data set (looked up under <data root>/TU/<name>/raw/ or downloaded), so the harness accepts
+    # e.g. ``--dataset NCI1``; iteration lists only the named ones.
+    datasets = OpenDatasets({
         synthetic.NAME: DatasetSpec(synthetic.NAME, "500 generated graphs (BA base + 3 house or 3 bowtie motifs), "
                                     "label = motif; embedded, no download", needs_download=False),
         **{name: DatasetSpec(name, f"TU: {text}") for name, text in _TU.items()},
-    })
+    }, accepts=_is_tu_name, describe=_unlisted_tu)
     default_dataset = synthetic.NAME
     losses = ("jsd", "infonce", "dcl", "hcl", "pucl", "debiased_pos")
     presets = {

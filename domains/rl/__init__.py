@@ -23,6 +23,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    OpenDatasets,
     PretrainResult,
     Reference,
     RunContext,
@@ -58,18 +59,12 @@ def _version(package: str) -> str | None:
         return None
 
 
-class _Datasets(dict):
-    """The CURL benchmark's tasks, and any ``gym:<id>`` on demand: ``name in datasets`` holds for every
-    name with the prefix (checked when the run is validated); iteration lists the named ones."""
+def _is_gym_id(name: str) -> bool:
+    return name.startswith(GYM_PREFIX)
 
-    def __contains__(self, name: object) -> bool:
-        return super().__contains__(name) or (isinstance(name, str) and name.startswith(GYM_PREFIX))
 
-    def __missing__(self, name: str) -> DatasetSpec:
-        if name.startswith(GYM_PREFIX):
-            env_id = name[len(GYM_PREFIX):]
-            return DatasetSpec(name, f"Gymnasium environment {env_id} from pixels", needs_download=False)
-        raise KeyError(name)
+def _gym_dataset(name: str) -> DatasetSpec:
+    return DatasetSpec(name, f"Gymnasium environment {name[len(GYM_PREFIX):]} from pixels", needs_download=False)
 
 
 def _task_line(name: str) -> str:
@@ -85,11 +80,14 @@ class RLDomain(Domain):
     config_class = CurlConfig
     methods = {"curl": "CURL (Srinivas et al. 2020): SAC with a contrastive auxiliary loss on random crops"}
     default_method = "curl"
-    datasets = _Datasets({
+    # The CURL benchmark's tasks, and any ``gym:<id>`` on demand: ``name in datasets`` holds for every name with
+    # the prefix (checked when the run is validated); iteration lists the named ones.
+    datasets = OpenDatasets({
         **{name: DatasetSpec(name, _task_line(name), needs_download=False) for name in TASKS},
         "gym:Pendulum-v1": DatasetSpec("gym:Pendulum-v1", "Gymnasium's Pendulum from pixels, action repeat 1; any "
                                        "gym:<id> of a continuous-action environment with rgb_array rendering works "
-                                       "the same way (--set action_repeat=N)", needs_download=False)})
+                                       "the same way (--set action_repeat=N)", needs_download=False)},
+        accepts=_is_gym_id, describe=_gym_dataset)
     default_dataset = "cartpole-swingup"
     losses = tuple(losses.available(needs_labels=False))
     presets = PRESETS
@@ -107,11 +105,18 @@ class RLDomain(Domain):
         if spec.method not in self.methods:
             raise UserError(f"unknown method '{spec.method}' for domain rl; available: {', '.join(self.methods)}")
         if spec.dataset.startswith(GYM_PREFIX):
-            from domains.rl.gym_envs import make_pixel_env
+            from domains.rl.env import check_pixel_source
+            from domains.rl.gym_envs import make_gym
 
-            make_pixel_env(spec.dataset, 0, image_size=8).close()  # unknown id, discrete actions: fail before the run
-        elif spec.dataset not in TASKS:
-            raise UserError(f"unknown task '{spec.dataset}'; available: {', '.join(TASKS)}, or gym:<Gymnasium id>")
+            env = make_gym(spec.dataset[len(GYM_PREFIX):])  # an unknown id, a missing extra: fail before the run
+            try:
+                check_pixel_source(env)  # discrete actions, no rgb_array frames: likewise
+            finally:
+                env.close()
+        else:
+            from domains.rl.env import task_spec
+
+            task_spec(spec.dataset)  # an unknown task: likewise
 
     def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
         from domains.rl.curl import train

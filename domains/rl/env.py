@@ -85,8 +85,10 @@ def rendering_backend() -> str:
 
 
 def task_spec(name: str) -> TaskSpec:
+    """The settings of a task of the CURL benchmark; the one check of an unknown rl task name."""
     if name not in TASKS:
-        raise UserError(f"unknown DeepMind Control task '{name}'; available: {', '.join(TASKS)}")
+        raise UserError(f"unknown DeepMind Control task '{name}'; available: {', '.join(TASKS)}, "
+                        "or gym:<Gymnasium id>")
     return TASKS[name]
 
 
@@ -195,10 +197,7 @@ class PixelEnv(gym.Wrapper):
 
     def __init__(self, env: gym.Env, seed: int | None, *, action_repeat: int = 1, image_size: int = 100,
                  frame_stack: int = 3):
-        if not isinstance(env.action_space, spaces.Box):
-            raise UserError(f"CURL needs a continuous (Box) action space; {_name(env)} has {env.action_space}")
-        if env.render_mode != "rgb_array":
-            raise UserError(f"{_name(env)} must render with render_mode='rgb_array', not {env.render_mode!r}")
+        check_pixel_source(env)
         self._repeat = ActionRepeat(env, action_repeat)
         pixels = AddRenderObservation(self._repeat)  # its constructor resets once, to measure a frame
         h, w, c = pixels.observation_space.shape
@@ -261,6 +260,15 @@ class PixelEnv(gym.Wrapper):
 
 def _name(env: gym.Env) -> str:
     return env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+
+
+def check_pixel_source(env: gym.Env) -> None:
+    """What ``PixelEnv`` needs of the environment it wraps (a continuous action space, ``rgb_array``
+    frames), checked without resetting or rendering it, so a run can be validated before it starts."""
+    if not isinstance(env.action_space, spaces.Box):
+        raise UserError(f"CURL needs a continuous (Box) action space; {_name(env)} has {env.action_space}")
+    if env.render_mode != "rgb_array":
+        raise UserError(f"{_name(env)} must render with render_mode='rgb_array', not {env.render_mode!r}")
 
 
 class DMCEnv(PixelEnv):

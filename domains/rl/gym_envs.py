@@ -11,14 +11,13 @@ A dataset ``gym:<id>`` is ``gymnasium.make(<id>, render_mode="rgb_array")`` put 
 
 from __future__ import annotations
 
-import difflib
 import os
 
 import gymnasium as gym
 
-from domains.base import UserError
+from domains.base import UserError, did_you_mean
 from domains.rl.config import GYM_PREFIX, TASKS, TaskSpec
-from domains.rl.env import DMCEnv, DMControlEnv, PixelEnv, rendering_backend
+from domains.rl.env import DMCEnv, DMControlEnv, PixelEnv, rendering_backend, task_spec
 
 
 def dmc_id(domain: str, task: str) -> str:
@@ -67,9 +66,7 @@ def task_of(dataset: str) -> TaskSpec:
     """The CURL settings of a dataset: a benchmark task's, or defaults (action repeat 1) for ``gym:<id>``."""
     if is_gym_dataset(dataset):
         return TaskSpec("gym", dataset[len(GYM_PREFIX):], action_repeat=1)
-    if dataset not in TASKS:
-        raise UserError(f"unknown task '{dataset}'; available: {', '.join(TASKS)}, or gym:<Gymnasium id>")
-    return TASKS[dataset]
+    return task_spec(dataset)
 
 
 def make_gym(env_id: str) -> gym.Env:
@@ -82,16 +79,14 @@ def make_gym(env_id: str) -> gym.Env:
     try:
         return gym.make(env_id, render_mode="rgb_array")
     except gym.error.Error as exc:  # unknown id, a missing extra (DependencyNotInstalled), a bad version ...
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=1)
-        hint = f"; did you mean '{GYM_PREFIX}{close[0]}'?" if close else ""
-        raise UserError(f"cannot make Gymnasium environment '{env_id}': {exc}{hint}") from exc
+        hint = did_you_mean(env_id, list(gym.registry), prefix=GYM_PREFIX)
+        raise UserError(f"cannot make Gymnasium environment '{env_id}'{hint} {exc}") from exc
 
 
 def make_pixel_env(dataset: str, seed: int | None, *, action_repeat: int | None = None, image_size: int = 100,
                    frame_stack: int = 3) -> PixelEnv:
     """The environment of an rl dataset: a CURL benchmark task (``DMCEnv``) or ``gym:<id>`` from pixels."""
     if not is_gym_dataset(dataset):
-        task_of(dataset)  # a clear error for an unknown name
         return DMCEnv(dataset, seed, action_repeat=action_repeat, image_size=image_size, frame_stack=frame_stack)
     env = make_gym(dataset[len(GYM_PREFIX):])
     try:
