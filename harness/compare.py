@@ -19,7 +19,7 @@ from pathlib import Path
 from scipy import stats
 
 from domains.base import UserError
-from harness.groups import Group, decimals, fmt, group_records
+from harness.groups import Group, completed_groups, decimals, fmt, group_records
 from harness.records import load_records, record_version, write_text_atomic
 
 TESTS = {
@@ -69,11 +69,13 @@ def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
         if not Path(folder).is_dir():
             raise UserError(f"'{folder}' is not a results folder; to compare two versions inside one folder "
                             "pass --results DIR --baseline VERSION --candidate VERSION")
-    sides = group_records(load_records(Path(args.baseline))), group_records(load_records(Path(args.candidate)))
-    for name, folder, groups in zip(("baseline", "candidate"), (args.baseline, args.candidate), sides):
-        if not groups:  # a gate that passes on nothing is a false green
-            raise UserError(f"the {name} '{folder}' has no completed records; nothing to compare")
-    return sides
+    sides = []
+    for name, folder in (("baseline", args.baseline), ("candidate", args.candidate)):
+        # a gate that passes on nothing is a false green
+        empty = f"the {name} '{folder}' has no completed records; nothing to compare"
+        groups, _ = completed_groups(Path(folder), empty)
+        sides.append(groups)
+    return sides[0], sides[1]
 
 
 def _row(m: Match) -> str:
@@ -84,8 +86,8 @@ def _row(m: Match) -> str:
             f"{fmt(m.cand.mean, digits)} ({m.cand.n}) | {m.change:+.{digits}f} | {p} |")
 
 
-def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tuple[str, int]:
-    """The markdown report and the number of regressions."""
+def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tuple[str, int, int]:
+    """The markdown report, the number of regressions and the number of matched groups."""
     cand_by_key = {g.key: g for g in cand}
     base_keys = {g.key for g in base}
     matches = [Match(g, cand_by_key[g.key], p_value(g, cand_by_key[g.key], args.test))
@@ -119,17 +121,17 @@ def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tu
         lines.append("none")
     verdict = f"FAIL: {len(regressions)} regression(s)" if regressions else "PASS: no regression"
     lines += ["", f"**{verdict}** ({len(matches)} matched groups, {len(improvements)} improvement(s)).", ""]
-    return "\n".join(lines), len(regressions)
+    return "\n".join(lines), len(regressions), len(matches)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """0: no regression; 1: a regression; 2 (UserError): a side without records, or no group matched."""
     base, cand = load_sides(args)
-    text, n_regressions = report(args, base, cand)
+    text, n_regressions, n_matched = report(args, base, cand)
     print(text)
     if args.out:
         write_text_atomic(Path(args.out), text)
-    if not {g.key for g in base} & {g.key for g in cand}:
+    if not n_matched:
         raise UserError(f"no group of the baseline matches one of the candidate ({len(base)} vs {len(cand)} groups, "
                         "see Unmatched above): they ran different settings, so nothing was compared")
     return 1 if n_regressions else 0

@@ -12,13 +12,14 @@ import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
 import domains
-from domains.base import Domain, hash_jsonable
-from harness.records import record_version
+from domains.base import Domain, UserError, hash_jsonable
+from harness.records import load_record_files, record_version
 
 
 @dataclass
@@ -140,6 +141,18 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
         if group.values:
             groups.append(group)
     return sorted(groups, key=Group.sort_key)
+
+
+def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Group], list[Path]]:
+    """The groups of the completed records in the folder ``results``, and the record files read.
+
+    UserError(``empty``) when there is none, by default "no completed records in '<results>'; nothing was
+    written" (a page, a report or a gate built on nothing would look like a result)."""
+    files = load_record_files(results)
+    groups = group_records(record for _, record in files)
+    if not groups:
+        raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")
+    return groups, [path for path, _ in files]
 
 
 def _record_key(record: dict[str, Any]) -> str:

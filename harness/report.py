@@ -19,9 +19,8 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
-from domains.base import UserError
-from harness.groups import Group, group_records
-from harness.records import load_records, write_text_atomic
+from harness.groups import Group, completed_groups
+from harness.records import write_text_atomic
 
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
 ALPHA = 0.05
@@ -118,9 +117,7 @@ def _table(rows: list[Summary]) -> list[str]:
 def write_report(results: Path, out: Path) -> Path:
     from harness import figures
 
-    groups = group_records(load_records(results))
-    if not groups:
-        raise UserError(f"no completed records in '{results}'; nothing was written")
+    groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
     domains = sorted({t.domain for t in tasks})
     lines = [

@@ -51,6 +51,9 @@ class RunRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    # The data fingerprint of the plan's runs when already known (a sweep computes it to skip completed
+    # jobs); execute() takes it from here instead of loading the data again.
+    data_fingerprint: dict[str, Any] | None = None
 
 
 @dataclass
@@ -70,7 +73,6 @@ class Plan:
     domain: Domain
     specs: list[RunSpec]
     overrides: dict[str, Any]
-    estimated: bool = False  # a run of this plan has printed its time estimate
 
 
 @dataclass
@@ -205,11 +207,17 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     the_plan = plan(req)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
-    data = fingerprint(the_plan, data_root, device)  # a data error leaves the results folder untouched
+    data = req.data_fingerprint
+    if data is None:
+        data = fingerprint(the_plan, data_root, device)  # a data error leaves the results folder untouched
     results = results_folder(req.results)
     outcomes = []
-    for spec in the_plan.specs:
-        outcome = _run_locked(the_plan, spec, data, device, data_root, results, req)
+    # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
+    estimated = False
+    for index, spec in enumerate(the_plan.specs):
+        seeds_left = 0 if estimated else len(the_plan.specs) - index
+        outcome = _run_locked(the_plan, spec, data, device, data_root, results, req, seeds_left)
+        estimated |= outcome.status in ("completed", "failed")  # it ran (a quick one never estimates)
         outcomes.append(outcome)
         if on_outcome is not None:
             on_outcome(outcome)
@@ -219,14 +227,16 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
 
 
 def _run_locked(the_plan: Plan, spec: RunSpec, data: dict[str, Any], device: torch.device, data_root: Path,
-                results: Path, req: RunRequest) -> Outcome:
+                results: Path, req: RunRequest, seeds_left: int) -> Outcome:
+    """``seeds_left``: the seeds a time estimate covers (this one included); 0 prints none."""
     rid = records.run_id(spec, data)
     path = records.record_path(results, rid)
     if _secondary_rank():
         # Under torchrun every rank trains; rank 0 alone holds the lock and writes the record.
         work_dir = results / ".work" / rid
         work_dir.mkdir(parents=True, exist_ok=True)
-        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, write=False)
+        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left,
+                        write=False)
     if records.is_completed(results, rid) and not req.force:
         return Outcome(rid, "skipped", path, records.read_record(path))
     work_dir = results / ".work" / rid
@@ -243,7 +253,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: dict[str, Any], device: tor
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
-        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req)
+        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
     finally:
         lock.release()
 
@@ -253,7 +263,8 @@ def _secondary_rank() -> bool:
 
 
 def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path: Path, work_dir: Path,
-             device: torch.device, data_root: Path, req: RunRequest, write: bool = True) -> Outcome:
+             device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
+             write: bool = True) -> Outcome:
     domain = the_plan.domain
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -270,10 +281,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
         "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},
         "data_fingerprint": data,
     }
-    # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
-    estimate = write and spec.preset != "quick" and not the_plan.estimated
-    the_plan.estimated |= estimate
-    seeds_left = len(the_plan.specs) - the_plan.specs.index(spec)
+    estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
                             seeds=seeds_left if estimate else 0)

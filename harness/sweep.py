@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import shlex
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import torch
 
 import losses
 from domains import get
-from domains.base import UserError, require
+from domains.base import UserError, hash_jsonable, require
 from harness import config as cfg
 from harness.records import is_completed, run_id
 from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
@@ -110,16 +111,27 @@ def _job_line(request: RunRequest) -> str:
 def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
     """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason)."""
     todo, done, invalid = [], [], []
+    # A fingerprint depends only on the domain, the dataset, the data root and the config (see
+    # runner.fingerprint), so jobs that share them (other losses, seeds) share it instead of reloading the data.
+    fingerprints: dict[tuple[str, str | None, Path, str], dict[str, Any]] = {}
     for request in requests:
         try:
             the_plan = plan(request)
-            # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
-            data = fingerprint(the_plan, default_data_root(request.data_root), torch.device("cpu"))
+            spec = the_plan.specs[0]
+            data_root = default_data_root(request.data_root)
+            key = (spec.domain, spec.dataset, data_root, hash_jsonable(spec.config_dict()))
+            if key not in fingerprints:
+                # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
+                fingerprints[key] = fingerprint(the_plan, data_root, torch.device("cpu"))
+            data = fingerprints[key]
         except UserError as exc:
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
-        exists = is_completed(Path(request.results), run_id(the_plan.specs[0], data))
-        (done if exists and not request.force else todo).append(request)
+        exists = is_completed(Path(request.results), run_id(spec, data))
+        if exists and not request.force:
+            done.append(request)
+        else:  # the worker takes the fingerprint from the request rather than loading the data again
+            todo.append(replace(request, data_fingerprint=data))
     return todo, done, invalid
 
 

@@ -8,7 +8,7 @@ The maths and conventions follow ``shared/specs/losses.md``.
 """
 
 # Importing each loss module registers its loss.
-from losses.checks import set_sync_checks
+from losses.checks import NonFiniteError, set_sync_checks
 from losses.dcl import dcl
 from losses.debiased_pos import debiased_pos
 from losses.fairkl import fairkl
@@ -29,7 +29,7 @@ from losses.supcon import eps_supcon, eps_supinfonce, supcon
 from losses.unbiased import unbiased
 
 __all__ = [
-    "HParam", "Loss", "LossSpec", "Scores", "available", "bank_scores", "dcl", "debiased_pos",
+    "HParam", "Loss", "LossSpec", "NonFiniteError", "Scores", "available", "bank_scores", "dcl", "debiased_pos",
     "eps_supcon", "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "label_scores",
     "membership_scores", "multiview_scores", "pair_scores", "pucl", "register", "set_sync_checks", "spec", "supcon",
     "unbiased",

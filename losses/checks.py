@@ -9,6 +9,9 @@ CPU, or call ``set_sync_checks(True)``, to see which check failed). ``set_sync_c
 every check a synchronous ValueError on every device, for debugging.
 
 Checks of shapes, dtypes and hyper-parameters need no value and always raise at once.
+
+A check that refuses non-finite logits raises :class:`NonFiniteError`, a ValueError, so that a training
+loop can tell diverged weights from a misuse of the API.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ import torch
 from torch import Tensor
 
 _sync_checks = False
+
+
+class NonFiniteError(ValueError):
+    """The logits (or the loss computed from them) contain NaN or infinite values."""
 
 
 def set_sync_checks(enabled: bool) -> bool:
@@ -31,10 +38,11 @@ def reads_values_now(t: Tensor) -> bool:
     return t.device.type == "cpu" or _sync_checks
 
 
-def require(condition: Tensor, message: str) -> None:
-    """ValueError(message) unless the one-element bool tensor ``condition`` is True (see the module)."""
+def require(condition: Tensor, message: str, error: type[ValueError] = ValueError) -> None:
+    """``error(message)`` (a ValueError) unless the one-element bool tensor ``condition`` is True (see the
+    module)."""
     if reads_values_now(condition):
         if not bool(condition):
-            raise ValueError(message)
+            raise error(message)
     else:
         torch._assert_async(condition, message)

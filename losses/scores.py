@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from losses.checks import reads_values_now, require
+from losses.checks import NonFiniteError, reads_values_now, require
 from losses.distributed import gather_with_grad
 
 Entries = tuple[Tensor, Tensor]  # (row, column) of a set of entries, long [E] each
@@ -63,7 +63,7 @@ class Scores:
         # which check that their result is finite (a non-finite logit in either mask makes it so).
         if reads_values_now(logits) and not torch.isfinite(logits.detach().float().sum()) \
                 and not torch.isfinite(logits.detach()).all():
-            raise ValueError("logits contain NaN or infinite values")
+            raise NonFiniteError("logits contain NaN or infinite values")
         for name, labels, size in (("anchor_labels", self.anchor_labels, logits.shape[0]),
                                    ("candidate_labels", self.candidate_labels, logits.shape[1])):
             if labels is not None and (labels.dim() != 1 or labels.shape[0] != size):

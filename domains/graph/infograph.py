@@ -81,15 +81,13 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         model.train()
         tic, total, count = time.perf_counter(), 0.0, 0
         batches = epoch_batches(data.num_graphs, cfg.batch_size, ctx.seed, epoch)
+        hint = f"epoch {epoch + 1}; try a lower learning rate (now --set lr={cfg.lr:g})"
         for step, idx in enumerate(batches, epoch * len(batches) + 1):
             b = data.batch(idx)
             graph_out, node_out = model(b.x, b.edge_index, b.batch, b.num_graphs)
-            hint = f"epoch {epoch + 1}; try a lower learning rate (now --set lr={cfg.lr:g})"
             try:
                 loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
-            except ValueError:  # the loss core refuses non-finite scores: the weights diverged at the last step
-                if bool(torch.isfinite(node_out @ graph_out.T).all()):  # finite outputs and scores: another error
-                    raise
+            except losses.NonFiniteError:  # the loss core refuses non-finite scores: the weights diverged
                 ctx.check_loss(math.nan, step, f"the encoder's outputs or their scores are no longer finite; {hint}")
                 raise
             value = loss.item()
