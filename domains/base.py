@@ -138,7 +138,12 @@ class RunSpec:
         return losses.get(self.loss, **self.loss_params)
 
     def config_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self.config)
+        """The experiment part of the config: what the run's identity (its hash, its leaderboard row) covers."""
+        return split_config(self.config)[0]
+
+    def runtime_dict(self) -> dict[str, Any]:
+        """The runtime part (:func:`runtime_fields`): recorded, never hashed."""
+        return split_config(self.config)[1]
 
 
 @dataclass
@@ -187,15 +192,7 @@ class RunContext:
 
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         """Atomically save ``state`` (tensors, state_dicts, python objects): a kill never corrupts it."""
-        self.work_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.work_dir, prefix=".ckpt-", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(state, tmp)
-            os.replace(tmp, self.checkpoint_path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
 
     def load_checkpoint(self) -> dict[str, Any] | None:
         """The last checkpoint when resuming, else None."""
@@ -243,6 +240,11 @@ class Domain(ABC):
         empty when the preset's name says enough."""
         return ""
 
+    def resolve_config(self, config: Any, method: str, dataset: str) -> Any:
+        """``config`` with every ``auto`` value replaced by the one the run uses, so that a record stores, and
+        its identity hashes, effective values: the default and an explicit equal value are one setting."""
+        return config
+
     def validate(self, spec: RunSpec) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
 
@@ -275,6 +277,54 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
     return f"; did you mean '{prefix}{by_lower[close[0]]}'?" if close else "."
 
 
+RUNTIME = "runtime"  # config field metadata key: field(default=..., metadata={RUNTIME: True})
+
+
+def runtime_fields(config_class: type) -> frozenset[str]:
+    """The fields of a config dataclass marked ``metadata={"runtime": True}``: how a run executes (parallel
+    jobs, loader workers, download, logging and checkpoint frequency), never what it computes. They are
+    recorded but left out of every hash and group key, so the same experiment on another machine is the same
+    setting."""
+    return frozenset(f.name for f in dataclasses.fields(config_class) if f.metadata.get(RUNTIME))
+
+
+def split_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config dataclass as (experiment fields, runtime fields), each a dict."""
+    values, runtime = dataclasses.asdict(config), runtime_fields(type(config))
+    return ({k: v for k, v in values.items() if k not in runtime}, {k: v for k, v in values.items() if k in runtime})
+
+
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and put it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
+    """Write ``data`` (text as UTF-8, bytes, or a function that writes into the binary file object it gets, e.g.
+    ``lambda fh: torch.save(state, fh)``) to ``path`` through a unique temporary file in the same folder, fsync
+    and ``os.replace`` (atomic on POSIX). A reader, a crash or a concurrent writer never sees half a file, and a
+    failed write leaves the old file intact. The file gets the mode any other new file would (0666 less the
+    umask), not mkstemp's private 0600, so a shared results folder stays readable."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), 0o666 & ~_umask())
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def cache_dir() -> Path:
     """The writable cache for derived files (processed datasets, split corpora): ``$HARNESS_CACHE_DIR``
     or ``~/.cache/contrastive-harness``; never the data root, which may be read-only."""
@@ -291,6 +341,27 @@ def hash_files(paths: Iterable[Path]) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+def label_prior(labels: Any) -> dict[str, Any]:
+    """The class prior that ``labels`` (one per pretraining sample, any hashable values: an array, a tensor, a
+    list) give: ``{"label_prior": τ+, "label_classes": C}`` with τ+ = Σ_c p_c², p_c the fraction of samples
+    in class c, and C the number of classes present.
+
+    τ+ is the chance that a sample drawn at random shares the anchor's class: the class prior the debiased
+    losses correct for (Chuang et al., NeurIPS 2020, "Debiased Contrastive Learning", Eq. 2; τ+ = 1/C for
+    balanced classes). Evaluations report it so that a prior estimated without labels can be checked
+    against it; nothing in training reads it."""
+    import numpy as np
+
+    if isinstance(labels, torch.Tensor):
+        labels = labels.detach().cpu().numpy()
+    values = np.asarray(labels).reshape(-1)
+    if values.size == 0:
+        raise ValueError("label_prior: no labels")
+    counts = np.unique(values, return_counts=True)[1]
+    p = counts / counts.sum()
+    return {"label_prior": float(np.sum(p * p)), "label_classes": int(len(counts))}
 
 
 def hash_jsonable(obj: Any) -> str:

@@ -26,6 +26,7 @@ import domains
 from domains.base import UserError
 from harness.records import hardware_info, software_info, utc_now, write_json_atomic
 from harness.runner import default_data_root, resolve_device
+from harness.tables import text
 
 # The batch sizes: on a GPU the loss core is timed where the 2B x 2B matrices dominate.
 DEFAULT_BATCH_SIZES = {"cuda": "512,4096,16384", "cpu": "256,512,1024"}
@@ -38,11 +39,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         return "(no rows)"
     columns = list(dict.fromkeys(key for row in rows for key in row))
     cells = [[_cell(row.get(c, "")) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)), "  ".join("-" * w for w in widths)]
-    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
-    lines += ["  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(r, widths, numeric)) for r in cells]
-    return "\n".join(lines)
+    return text(columns, cells, right=[all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns])
 
 
 def _cell(value: Any) -> str:

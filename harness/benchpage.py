@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domains.base import UserError
+from domains.base import UserError, write_atomic
 from harness.leaderboard import MARKER
-from harness.records import write_text_atomic
+from harness.tables import markdown
 
 PAGE = "bench.md"
 NONE = "–"
@@ -86,7 +86,7 @@ def number(value: Any) -> str:
         return NONE
     if isinstance(value, float):
         return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return str(value)
 
 
 def _numeric(value: Any) -> bool:
@@ -140,11 +140,6 @@ def summary(target: Target, bench: Mapping[str, Any]) -> tuple[str, str]:
     return f"{number(worst)}{of}", verdict
 
 
-def table(columns: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
-            *("| " + " | ".join(r) + " |" for r in rows)]
-
-
 def row_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Rows in tables: a row joins the first table whose columns contain its keys or are contained in them."""
     groups: list[tuple[set[str], list[dict[str, Any]]]] = []
@@ -190,7 +185,7 @@ def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
             columns = [*columns, "target", "met?"]
             for cell, row, ts in zip(cells, rows, hit):
                 cell += ["; ".join(threshold_text(t) for t in ts), "; ".join(met(t, row.get(t.metric)) for t in ts)]
-        lines += [*table(columns, cells), ""]
+        lines += [*markdown(columns, cells), ""]
     return lines
 
 
@@ -226,7 +221,7 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
             cells.append([target.label, stem, threshold_text(target), figure, verdict])
         if not files:
             cells.append([target.label, NONE, threshold_text(target), f"{NONE} (not measured)", NONE])
-    lines += [*table(["target", "file", "threshold", "figure", "met?"], cells), ""]
+    lines += [*markdown(["target", "file", "threshold", "figure", "met?"], cells), ""]
     for stem, bench in benches.items():
         lines += file_section(stem, bench)
     return "\n".join(lines)
@@ -238,7 +233,7 @@ def write_bench_page(bench_dir: Path, out: Path) -> Path | None:
     if not paths:
         return None
     page = out / PAGE
-    write_text_atomic(page, bench_page({p.stem: load_bench(p) for p in paths}))
+    write_atomic(page, bench_page({p.stem: load_bench(p) for p in paths}))
     return page
 
 

@@ -17,6 +17,7 @@ from domains.base import UserError
 
 RESULTS = "leaderboards/results"
 OUT = "leaderboards"
+PRIOR_RESULTS = "leaderboards/prior"  # the prior study's records, apart from the leaderboards' (harness prior)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -81,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("report", help="cross-modality report: ranks, win rates, Friedman test, figures")
     p.add_argument("--results", default=RESULTS)
+    p.add_argument("--out", default=OUT)
+
+    p = sub.add_parser("prior", help="the class-prior page (prior.md): auto estimates against the label prior, gains")
+    p.add_argument("--results", default=PRIOR_RESULTS, help=f"records of the prior study (default: {PRIOR_RESULTS})")
     p.add_argument("--out", default=OUT)
 
     p = sub.add_parser("compare", help="regression tracking between two result sets (exit 1 on a regression)")
@@ -188,6 +193,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         from harness.report import cmd_report
         return cmd_report(args.results, args.out)
+    if args.command == "prior":
+        from harness.priorpage import cmd_prior
+        return cmd_prior(args.results, args.out)
     if args.command == "compare":
         from harness.compare import cmd_compare
         return cmd_compare(args)

@@ -22,12 +22,12 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
 
 def summary_line(outcome: Outcome) -> str:
     """One line per run: status, run id, primary metric, time, record path."""
-    record = outcome.record or {}
-    if outcome.status in ("completed", "skipped") and record.get("metrics"):
-        primary = record["primary_metric"]
-        took = record.get("timings", {}).get("total_s", 0.0)
+    record = outcome.record
+    if outcome.status in ("completed", "skipped") and record is not None and record.metrics:
+        primary = record.primary_metric
+        took = record.timings.get("total_s", 0.0)
         what = "exists" if outcome.status == "skipped" else f"{took:.1f}s"
-        value = _fmt(record["metrics"][primary])
+        value = _fmt(record.metrics[primary])
         return f"[{outcome.status}] {outcome.run_id}: {primary}={value} ({what}) -> {outcome.path}"
     if outcome.status == "busy":
         return f"[busy] {outcome.run_id}: {outcome.error}; skipped"
@@ -49,9 +49,9 @@ def _print_outcome(outcome: Outcome) -> None:
     print(summary_line(outcome), flush=True)
     record = outcome.record
     if outcome.status in ("completed", "skipped") and record:
-        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record["metrics"].items()))
-        print(f"  seed {record['seed']}: {metrics}")
-        print(f"    reproduce: {shlex.join(record['command'])}", flush=True)
+        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record.metrics.items()))
+        print(f"  seed {record.seed}: {metrics}")
+        print(f"    reproduce: {shlex.join(record.command)}", flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -64,8 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 130
     done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
     if len(done) > 1:
-        primary = done[0]["primary_metric"]
-        values = [r["metrics"][primary] for r in done]
+        primary = done[0].primary_metric
+        values = [r.metrics[primary] for r in done]
         print(f"{primary}: {statistics.mean(values):.4g} ± {statistics.stdev(values):.4g} over {len(values)} seeds")
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:

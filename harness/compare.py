@@ -18,9 +18,10 @@ from pathlib import Path
 
 from scipy import stats
 
-from domains.base import UserError
+from domains.base import UserError, write_atomic
 from harness.groups import Group, completed_groups, decimals, fmt, group_records
-from harness.records import load_records, record_version, write_text_atomic
+from harness.records import load_records
+from harness.tables import markdown
 
 TESTS = {
     "welch": "two-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False)",
@@ -59,7 +60,7 @@ def p_value(base: Group, cand: Group, test: str) -> float:
 def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
     if args.results:
         records = load_records(Path(args.results))
-        present = sorted({record_version(r) for r in records})
+        present = sorted({r.version for r in records})
         for version in (args.baseline, args.candidate):
             if version not in present:
                 raise UserError(f"no completed records of version {version} in {args.results}; "
@@ -78,12 +79,16 @@ def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
     return sides[0], sides[1]
 
 
-def _row(m: Match) -> str:
+COLUMNS = ["domain", "dataset", "method", "loss", "hyper-parameters", "metric", "baseline (n)", "candidate (n)",
+           "change", "p"]
+
+
+def _row(m: Match) -> list[str]:
     g, digits = m.base, decimals(m.base.mean)
     p = "–" if math.isnan(m.p) else f"{m.p:.3g}"
-    return (f"| {g.domain} | {g.dataset} | {g.method} | {g.loss} | {g.hparams_label()} | {g.primary_metric} "
-            f"({'↑' if g.higher_is_better else '↓'}) | {fmt(m.base.mean, digits)} ({m.base.n}) | "
-            f"{fmt(m.cand.mean, digits)} ({m.cand.n}) | {m.change:+.{digits}f} | {p} |")
+    return [g.domain, g.dataset, g.method, g.loss, g.hparams_label(),
+            f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})", f"{fmt(m.base.mean, digits)} ({m.base.n})",
+            f"{fmt(m.cand.mean, digits)} ({m.cand.n})", f"{m.change:+.{digits}f}", p]
 
 
 def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tuple[str, int, int]:
@@ -96,8 +101,6 @@ def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tu
     regressions = [m for m in significant if m.gain < -args.tolerance]
     improvements = [m for m in significant if m.gain > args.tolerance]
     unchanged = [m for m in matches if m not in regressions and m not in improvements]
-    header = ["| domain | dataset | method | loss | hyper-parameters | metric | baseline (n) | candidate (n) | "
-              "change | p |", "|---|---|---|---|---|---|---|---|---|---|"]
     lines = [
         f"# Comparison: baseline `{args.baseline}` vs candidate `{args.candidate}`", "",
         f"Rule: a group **regressed** when the candidate's mean primary metric is worse than the baseline's by more "
@@ -109,14 +112,13 @@ def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tu
     ]
     for title, rows in (("Regressions", regressions), ("Improvements", improvements), ("Unchanged", unchanged)):
         lines += [f"## {title} ({len(rows)})", ""]
-        lines += [*header, *map(_row, rows), ""] if rows else ["none", ""]
+        lines += [*markdown(COLUMNS, map(_row, rows)), ""] if rows else ["none", ""]
     unmatched = [("baseline only", g) for g in base if g.key not in cand_by_key]
     unmatched += [("candidate only", g) for g in cand if g.key not in base_keys]
     lines += [f"## Unmatched ({len(unmatched)})", ""]
     if unmatched:
-        lines += ["| side | domain | dataset | method | loss | hyper-parameters |", "|---|---|---|---|---|---|"]
-        lines += [f"| {side} | {g.domain} | {g.dataset} | {g.method} | {g.loss} | {g.hparams_label()} |"
-                  for side, g in unmatched]
+        lines += markdown(["side", "domain", "dataset", "method", "loss", "hyper-parameters"],
+                          [[side, g.domain, g.dataset, g.method, g.loss, g.hparams_label()] for side, g in unmatched])
     else:
         lines.append("none")
     verdict = f"FAIL: {len(regressions)} regression(s)" if regressions else "PASS: no regression"
@@ -130,7 +132,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     text, n_regressions, n_matched = report(args, base, cand)
     print(text)
     if args.out:
-        write_text_atomic(Path(args.out), text)
+        write_atomic(Path(args.out), text)
     if not n_matched:
         raise UserError(f"no group of the baseline matches one of the candidate ({len(base)} vs {len(cand)} groups, "
                         "see Unmatched above): they ran different settings, so nothing was compared")

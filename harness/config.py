@@ -143,13 +143,14 @@ def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[s
     for hp in spec.hparams:
         if hp.name in loss_sets:
             text = loss_sets[hp.name]
-            if hp.choices:
+            if hp.choices or (hp.auto and text == losses.registry.AUTO):
                 params[hp.name] = text
             else:
                 try:
                     params[hp.name] = float(text)
                 except ValueError:
-                    raise UserError(f"--set loss.{hp.name}={text}: expected a number in {hp.describe()}") from None
+                    kind = "" if hp.integer else "a number in "
+                    raise UserError(f"--set loss.{hp.name}={text}: expected {kind}{hp.describe()}") from None
     unknown = sorted(set(loss_sets) - {h.name for h in spec.hparams})
     if unknown:
         valid = ", ".join(f"loss.{h.name}" for h in spec.hparams) or "none"

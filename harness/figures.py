@@ -72,3 +72,32 @@ def improvement_bars(per_domain: dict[str, dict[str, float]], path: Path) -> boo
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def error_curves(curves: dict[str, list[list[tuple[float, float]]]], path: Path) -> bool:
+    """One line per label: the mean over its runs of the relative error at each epoch (each run a list of
+    (epoch, error) points), on a log axis, with the goals (25% and a factor 2) as dotted lines. False, with
+    nothing written, when there is no point to draw."""
+    means = {}
+    for label, runs in curves.items():
+        by_epoch: dict[float, list[float]] = {}
+        for run in runs:
+            for epoch, error in run:
+                by_epoch.setdefault(epoch, []).append(error)
+        if by_epoch:
+            means[label] = sorted((e, sum(v) / len(v)) for e, v in by_epoch.items())
+    if not means:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, points in sorted(means.items()):
+        ax.plot([e for e, _ in points], [max(v, 1e-3) for _, v in points], marker="o", ms=3, label=label)
+    ax.axhline(0.25, color="grey", ls=":", lw=1)
+    ax.axhline(1.0, color="grey", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("|estimate − true| / true")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

@@ -17,9 +17,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-import domains
 from domains.base import Domain, UserError, hash_jsonable
-from harness.records import load_record_files, record_version
+from harness.records import RunRecord, domain_or_none, load_record_files
 
 
 @dataclass
@@ -44,7 +43,7 @@ class Group:
 
     @property
     def key(self) -> str:
-        return hash_jsonable([self.domain, self.dataset, self.method, self.loss, self.loss_params, self.config])
+        return group_key(self.domain, self.dataset, self.method, self.loss, self.loss_params, self.config)
 
     @property
     def setting(self) -> str:
@@ -96,7 +95,14 @@ def version_key(version: str) -> tuple:
         return (0, Version("0"), version)
 
 
-def group_records(records: Iterable[dict[str, Any]], *, version: str | None = None) -> list[Group]:
+def group_key(domain: str, dataset: str, method: str, loss: str, loss_params: dict[str, Any],
+              config: dict[str, Any]) -> str:
+    """The identity of a group: a record's ``config`` holds only experiment fields with effective values
+    (:func:`harness.records.normalize`), so runtime fields and unresolved ``auto`` values never split one."""
+    return hash_jsonable([domain, dataset, method, loss, loss_params, config])
+
+
+def group_records(records: Iterable[RunRecord], *, version: str | None = None) -> list[Group]:
     """Completed records grouped on everything but seed and version, sorted deterministically.
 
     ``version=None`` keeps, per group, only the records of the latest version present in that group;
@@ -104,40 +110,36 @@ def group_records(records: Iterable[dict[str, Any]], *, version: str | None = No
     is the one the domain's code names now (so records written before a method got its own baseline compare
     like new ones), the record's own field where the domain cannot be loaded.
     """
-    by_key: dict[str, list[dict[str, Any]]] = {}
+    by_key: dict[str, list[RunRecord]] = {}
     for record in records:
-        if record.get("status") != "completed" or record.get("primary_metric") not in record.get("metrics", {}):
+        if record.status != "completed" or (version is not None and record.version != version):
             continue
-        if version is not None and record_version(record) != version:
-            continue
-        by_key.setdefault(_record_key(record), []).append(record)
+        key = group_key(record.domain, record.dataset, record.method, record.loss, record.loss_params, record.config)
+        by_key.setdefault(key, []).append(record)
     groups = []
     loaded: dict[str, Domain | None] = {}
     for members in by_key.values():
-        latest = max((record_version(r) for r in members), key=version_key)
-        members = sorted((r for r in members if record_version(r) == latest),
-                         key=lambda r: (r.get("finished_at", ""), r["run_id"]))
+        latest = max((r.version for r in members), key=version_key)
+        members = sorted((r for r in members if r.version == latest), key=lambda r: (r.finished_at, r.run_id))
         first = members[-1]
-        if first["domain"] not in loaded:
-            loaded[first["domain"]] = domain_or_none(first["domain"])
-        dom = loaded[first["domain"]]
-        baseline = dom.baseline_loss_for(first["method"]) if dom is not None else first.get("baseline_loss", "infonce")
+        if first.domain not in loaded:
+            loaded[first.domain] = domain_or_none(first.domain)
+        dom = loaded[first.domain]
+        baseline = dom.baseline_loss_for(first.method) if dom is not None else first.baseline_loss
         group = Group(
-            domain=first["domain"], dataset=first["dataset"], method=first["method"], loss=first["loss"],
-            loss_params=first["loss_params"], preset=first.get("preset", ""), overrides=first.get("overrides", {}),
-            config=first["config"], primary_metric=first["primary_metric"],
-            higher_is_better=bool(first["higher_is_better"]), baseline_loss=baseline,
-            version=latest, loss_used=not first.get("info", {}).get("loss_ignored", False),
+            domain=first.domain, dataset=first.dataset, method=first.method, loss=first.loss,
+            loss_params=first.loss_params, preset=first.preset, overrides=first.overrides, config=first.config,
+            primary_metric=first.primary_metric, higher_is_better=first.higher_is_better, baseline_loss=baseline,
+            version=latest, loss_used=not first.info.get("loss_ignored", False),
         )
         for record in members:
-            seed = int(record["seed"])
-            for name, value in record["metrics"].items():
-                if not (isinstance(value, (int, float)) and math.isfinite(value)):
+            for name, value in record.metrics.items():
+                if value is None or not math.isfinite(value):
                     continue
-                if name == record["primary_metric"]:
-                    group.values[seed] = float(value)
+                if name == record.primary_metric:
+                    group.values[record.seed] = value
                 else:
-                    group.secondary.setdefault(name, {})[seed] = float(value)
+                    group.secondary.setdefault(name, {})[record.seed] = value
         if group.values:
             groups.append(group)
     return sorted(groups, key=Group.sort_key)
@@ -153,20 +155,6 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
     if not groups:
         raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")
     return groups, [path for path, _ in files]
-
-
-def _record_key(record: dict[str, Any]) -> str:
-    return hash_jsonable([record["domain"], record["dataset"], record["method"], record["loss"],
-                          record["loss_params"], record["config"]])
-
-
-def domain_or_none(name: str) -> Domain | None:
-    """The domain, for its published rows, columns, labels and baselines; None when its code cannot be loaded
-    here (a page must still be written from the records alone)."""
-    try:
-        return domains.get(name)
-    except Exception:  # noqa: BLE001
-        return None
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import losses
 from domains import available, get
 from domains.base import Domain
+from harness.tables import pairs
 
 
 def _load_domains() -> tuple[list[Domain], dict[str, str]]:
@@ -24,7 +25,7 @@ def domain_lines(loaded: list[Domain], broken: dict[str, str]) -> list[str]:
     rows = [(d.name, f"{d.description} (methods: {', '.join(d.methods)}; primary metric: {d.primary_metric}, "
              f"{'higher' if d.higher_is_better else 'lower'} is better; baseline: {_baselines(d)})") for d in loaded]
     rows += [(name, f"unavailable: {why}") for name, why in broken.items()]
-    return _align(sorted(rows))
+    return pairs(sorted(rows))
 
 
 def _baselines(domain: Domain) -> str:
@@ -39,7 +40,7 @@ def dataset_lines(loaded: list[Domain]) -> list[str]:
             tags = ["default, embedded" if name == d.default_dataset else
                     ("download" if ds.needs_download else "embedded")]
             rows.append((f"{d.name}/{name}", f"{ds.description} [{', '.join(tags)}]"))
-    return _align(rows)
+    return pairs(rows)
 
 
 def preset_lines(loaded: list[Domain]) -> list[str]:
@@ -49,7 +50,7 @@ def preset_lines(loaded: list[Domain]) -> list[str]:
             overrides = ", ".join(f"{k}={v}" for k, v in preset.overrides.items()) or "config defaults"
             seeds = ",".join(map(str, preset.seeds))
             rows.append((f"{d.name}/{name}", f"{preset.description} ({overrides}; seeds {seeds})"))
-    return _align(rows)
+    return pairs(rows)
 
 
 def loss_lines(loaded: list[Domain]) -> list[str]:
@@ -67,12 +68,7 @@ def loss_lines(loaded: list[Domain]) -> list[str]:
         rows.append((name, f"{spec.summary}{labels}; {hparams}; domains: {where}"))
     for name in sorted(set(accepted) - set(losses.available())):
         rows.append((name, f"objective of domain {', '.join(accepted[name])} (not a core loss; no hyper-parameters)"))
-    return _align(rows)
-
-
-def _align(rows: list[tuple[str, str]]) -> list[str]:
-    width = max((len(k) for k, _ in rows), default=0)
-    return [f"{k.ljust(width)}  {v}" for k, v in rows]
+    return pairs(rows)
 
 
 def cmd_list(what: str | None) -> int:

@@ -1,8 +1,16 @@
-"""Run records: one self-describing JSON file per run, written atomically, and the environment they note.
+"""Run records: one self-describing JSON file per run, a typed model of it, and the environment it notes.
 
-A record is written to a unique temporary file in the results directory and renamed over
-``<run_id>.json`` (``os.replace`` is atomic on POSIX), so a reader or a crash never sees half a record
-and several processes can write into one directory at once.
+A record is the :class:`RunRecord` model, written atomically (:func:`domains.base.write_atomic`) to
+``<results>/<run_id>.json`` with the current :data:`SCHEMA_VERSION`. Reading one validates it against the model
+and reads its schema version: an older record is migrated (:data:`MIGRATIONS`), a newer one is refused with a
+message naming the file and the version. Every record read is then normalised against its domain's config class
+as the code defines it now (:func:`normalize`), so old and new records of the same experiment share one identity.
+
+Schema versions:
+
+1. the first: ``config`` held every field of the domain's config dataclass, as set (``auto`` values unresolved).
+2. ``config`` holds the experiment fields with effective values (the domain's ``resolve_config``), ``runtime``
+   the runtime fields (:func:`domains.base.runtime_fields`): recorded, never hashed.
 """
 
 from __future__ import annotations
@@ -12,33 +20,108 @@ import math
 import os
 import platform
 import subprocess
-import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from domains.base import RunSpec, UserError, hash_jsonable
+import domains
+from domains.base import Domain, RunSpec, UserError, hash_jsonable, split_config, write_atomic
 from harness.version import package_version
 
-SCHEMA_VERSION = 1
-REQUIRED_FIELDS = (
-    "schema", "run_id", "status", "domain", "method", "dataset", "loss", "loss_params", "seed", "preset",
-    "overrides", "config", "config_hash", "metrics", "primary_metric", "higher_is_better", "baseline_loss",
-    "details", "curve", "timings", "throughput", "info", "hardware", "software", "data_fingerprint", "command",
-    "started_at", "finished_at",
-)
+SCHEMA_VERSION = 2
+
+
+class InvalidRecordError(UserError):
+    """A file that is not a valid run record (not JSON, not an object, a field missing or of the wrong type)."""
+
+
+class NewerRecordError(UserError):
+    """A record of a schema version newer than this harness reads."""
+
+
+class RunRecord(BaseModel):
+    """One run (one seed), as ``harness run`` writes it. Free-form parts (config, details, curve, info) are JSON
+    values; the fields the leaderboards, reports and comparisons read are typed."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+    schema_version: int = Field(default=SCHEMA_VERSION, alias="schema")
+    run_id: str = Field(min_length=1)
+    status: Literal["completed", "failed"]
+    error: str | None = None  # failed records only
+    domain: str
+    method: str
+    dataset: str
+    loss: str
+    loss_params: dict[str, Any]
+    seed: int = Field(ge=0)
+    preset: str
+    overrides: dict[str, Any]  # the --set values as given (the command's), not resolved
+    config: dict[str, Any]  # experiment fields, effective values: the identity
+    runtime: dict[str, Any]  # runtime fields: recorded, not hashed
+    config_hash: str
+    primary_metric: str
+    higher_is_better: bool
+    baseline_loss: str
+    metrics: dict[str, float | None]  # None: not finite
+    details: dict[str, Any]
+    curve: list[dict[str, Any]]
+    timings: dict[str, float]
+    throughput: dict[str, float | None]
+    info: dict[str, Any]
+    hardware: dict[str, Any]
+    software: dict[str, Any]
+    data_fingerprint: dict[str, Any]
+    command: list[str]
+    started_at: str
+    finished_at: str
+    resumed: bool
+
+    @model_validator(mode="after")
+    def _outcome(self) -> RunRecord:
+        if self.status == "completed" and self.primary_metric not in self.metrics:
+            raise ValueError(f"a completed record must report its primary metric '{self.primary_metric}' in metrics")
+        if self.status == "failed" and not self.error:
+            raise ValueError("a failed record must say its error")
+        return self
+
+    @property
+    def version(self) -> str:
+        """The ``contrastive-harness`` version that wrote the record."""
+        return str(self.software.get("contrastive_harness", "0+unknown"))
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as the JSON object written to its file."""
+        return jsonable(self.model_dump(by_alias=True, exclude={"error"} if self.error is None else None))
+
+
+REQUIRED_FIELDS = tuple(f.alias or name for name, f in RunRecord.model_fields.items() if f.is_required())
+
+
+def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 1 kept the runtime fields inside ``config``; normalize() moves them to ``runtime``.
+    return {**data, "schema": 2, "runtime": {}}
+
+
+# version -> the function that turns a record of that version into one of the next
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
+
+
+def identity_hash(domain: str, method: str, dataset: str, loss: str, loss_params: dict[str, Any],
+                  config: dict[str, Any], version: str) -> str:
+    """sha256 of everything that defines a run except its seed and runtime fields, including the package version."""
+    return hash_jsonable({"domain": domain, "method": method, "dataset": dataset, "loss": loss,
+                          "loss_params": loss_params, "config": config, "version": version})
 
 
 def config_hash(spec: RunSpec, version: str | None = None) -> str:
-    """sha256 of everything that defines a run except its seed, including the package version."""
-    return hash_jsonable({
-        "domain": spec.domain, "method": spec.method, "dataset": spec.dataset, "loss": spec.loss,
-        "loss_params": spec.loss_params, "config": spec.config_dict(),
-        "version": version or package_version(),
-    })
+    """The :func:`identity_hash` of a run spec (its config is resolved: effective values)."""
+    return identity_hash(spec.domain, spec.method, spec.dataset, spec.loss, spec.loss_params, spec.config_dict(),
+                         version or package_version())
 
 
 def run_hash(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
@@ -77,89 +160,132 @@ def jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def _umask() -> int:
-    # The only portable way to read the umask is to set it and put it back.
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a unique temporary file in the same directory and a rename.
-
-    A crash or a failed write leaves the old file intact. The file gets the mode any other new file
-    would (0666 less the umask), not mkstemp's private 0600, so a shared results folder stays readable.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON (NaN/inf as null) atomically, as :func:`write_text_atomic` does."""
-    write_text_atomic(path, json.dumps(jsonable(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
+    """Write ``data`` as JSON (NaN/inf as null) atomically (:func:`domains.base.write_atomic`)."""
+    write_atomic(path, json.dumps(jsonable(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def record_path(results: Path, rid: str) -> Path:
     return results / f"{rid}.json"
 
 
-def read_record(path: Path) -> dict[str, Any] | None:
-    """The record at ``path``, or None when it is absent or unreadable."""
+def domain_or_none(name: str) -> Domain | None:
+    """The domain, for its config class, published rows, columns, labels and baselines; None when its code cannot
+    be loaded here (a page must still be written from the records alone)."""
     try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError):
+        return domains.get(name)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _describe(exc: ValidationError) -> str:
+    errors = exc.errors()
+    parts = [f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in errors[:3]]
+    return "; ".join(parts) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
+
+
+def parse_record(data: Any, source: str | Path = "record") -> RunRecord:
+    """Validate one record's JSON, migrating an older schema version. InvalidRecordError (naming ``source``, the
+    field and the problem) when it is not a valid record, NewerRecordError when its version is newer."""
+    if not isinstance(data, dict):
+        raise InvalidRecordError(f"{source}: not a run record (a JSON object is expected)")
+    version = data.get("schema")
+    if type(version) is not int or version < 1:
+        raise InvalidRecordError(f"{source}: not a run record: 'schema' must be a version number >= 1, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise NewerRecordError(f"{source}: written with record schema version {version}, newer than this harness "
+                               f"reads ({SCHEMA_VERSION}); upgrade contrastive-harness to read it")
+    for old in range(version, SCHEMA_VERSION):
+        data = MIGRATIONS[old](data)
+    try:
+        return RunRecord.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidRecordError(f"{source}: invalid run record: {_describe(exc)}") from None
+
+
+def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:
+    """``record`` against its domain's config class as the code defines it now: fields added to the class since
+    the record was written take their defaults (a new field must default to the behaviour before it existed),
+    ``auto`` values are resolved (``Domain.resolve_config``), each field sits in ``config`` or ``runtime`` as the
+    class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here or the
+    class can no longer build the recorded values; fields since removed from the class stay in ``config``."""
+    if domain is None:
+        return record
+    values = {**record.runtime, **record.config}
+    cls = domain.config_class
+    try:
+        names = set().union(*split_config(cls()))  # every field has a default (the Domain protocol)
+        known = {k: v for k, v in values.items() if k in names}
+        experiment, runtime = split_config(domain.resolve_config(cls(**known), record.method, record.dataset))
+    except (TypeError, ValueError, KeyError, ImportError, UserError):
+        return record
+    removed = {k: v for k, v in values.items() if k not in names}
+    config = jsonable({**experiment, **removed})
+    return record.model_copy(update={
+        "config": config, "runtime": jsonable(runtime),
+        "config_hash": identity_hash(record.domain, record.method, record.dataset, record.loss, record.loss_params,
+                                     config, record.version)})
+
+
+def load_record(path: Path, loaded: dict[str, Domain | None] | None = None) -> RunRecord:
+    """The record at ``path``, validated, migrated and normalised. OSError when it cannot be opened,
+    InvalidRecordError / NewerRecordError (naming the file) otherwise. ``loaded`` caches domains across calls."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise InvalidRecordError(f"{path}: not JSON (truncated or corrupted)") from None
+    record = parse_record(data, path)
+    loaded = {} if loaded is None else loaded
+    if record.domain not in loaded:
+        loaded[record.domain] = domain_or_none(record.domain)
+    return normalize(record, loaded[record.domain])
+
+
+def read_record(path: Path) -> RunRecord | None:
+    """The record at ``path``, or None when it is absent or damaged (a run then runs again); NewerRecordError
+    when it was written by a newer harness (running again would overwrite it)."""
+    try:
+        return load_record(path)
+    except (OSError, InvalidRecordError):
         return None
 
 
 def is_completed(results: Path, rid: str) -> bool:
     record = read_record(record_path(results, rid))
-    return bool(record) and record.get("status") == "completed"
+    return record is not None and record.status == "completed"
 
 
-def load_record_files(results: Iterable[Path] | Path, *,
-                      completed_only: bool = True) -> list[tuple[Path, dict[str, Any]]]:
+def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[tuple[Path, RunRecord]]:
     """(path, record) of every record (``*.json``, not hidden) in the results folders, sorted by run id.
 
-    UserError, naming them, when a folder does not exist or a file cannot be read as a record (truncated,
-    corrupted, not a run record): a page or a gate built without them would silently lose results.
+    UserError, naming them and why, when a folder does not exist or a file cannot be read as a record (truncated,
+    corrupted, not a run record, a newer schema): a page or a gate built without them would silently lose results.
     """
     dirs = [Path(results)] if isinstance(results, (str, Path)) else [Path(d) for d in results]
     out, unreadable = [], []
+    loaded: dict[str, Domain | None] = {}
     for directory in dirs:
         if not directory.is_dir():
             raise UserError(f"results folder '{directory}' does not exist (or is not a folder); nothing was written")
         for path in sorted(directory.glob("*.json")):
-            record = read_record(path)
-            if not isinstance(record, dict) or not isinstance(record.get("run_id"), str):
-                unreadable.append(path)
-            elif not completed_only or record.get("status") == "completed":
+            try:
+                record = load_record(path, loaded)
+            except (OSError, InvalidRecordError, NewerRecordError) as exc:
+                unreadable.append(str(exc) if isinstance(exc, UserError) else f"{path}: {exc.strerror or exc}")
+                continue
+            if not completed_only or record.status == "completed":
                 out.append((path, record))
     if unreadable:
-        names = ", ".join(str(p) for p in unreadable)
-        raise UserError(f"{len(unreadable)} record file(s) cannot be read (truncated, corrupted or not a run "
-                        f"record): {names}; repair or remove them (rerun a run with --force to rewrite its "
-                        "record); nothing was written")
-    return sorted(out, key=lambda pr: (pr[1]["run_id"], record_version(pr[1])))
+        raise UserError(f"{len(unreadable)} record file(s) cannot be read: {'; '.join(unreadable)}. Repair or "
+                        "remove them (rerun a run with --force to rewrite its record); nothing was written")
+    return sorted(out, key=lambda pr: (pr[1].run_id, pr[1].version))
 
 
-def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[dict[str, Any]]:
+def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[RunRecord]:
     """The records of :func:`load_record_files`, without their paths."""
     return [record for _, record in load_record_files(results, completed_only=completed_only)]
-
-
-def record_version(record: dict[str, Any]) -> str:
-    return str(record.get("software", {}).get("contrastive_harness", "0+unknown"))
 
 
 def _git(*args: str) -> str | None:

@@ -19,8 +19,9 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
+from domains.base import write_atomic
 from harness.groups import Group, completed_groups
-from harness.records import write_text_atomic
+from harness.tables import markdown
 
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
 ALPHA = 0.05
@@ -105,13 +106,12 @@ def nemenyi_cd(k: int, n: int, alpha: float = ALPHA) -> float:
 
 
 def _table(rows: list[Summary]) -> list[str]:
-    out = ["| loss | tasks | mean rank | win rate vs baseline (tasks) | mean relative improvement |",
-           "|---|---|---|---|---|"]
+    cells = []
     for r in rows:
         win = "–" if r.win_rate is None else f"{100 * r.win_rate:.0f}% ({len(r.relative)})"
         gain = "–" if r.mean_relative is None else f"{r.mean_relative:+.2f}%"
-        out.append(f"| {r.loss} | {r.tasks} | {r.mean_rank:.2f} | {win} | {gain} |")
-    return out
+        cells.append([r.loss, str(r.tasks), f"{r.mean_rank:.2f}", win, gain])
+    return markdown(["loss", "tasks", "mean rank", "win rate vs baseline (tasks)", "mean relative improvement"], cells)
 
 
 def write_report(results: Path, out: Path) -> Path:
@@ -164,7 +164,7 @@ def write_report(results: Path, out: Path) -> Path:
             lines += ["No task has both a baseline and another loss yet.", ""]
         lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(sorted(t.values))}" for t in tasks], ""]
         path = out / "report.md"
-        write_text_atomic(path, "\n".join(lines))
+        write_atomic(path, "\n".join(lines))
     return path
 
 

@@ -63,7 +63,7 @@ class Outcome:
     run_id: str
     status: str
     path: Path
-    record: dict[str, Any] | None = None
+    record: records.RunRecord | None = None
     error: str | None = None
     user_error: bool = False
 
@@ -152,6 +152,7 @@ def plan(req: RunRequest) -> Plan:
     config_sets, loss_sets = cfg.split_sets(req.sets)
     loss_params = cfg.resolve_loss(domain, req.loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
+    config = domain.resolve_config(config, method, dataset)  # effective values: what the run's id hashes
     seeds = req.seeds if req.seeds is not None else list(domain.presets[req.preset].seeds)
     specs = [RunSpec(domain=domain.name, method=method, dataset=dataset, loss=req.loss, loss_params=loss_params,
                      preset=req.preset, seed=seed, config=config) for seed in seeds]
@@ -270,32 +271,31 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)
     LOGGER.setLevel(logging.INFO)
-    record: dict[str, Any] = {
-        "schema": records.SCHEMA_VERSION, "run_id": rid, "domain": spec.domain, "method": spec.method,
-        "dataset": spec.dataset, "loss": spec.loss, "loss_params": spec.loss_params, "seed": spec.seed,
-        "preset": spec.preset, "overrides": the_plan.overrides, "config": spec.config_dict(),
-        "config_hash": records.config_hash(spec), "primary_metric": domain.primary_metric,
-        "higher_is_better": domain.higher_is_better, "baseline_loss": domain.baseline_loss_for(spec.method),
+    # What the record says of the run whatever its outcome; _attempt adds the outcome.
+    fields: dict[str, Any] = {
+        "run_id": rid, "domain": spec.domain, "method": spec.method, "dataset": spec.dataset, "loss": spec.loss,
+        "loss_params": spec.loss_params, "seed": spec.seed, "preset": spec.preset, "overrides": the_plan.overrides,
+        "config": spec.config_dict(), "runtime": spec.runtime_dict(), "config_hash": records.config_hash(spec),
+        "primary_metric": domain.primary_metric, "higher_is_better": domain.higher_is_better,
+        "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
-        "software": records.software_info(), "started_at": records.utc_now(), "resumed": req.resume,
-        "metrics": {}, "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {},
-        "data_fingerprint": data,
+        "software": records.software_info(),
+        "started_at": records.utc_now(), "resumed": req.resume, "data_fingerprint": data,
     }
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
                             seeds=seeds_left if estimate else 0)
     try:
-        LOGGER.info("run %s: %s", rid, " ".join(record["command"]))
-        outcome = _attempt(domain, spec, ctx, record, path)
-        record["finished_at"] = records.utc_now()
+        LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
+        outcome = _attempt(domain, spec, ctx, records.jsonable(fields), path)
         keep_earlier = outcome.status == "failed" and records.is_completed(path.parent, rid)
         if write and keep_earlier:
             # A --force rerun that fails keeps the completed record; the failure is in the log.
             LOGGER.warning("run %s failed; keeping its earlier completed record", rid)
         elif write:
             try:
-                records.write_json_atomic(path, record)
+                records.write_json_atomic(path, outcome.record.to_json())
             except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
                 raise UserError(f"cannot write the record {path}: {exc.strerror or exc}; the run's checkpoint is "
                                 f"kept in {work_dir}: free the space or fix the permission, then rerun with "
@@ -308,9 +308,11 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
     return outcome
 
 
-def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, record: dict[str, Any], path: Path) -> Outcome:
-    """Seed, pretrain, evaluate; fill ``record`` as completed or failed."""
-    rid = record["run_id"]
+def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, fields: dict[str, Any], path: Path) -> Outcome:
+    """Seed, pretrain, evaluate; the outcome's record is ``fields`` completed or failed. What the domain returns
+    is validated as the record is built: a metric that is not a number fails the run (a ValidationError naming
+    it), never writes a record that cannot be read back."""
+    rid = fields["run_id"]
     start = time.perf_counter()
     try:
         seed_everything(spec.seed)
@@ -321,6 +323,11 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, record: dict[str, A
         t2 = time.perf_counter()
         if domain.primary_metric not in result.metrics:
             raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
+        record = records.RunRecord(
+            **fields, status="completed", finished_at=records.utc_now(),
+            **records.jsonable({"metrics": result.metrics, "details": result.details, "curve": pretrained.curve,
+                                "throughput": pretrained.throughput, "info": pretrained.info,
+                                "timings": {"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start}}))
     except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
         user = isinstance(exc, UserError)
         message = " ".join(str(exc).split()) or type(exc).__name__
@@ -329,10 +336,9 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, record: dict[str, A
             LOGGER.error("run %s failed: %s", rid, error)
         else:
             LOGGER.error("run %s failed:\n%s", rid, traceback.format_exc())
-        record.update(status="failed", error=error, timings={"total_s": time.perf_counter() - start})
-        return Outcome(rid, "failed", path, record, error=error, user_error=user)
-    record.update(status="completed", metrics=result.metrics, details=result.details, curve=pretrained.curve,
-                  throughput=pretrained.throughput, info=pretrained.info,
-                  timings={"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start})
-    LOGGER.info("run %s completed: %s", rid, result.metrics)
+        failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
+                                   metrics={}, details={}, curve=[], throughput={}, info={},
+                                   timings={"total_s": time.perf_counter() - start})
+        return Outcome(rid, "failed", path, failed, error=error, user_error=user)
+    LOGGER.info("run %s completed: %s", rid, record.metrics)
     return Outcome(rid, "completed", path, record)

@@ -97,7 +97,7 @@ def run_job(request: RunRequest) -> list[dict[str, Any]]:
     except UserError as exc:
         return [{"run_id": f"{request.domain}/{request.loss}", "status": "failed", "error": str(exc)}]
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "path": str(o.path),
-             "metrics": (o.record or {}).get("metrics", {})} for o in outcomes]
+             "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
 
 
 def _job_line(request: RunRequest) -> str:

@@ -8,6 +8,7 @@ corrects the negative term with the positives:
     L_a = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + N_a·g_a) )
 
 ``floor = exp(min_logit)`` (``e^{-1/t}`` for cosine logits). ``tau_plus = 0`` is InfoNCE.
+``tau_plus="auto"`` (through ``losses.get``) estimates it from the data during training (:mod:`losses.prior`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from losses._core import debiased_loss, log_neg_mean
-from losses.registry import HParam, LossSpec, register
+from losses.registry import HParam, LossSpec, prior_settings, register
 from losses.scores import Scores
 
-TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, high_open=True)
+TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, high_open=True, auto=True)
 
 
 def dcl(scores: Scores, tau_plus: float = 0.1) -> Tensor:
@@ -26,5 +27,6 @@ def dcl(scores: Scores, tau_plus: float = 0.1) -> Tensor:
     return debiased_loss(scores, "dcl", (1.0,), log_neg_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
 
 
-register(LossSpec("dcl", dcl, (TAU_PLUS,), paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",
+register(LossSpec("dcl", dcl, (TAU_PLUS, *prior_settings()),
+                  paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",
                   summary="debiased negatives with class prior tau_plus"))

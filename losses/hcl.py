@@ -8,7 +8,7 @@ DCL with the negatives importance-weighted towards the hard ones:
     g_a  = max( (r_a - tau_plus·pos_mean_a) / (1 - tau_plus), floor )
     L_a  = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + N_a·g_a) )
 
-``beta = 0`` is DCL.
+``beta = 0`` is DCL. ``tau_plus="auto"``: estimated during training, as for DCL.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from losses._core import Prepared, debiased_loss
 from losses.dcl import TAU_PLUS
-from losses.registry import HParam, LossSpec, register
+from losses.registry import HParam, LossSpec, prior_settings, register
 from losses.scores import Scores
 
 BETA = HParam("beta", 1.0, low=0.0)
@@ -34,6 +34,6 @@ def hcl(scores: Scores, tau_plus: float = 0.1, beta: float = 1.0) -> Tensor:
                          tau_plus / (1.0 - tau_plus))
 
 
-register(LossSpec("hcl", hcl, (TAU_PLUS, BETA),
+register(LossSpec("hcl", hcl, (TAU_PLUS, BETA, *prior_settings()),
                   paper="Robinson et al., ICLR 2021, Contrastive Learning with Hard Negative Samples",
                   summary="DCL with negatives reweighted by hardness beta"))

@@ -6,7 +6,8 @@ frequency of the positives. The PU-corrected negative term is
     g_a = max( (1 - alpha·c)/(1 - alpha)·neg_mean_a - alpha·(1 - c)/(1 - alpha)·pos_mean_a, floor )
     L_a = (1/M_a) Σ_{p∈P_a} -log( e_ap / (e_ap + N_a·g_a) )
 
-``c = 0`` gives DCL with ``tau_plus = alpha``.
+``c = 0`` gives DCL with ``tau_plus = alpha``. ``alpha="auto"`` estimates the class prior during training
+(:mod:`losses.prior`); ``c`` stays the user's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from __future__ import annotations
 from torch import Tensor
 
 from losses._core import debiased_loss, log_neg_mean
-from losses.registry import HParam, LossSpec, register
+from losses.registry import HParam, LossSpec, prior_settings, register
 from losses.scores import Scores
 
-ALPHA = HParam("alpha", 0.1, low=0.0, high=1.0, low_open=True, high_open=True)
+ALPHA = HParam("alpha", 0.1, low=0.0, high=1.0, low_open=True, high_open=True, auto=True)
 C = HParam("c", 0.01, low=0.0, high=1.0)
 
 
@@ -27,5 +28,6 @@ def pucl(scores: Scores, alpha: float = 0.1, c: float = 0.01) -> Tensor:
                          alpha * (1.0 - c) / (1.0 - alpha))
 
 
-register(LossSpec("pucl", pucl, (ALPHA, C), paper="Wang et al., Positive-Unlabeled Contrastive Learning",
+register(LossSpec("pucl", pucl, (ALPHA, C, *prior_settings()),
+                  paper="Wang et al., Positive-Unlabeled Contrastive Learning",
                   summary="PU-corrected negatives with class prior alpha and label frequency c"))

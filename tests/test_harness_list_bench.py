@@ -75,7 +75,7 @@ def test_bench_losses_calls_the_loss_benchmark(tmp_path, monkeypatch, capsys):
 
 def test_format_table_aligns_columns():
     table = format_table([{"a": "x", "b": 1.23456}, {"a": "long", "b": 10}])
-    assert table.splitlines() == ["a     b    ", "----  -----", "x     1.235", "long     10"]
+    assert table.splitlines() == ["a         b", "----  -----", "x     1.235", "long     10"]
 
 
 def test_bench_all_runs_every_named_target_in_one_invocation(tmp_path):

@@ -32,7 +32,7 @@ def test_spec_entry(name):
     defaults, needs_labels, author = EXPECTED[name]
     entry = losses.spec(name)
     assert entry.name == name
-    assert {h.name: h.default for h in entry.hparams} == defaults == entry.defaults
+    assert {h.name: h.default for h in entry.hparams if not h.prior_setting} == defaults == entry.defaults
     assert entry.needs_labels is needs_labels
     assert author in entry.paper
     for h in entry.hparams:

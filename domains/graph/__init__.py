@@ -29,6 +29,7 @@ from domains.base import (
     RunContext,
     RunSpec,
     UserError,
+    label_prior,
 )
 from domains.graph import synthetic
 from domains.graph.config import C_GRID, GraphConfig
@@ -77,7 +78,8 @@ class GraphDomain(Domain):
     # e.g. ``--dataset NCI1``; iteration lists only the named ones.
     datasets = OpenDatasets({
         synthetic.NAME: DatasetSpec(synthetic.NAME, "500 generated graphs (BA base + 3 house or 3 bowtie motifs), "
-                                    "label = motif; embedded, no download", needs_download=False),
+                                    "label = motif; --set synthetic_classes=C for C motifs; embedded, no download",
+                                    needs_download=False),
         **{name: DatasetSpec(name, f"TU: {text}") for name, text in _TU.items()},
     }, accepts=_is_tu_name, describe=_unlisted_tu)
     default_dataset = synthetic.NAME
@@ -106,10 +108,13 @@ class GraphDomain(Domain):
             raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")
         if spec.dataset not in self.datasets:
             raise UserError(f"graph domain: '{spec.dataset}' is not a TU dataset name (letters, digits, '_', '-')")
+        if spec.dataset != synthetic.NAME and spec.config.synthetic_classes != 2:
+            raise UserError(f"graph domain: synthetic_classes applies to {synthetic.NAME} only; {spec.dataset} has "
+                            "its own classes")
 
     def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
         if dataset == synthetic.NAME:
-            return synthetic.load_synthetic()
+            return synthetic.load_synthetic(cfg.synthetic_classes)
         return load_tu(dataset, Path(data_root), cfg)
 
     def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
@@ -131,12 +136,13 @@ class GraphDomain(Domain):
                          "standardize": cfg.standardize, "split_seed": ctx.seed, "metric": "accuracy, percent"},
             "node_features": pretrained.model.data.node_features, "num_graphs": int(x.shape[0]),
             "embedding_dim": int(x.shape[1]), "eval_seconds": time.perf_counter() - tic,
+            **label_prior(y), "label_prior_of": "the classes of every graph (InfoGraph pretrains on all of them)",
         }
         return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
         if spec.dataset == synthetic.NAME:
-            return synthetic.fingerprint()
+            return synthetic.fingerprint(spec.config.synthetic_classes)
         return tu_fingerprint(spec.dataset, Path(ctx.data_root), spec.config.download)
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:

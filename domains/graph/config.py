@@ -4,9 +4,9 @@ hidden size 32 and 3 layers, the setting of HCL's and PUCL's graph experiments).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from domains.base import UserError
+from domains.base import RUNTIME, UserError
 
 ANCHORS = ("node", "graph")
 FEATURELESS = ("degree", "constant")
@@ -36,9 +36,12 @@ class GraphConfig:
     svm_folds: int = 10
     svm_inner_folds: int = 5
     standardize: bool = False
-    svm_jobs: int = 1
+    svm_jobs: int = field(default=1, metadata={RUNTIME: True})  # parallel SVM fits: speed only
     # Try PyG's download when a TU set is not under <data root>/TU/<NAME>/raw/.
-    download: bool = True
+    download: bool = field(default=True, metadata={RUNTIME: True})  # where the files come from, not what they are
+    # synthetic-motifs only: the number of classes C (motifs), a known class prior 1/C; 2 is the house/bowtie set
+    # (domains/graph/synthetic.py says how C > 2 is built).
+    synthetic_classes: int = 2
 
     def check(self) -> None:
         """Raise UserError for a value that cannot run."""
@@ -56,3 +59,5 @@ class GraphConfig:
                             f"got {self.featureless!r}")
         if self.svm_folds < 2 or self.svm_inner_folds < 2:
             raise UserError("graph config: svm_folds and svm_inner_folds must be >= 2")
+        if self.synthetic_classes < 2:
+            raise UserError(f"graph config: synthetic_classes must be >= 2, got {self.synthetic_classes}")

@@ -75,6 +75,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         start, curve = state["epoch"], state["curve"]
+        loss_fn.load_state_dict(state.get("loss", {}))
         ctx.log(f"resuming graph pretraining at epoch {start + 1}")
     seen, train_seconds = 0, 0.0
     for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start):
@@ -85,6 +86,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         for step, idx in enumerate(batches, epoch * len(batches) + 1):
             b = data.batch(idx)
             graph_out, node_out = model(b.x, b.edge_index, b.batch, b.num_graphs)
+            loss_fn.observe(graph_out)  # the graph embeddings, for an estimated class prior (else a no-op)
             try:
                 loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
             except losses.NonFiniteError:  # the loss core refuses non-finite scores: the weights diverged
@@ -99,14 +101,16 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
             count += b.num_graphs
         seconds = time.perf_counter() - tic
         seen, train_seconds = seen + count, train_seconds + seconds
-        curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds})
+        curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds,
+                      **loss_fn.refresh_prior(epoch + 1)})
         ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "epoch": epoch + 1, "curve": curve})
+                             "epoch": epoch + 1, "curve": curve, "loss": loss_fn.state_dict()})
     throughput = {"graphs_per_s": seen / train_seconds} if train_seconds > 0 else {}
     info = {"anchor": cfg.anchor, "normalize": normalize, "temperature": temperature if normalize else None,
             "node_features": data.node_features, "num_graphs": data.num_graphs,
             "num_features": data.num_features, "num_classes": data.num_classes,
-            "embedding_dim": model.encoder.out_dim, "resumed_at_epoch": start if state is not None else None}
+            "embedding_dim": model.encoder.out_dim, "resumed_at_epoch": start if state is not None else None,
+            "prior": loss_fn.prior_summary()}
     return PretrainResult(Pretrained(model, data), curve=curve, throughput=throughput, info=info)
 
 

@@ -9,6 +9,16 @@ graphs' spread in size (20 to 80 nodes) is noise. Sum-pooled features of a rando
 are then close to linear in those counts and an SVM on them is near chance, while a trained InfoGraph
 encoder separates the motifs: the set tells good encoders from bad ones. Everything is drawn from one
 numpy generator seeded with ``seed``, so the set is identical on every machine.
+
+``classes`` (the graph config's ``synthetic_classes``) sets the number of classes C, so that the class prior
+is known: τ+ = Σ_c p_c² = 1/C, the chance that a random other graph shares the anchor's class (the τ+ of
+the debiased losses, Chuang et al. 2020). C = 2 is the house/bowtie set above, unchanged (same ``PARAMS``,
+same fingerprint). C > 2 takes C motifs from the connected graphs with 7 nodes and 9 edges of networkx's
+graph atlas (Read & Wilson, *An Atlas of Graphs*, 1998; 107 such graphs, pairwise non-isomorphic by
+construction), in a fixed seeded order, so the motifs of a smaller C are among those of a larger one and
+every motif has the same size (size still says nothing about the class). The set has max(500, 20·C)
+graphs rounded up to a multiple of C, with exactly as many graphs per class, so every class has enough
+members for the stratified nested 10-fold SVM of the evaluation.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from domains.base import hash_jsonable, require
+from domains.base import UserError, hash_jsonable, require
 from domains.graph.data import GraphSet, from_data_list
 
 NAME = "synthetic-motifs"
@@ -37,6 +47,41 @@ _MOTIF_EDGES = {
     "house": [(0, 1), (0, 2), (1, 3), (2, 3), (2, 4), (3, 4)],
     "bowtie": [(0, 1), (1, 2), (2, 0), (0, 3), (3, 4), (4, 0)],
 }
+# C > 2: motifs from the atlas, all with this many nodes and edges (7 and 9: 107 connected graphs, about the
+# house's and the bowtie's density), taken in the order of a permutation drawn with this seed.
+ATLAS_NODES, ATLAS_EDGES, ATLAS_SEED = 7, 9, 1
+MIN_GRAPHS, GRAPHS_PER_CLASS = 500, 20
+
+
+def atlas_family() -> list[int]:
+    """Indices in networkx's graph atlas of the connected graphs with ``ATLAS_NODES`` nodes and
+    ``ATLAS_EDGES`` edges, in the fixed order motifs are taken from."""
+    nx = require("networkx", "graph")
+    family = [i for i, g in enumerate(nx.graph_atlas_g()) if g.number_of_nodes() == ATLAS_NODES
+              and g.number_of_edges() == ATLAS_EDGES and nx.is_connected(g)]
+    return [family[i] for i in np.random.default_rng(ATLAS_SEED).permutation(len(family))]
+
+
+def params_for(classes: int = 2) -> dict[str, Any]:
+    """The generator's parameters for ``classes`` classes: ``PARAMS`` itself for 2, else C atlas motifs and
+    ``max(500, 20·C)`` graphs rounded up to a multiple of C. UserError for C outside 2 to 107."""
+    if classes == 2:
+        return PARAMS
+    family = atlas_family()
+    if not 2 <= classes <= len(family):
+        raise UserError(f"synthetic_classes must lie in 2..{len(family)} (synthetic-motifs has {len(family)} "
+                        f"motifs of {ATLAS_NODES} nodes and {ATLAS_EDGES} edges), got {classes}")
+    graphs = -(-max(MIN_GRAPHS, GRAPHS_PER_CLASS * classes) // classes) * classes
+    return {**PARAMS, "graphs": graphs, "classes": classes, "motifs": [f"atlas-{i}" for i in family[:classes]],
+            "motif_source": f"networkx graph atlas: connected, {ATLAS_NODES} nodes, {ATLAS_EDGES} edges"}
+
+
+def motif_edges(name: str) -> list[tuple[int, int]]:
+    """The edge list of a motif: ``house``, ``bowtie`` or ``atlas-<index in networkx's graph atlas>``."""
+    if name in _MOTIF_EDGES:
+        return _MOTIF_EDGES[name]
+    nx = require("networkx", "graph")
+    return sorted(nx.graph_atlas(int(name.removeprefix("atlas-"))).edges())
 
 
 def generate(params: dict[str, Any] | None = None) -> list:
@@ -51,7 +96,7 @@ def generate(params: dict[str, Any] | None = None) -> list:
     for label in labels:
         size = int(rng.integers(low, high + 1))
         base = nx.barabasi_albert_graph(size, params["base_m"], seed=int(rng.integers(2**31 - 1)))
-        motif = np.array(_MOTIF_EDGES[params["motifs"][label]], dtype=np.int64)
+        motif = np.array(motif_edges(params["motifs"][label]), dtype=np.int64)
         width = int(motif.max()) + 1
         parts = [np.array(base.edges(), dtype=np.int64).reshape(-1, 2)]
         for copy in range(params["copies"]):
@@ -65,9 +110,11 @@ def generate(params: dict[str, Any] | None = None) -> list:
     return graphs
 
 
-def load_synthetic() -> GraphSet:
-    return from_data_list(NAME, generate(), "constant 1 (synthetic-motifs)", {"params": PARAMS})
+def load_synthetic(classes: int = 2) -> GraphSet:
+    params = params_for(classes)
+    return from_data_list(NAME, generate(params), "constant 1 (synthetic-motifs)", {"params": params})
 
 
-def fingerprint() -> dict[str, Any]:
-    return {"dataset": NAME, "source": "generated", "params": PARAMS, "sha256": hash_jsonable(PARAMS)}
+def fingerprint(classes: int = 2) -> dict[str, Any]:
+    params = params_for(classes)
+    return {"dataset": NAME, "source": "generated", "params": params, "sha256": hash_jsonable(params)}

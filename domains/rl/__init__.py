@@ -11,6 +11,7 @@ of training; budgets are ENVIRONMENT steps (agent steps × action repeat), as in
 
 from __future__ import annotations
 
+from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,12 @@ class RLDomain(Domain):
     def setting_note(self, config: dict[str, Any]) -> str:
         # Budgets are environment steps (agent steps x action repeat), as the papers count them.
         return f"{config['num_env_steps'] / 1000:g}k env steps"
+
+    def resolve_config(self, config: CurlConfig, method: str, dataset: str) -> CurlConfig:
+        from domains.rl.gym_envs import task_of
+
+        task = task_of(dataset)  # None: the task's action repeat and learning rate
+        return replace(config, action_repeat=config.action_repeat or task.action_repeat, lr=config.lr or task.lr)
 
     def validate(self, spec: RunSpec) -> None:
         if spec.method not in self.methods:

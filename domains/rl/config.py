@@ -8,9 +8,9 @@ exception is ``seed_agent_steps``, counted in agent steps as CURL's ``--init_ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from domains.base import Preset
+from domains.base import RUNTIME, Preset
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,9 @@ class CurlConfig:
     num_env_steps: int = 2000
     eval_freq: int = 1000  # evaluate every this many environment steps (at the next episode end)
     eval_episodes: int = 2
-    checkpoint_freq: int = 10_000  # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never
+    # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never. Runtime: a resumed run
+    # continues exactly, so it is recorded, not hashed.
+    checkpoint_freq: int = field(default=10_000, metadata={RUNTIME: True})
     seed_agent_steps: int = 200  # uniformly random actions before learning (agent steps, CURL: 1000)
     # Observations.
     action_repeat: int | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)

@@ -12,6 +12,7 @@ bag of words), ``torch_probe`` (SentEval's PyTorch logistic regression, batched,
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,15 @@ from domains.base import (
     RunSpec,
     UserError,
     hash_files,
+    label_prior,
 )
 from domains.text.config import TASKS, TextConfig
 
 TRAINED = ("quickthought", "quickthought-bert")
+# What the class prior (``details["label_prior"]``) of a trained run counts: the pretraining sentences' classes. The
+# SentEval tasks are not the pretraining data, so on books the class of a sentence is the book it comes from.
+_LABELS_OF_SENTENCES = {"synthetic-topics": "the topic of each training sentence",
+                        "books": "the book each training sentence comes from"}
 _TABLE2 = "DCL paper (Chuang et al. 2020), Table 2, BookCorpus"
 
 
@@ -92,6 +98,11 @@ class TextDomain(Domain):
     )
     leaderboard_metrics = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC", "MRPC_f1", "bayes_accuracy")
 
+    def resolve_config(self, config: TextConfig, method: str, dataset: str) -> TextConfig:
+        from domains.text.corpus import synthetic_documents
+
+        return replace(config, synthetic_documents=synthetic_documents(config))
+
     def validate(self, spec: RunSpec) -> None:
         cfg: TextConfig = spec.config
         if spec.method == "hf" and not (cfg.hf_model_dir and Path(cfg.hf_model_dir).expanduser().is_dir()):
@@ -137,11 +148,19 @@ class TextDomain(Domain):
         return PretrainResult(encoder, curve, throughput, info)
 
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+        """The protocol of the dataset (``domains.text.evaluate``). A trained run's details also give the class
+        prior of its pretraining sentences (``label_prior``, Σ p², and ``label_classes``): on synthetic-topics
+        their topic, on books the book each sentence comes from (``label_prior_of`` says which)."""
         from domains.text.evaluate import evaluate_encoder
 
         metrics, details = evaluate_encoder(pretrained.model, spec.dataset, spec.config, ctx.data_root, ctx.log,
                                             ctx.device)
         details["loss_used"] = spec.method in TRAINED
+        if spec.method in TRAINED and spec.dataset in _LABELS_OF_SENTENCES:
+            from domains.text.corpus import load_corpus, sentence_labels
+
+            corpus = load_corpus(spec.dataset, spec.config, ctx.data_root)
+            details.update(label_prior(sentence_labels(corpus)), label_prior_of=_LABELS_OF_SENTENCES[spec.dataset])
         return EvalResult(metrics, details)
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:

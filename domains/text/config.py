@@ -6,8 +6,10 @@ word embeddings 620, GRU 1200, batch 400 contiguous sentences, max length 30, Ad
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from domains.base import RUNTIME
 
 TASKS = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")
 
@@ -22,8 +24,10 @@ class TextConfig:
     hf_text_field: str = "text"
     hf_doc_field: str = ""  # consecutive rows with the same value form a document; "": one document
     hf_split_sentences: bool = False  # rows hold paragraphs: split them into sentences
-    synthetic_topics: int = 4
-    synthetic_documents: int = 160
+    synthetic_topics: int = 4  # the number of classes C: a known class prior 1/C (balanced topics)
+    # 0: max(160, 8 per topic) rounded up to a multiple of synthetic_topics (160 for C <= 20, 400 for C = 50), so
+    # that every topic has as many documents and enough of them (domains.text.corpus.synthetic_documents)
+    synthetic_documents: int = 0
     synthetic_sentences_per_doc: int = 25
     synthetic_topic_word_prob: float = 0.4  # chance that a content word comes from the document's topic
     synthetic_eval_sentences: int = 2000
@@ -55,8 +59,10 @@ class TextConfig:
     epochs: int = 3
     max_steps: int = 0  # stop after this many optimiser steps; 0: run every epoch
     amp: bool = False  # bf16 autocast for the encoders on CUDA (ignored on the CPU)
-    log_every: int = 10
-    checkpoint_every: int = 200
+    # Runtime fields (recorded, not hashed): how often the loss is read and logged (the curve's granularity; the
+    # training does not depend on it) and checkpointed (a resumed run continues exactly).
+    log_every: int = field(default=10, metadata={RUNTIME: True})
+    checkpoint_every: int = field(default=200, metadata={RUNTIME: True})
     # --- evaluation ---
     senteval_tasks: tuple[str, ...] = TASKS
     kfold: int = 10
@@ -72,14 +78,15 @@ class TextConfig:
     probe_standardize: bool = True  # z-score each feature first (SentEval does not; see torch_probe.standardized)
     eval_solver: Literal["auto", "liblinear", "lbfgs"] = "auto"  # auto: liblinear on sparse, lbfgs on dense
     eval_max_iter: int = 1000
-    eval_jobs: int = 1
-    eval_batch_size: int = 256
+    eval_jobs: int = field(default=1, metadata={RUNTIME: True})  # parallel scikit-learn fits: speed only
+    # sentences encoded at once (each independently of the others): memory and speed only
+    eval_batch_size: int = field(default=256, metadata={RUNTIME: True})
     use_senteval_package: bool = False  # run the original `senteval` package when importable
     hf_model_dir: str = ""  # method hf: a local Hugging Face model directory
 
     def __post_init__(self) -> None:
         positive = ("max_len", "vocab_size", "word_dim", "hidden_dim", "batch_size", "epochs", "context",
-                    "log_every", "checkpoint_every", "synthetic_topics", "synthetic_documents",
+                    "log_every", "checkpoint_every", "synthetic_topics",
                     "synthetic_sentences_per_doc", "synthetic_eval_sentences", "bert_layers", "bert_heads",
                     "bert_hidden", "bert_intermediate", "eval_batch_size", "eval_max_iter", "eval_jobs",
                     "min_frequency", "probe_batch_size", "probe_epoch_size", "probe_max_epoch")
@@ -99,6 +106,13 @@ class TextConfig:
             raise ValueError(f"synthetic_topic_word_prob must lie in (0, 1], got {self.synthetic_topic_word_prob}")
         if self.synthetic_topics < 2:
             raise ValueError("synthetic_topics must be >= 2 (it is the number of classes)")
+        if self.synthetic_documents < 0:
+            raise ValueError(f"synthetic_documents must be >= 0 (0: sized by synthetic_topics), got "
+                             f"{self.synthetic_documents}")
+        if self.synthetic_eval_sentences < self.kfold * self.synthetic_topics:
+            raise ValueError(f"synthetic_eval_sentences must be >= kfold * synthetic_topics = "
+                             f"{self.kfold * self.synthetic_topics}, so that every fold holds every topic; got "
+                             f"{self.synthetic_eval_sentences}")
         if self.batch_size < 2 * self.context + 1:
             raise ValueError(f"batch_size must be >= 2*context+1 = {2 * self.context + 1}")
         if self.bidirectional and self.hidden_dim % 2:

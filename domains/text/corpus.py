@@ -8,20 +8,21 @@
   from a small probabilistic grammar whose content words are drawn from the topic's own words with
   probability ``synthetic_topic_word_prob`` (else from words shared by all topics). A matching
   sentence-classification task (predict the topic of a single sentence) has a known, uniform class prior 1/K.
+  K = ``synthetic_topics`` sets the class prior of the corpus too: every topic has as many documents
+  (:func:`synthetic_documents`), so the topics of the training sentences give τ+ = Σ_k p_k² = 1/K.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from domains.base import DatasetMissingError, UserError, cache_dir, hash_jsonable, require
+from domains.base import DatasetMissingError, UserError, cache_dir, hash_jsonable, require, write_atomic
 from domains.text.config import TextConfig
 
 SPLITTER_VERSION = "pysbd-paragraphs-1"  # part of the cache key: bump it when the splitting changes
@@ -79,10 +80,7 @@ def book_sentences(path: Path) -> list[str]:
     if cached.exists():
         return json.loads(cached.read_text())
     sentences = split_sentences(raw.decode("latin-1"))
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(sentences))
-    os.replace(tmp, cached)  # atomic: concurrent runs never read half a file
+    write_atomic(cached, json.dumps(sentences))  # concurrent runs never read half a file
     return sentences
 
 
@@ -203,6 +201,22 @@ def _grammar(cfg: TextConfig) -> TopicGrammar:
     return TopicGrammar(cfg.synthetic_topics, cfg.synthetic_topic_word_prob, cfg.synthetic_seed)
 
 
+def synthetic_documents(cfg: TextConfig) -> int:
+    """The number of documents of the synthetic corpus: ``synthetic_documents``, or for 0 max(160, 8·K) rounded
+    up to a multiple of K = ``synthetic_topics``: the same number of documents (and sentences) for every topic,
+    and at least 8 of them, however many topics; 160, the size before K could change, for K <= 20."""
+    if cfg.synthetic_documents:
+        return cfg.synthetic_documents
+    k = cfg.synthetic_topics
+    return -(-max(160, 8 * k) // k) * k
+
+
+def sentence_labels(corpus: Corpus) -> np.ndarray:
+    """The class of each training sentence, for the class prior a run reports (never for training): its topic
+    on the synthetic corpus, else the document it comes from (``books``: its book)."""
+    return corpus.doc_ids if corpus.doc_labels is None else corpus.doc_labels[corpus.doc_ids]
+
+
 def _balanced_labels(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
     return rng.permutation(np.arange(n) % k).astype(np.int64)
 
@@ -210,7 +224,7 @@ def _balanced_labels(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
 def synthetic_corpus(cfg: TextConfig) -> Corpus:
     grammar = _grammar(cfg)
     rng = np.random.default_rng([cfg.synthetic_seed, 1])
-    topics = _balanced_labels(rng, cfg.synthetic_documents, cfg.synthetic_topics)
+    topics = _balanced_labels(rng, synthetic_documents(cfg), cfg.synthetic_topics)
     documents = [[grammar.sentence(rng, int(t)) for _ in range(cfg.synthetic_sentences_per_doc)] for t in topics]
     documents = keep_prefixes(documents, cfg.max_sentences)
     return from_documents([f"doc{i:04d}-topic{t}" for i, t in enumerate(topics)], documents, topics)
@@ -229,7 +243,8 @@ def synthetic_task(cfg: TextConfig) -> tuple[list[str], np.ndarray, float]:
 def synthetic_fingerprint(cfg: TextConfig) -> str:
     keys = ("synthetic_topics", "synthetic_documents", "synthetic_sentences_per_doc", "synthetic_topic_word_prob",
             "synthetic_eval_sentences", "synthetic_seed", "max_sentences")
-    return hash_jsonable({k: getattr(cfg, k) for k in keys} | {"generator": "TopicGrammar-1"})
+    values = {k: getattr(cfg, k) for k in keys} | {"synthetic_documents": synthetic_documents(cfg)}
+    return hash_jsonable(values | {"generator": "TopicGrammar-1"})
 
 
 def load_corpus(dataset: str, cfg: TextConfig, data_root: Path) -> Corpus:

@@ -102,12 +102,14 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
         optimizer.load_state_dict(checkpoint["optimizer"])
         step, curve, elapsed = checkpoint["step"], checkpoint["curve"], checkpoint["elapsed_s"]
         seen, skipped = checkpoint["sentences_seen"], checkpoint["skipped_batches"]
+        loss_fn.load_state_dict(checkpoint.get("loss", {}))
         ctx.log(f"resuming quick-thought at step {step}/{total}")
 
     def save() -> None:
         ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                              "curve": curve, "elapsed_s": elapsed, "sentences_seen": seen,
-                             "skipped_batches": skipped, "tokenizer": tokenizer.to_str()})
+                             "skipped_batches": skipped, "tokenizer": tokenizer.to_str(),
+                             "loss": loss_fn.state_dict()})
 
     loss_sum = torch.zeros((), device=device)
     window_steps = window_sentences = 0  # the steps trained and sentences seen since the last log point
@@ -126,6 +128,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             try:
                 with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
                     u, v = model(all_ids[sl, : int(lengths.max())], lengths)
+                loss_fn.observe(u)  # the anchors' sentence embeddings, for an estimated class prior (else a no-op)
             except RuntimeError as exc:
                 if not amp:
                     raise
@@ -156,6 +159,13 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             loss_sum.zero_()
             window_steps = window_sentences = 0
             tic = time.perf_counter()
+        if step % per_epoch == 0:
+            estimate = loss_fn.refresh_prior(step // per_epoch)
+            if estimate:
+                if curve and curve[-1]["step"] == step:
+                    curve[-1].update(estimate)
+                else:
+                    curve.append({"step": step, "epoch": step // per_epoch, **estimate})
         if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
             pause = time.perf_counter()
             save()
@@ -165,5 +175,6 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             "train_sentences": len(corpus), "documents": len(corpus.doc_names), "skipped_batches": skipped,
             "vocab_size": tokenizer.vocab_size, "similarity": cfg.similarity, "temperature": cfg.temperature,
             "positives_per_anchor": 2 * cfg.context, "amp": "bf16" if amp else None,
-            "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context)}
+            "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context),
+            "prior": loss_fn.prior_summary()}
     return curve, throughput, info

@@ -68,6 +68,7 @@ class CMC(Method):
         z_l, z_ab = self.embed(x)
         neg = self.sample_negatives(batch.index)
         labels = self.labels_for_loss(batch)
+        self.loss.observe(z_l)  # for an estimated class prior (else a no-op)
         bank_labels = self.bank_labels[neg] if labels is not None else None
         t, total = self.cfg.temperature, 0.0
         for query, bank in ((z_l, self.bank_ab), (z_ab, self.bank_l)):

@@ -5,9 +5,9 @@ presets. ``"auto"`` / ``0`` values resolve to the method's or dataset's publishe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
-from domains.base import Preset, UserError
+from domains.base import RUNTIME, Preset, UserError
 
 # Temperatures of the source papers: SimCLR as in Chuang et al. 2020 (DCL), CMC's NCE softmax
 # (Tian et al. 2020), MoCo v2 (Chen et al. 2020), the biased track as Barbano et al. 2023.
@@ -40,7 +40,11 @@ class VisionConfig:
     cmc_momentum: float = 0.5  # memory-bank momentum (Tian et al.)
     moco_momentum: float = 0.99  # key-encoder momentum (0.999 in MoCo on ImageNet)
     rho: float = 0.99  # biased datasets: probability that the colour matches the class
+    # digits and biased digits: keep the digits 0..classes-1 (2..10), a known class prior about 1/classes; 0: all 10
+    classes: int = 0
     bias_percent: str = "0.5pct"  # Corrupted CIFAR-10 / bFFHQ: the conflicting-sample split
+    image_column: str = ""  # sets in the hub's format (hf:...): "" finds img or image, else any Image feature
+    label_column: str = ""  # "" finds label, fine_label or labels, else any ClassLabel feature
     alpha: float = 1.0  # weight of the contrastive loss (Barbano et al.: alpha·L + lambda·R)
     fairkl_lambda: float = 0.0  # weight lambda of the FairKL regulariser; 0 turns it off
     fairkl_moments: str = "full"  # the gaussian form: full (Eq. 10) | mean (EnD-like ablation)
@@ -56,10 +60,38 @@ class VisionConfig:
     knn_temperature: float = 0.5
     knn_every: int = 5  # kNN monitor every N epochs (and at the last); 0: off
     bf16: bool = True  # bf16 autocast on CUDA; the losses run in float32 anyway
-    compile: bool = False  # torch.compile the networks and the augmentation (eager, with a warning, if it fails)
-    num_workers: int = 4  # image-folder datasets only
-    download: bool = False  # try torchvision's download when the files are missing
+    # torch.compile the networks and the augmentation (eager, with a warning, if it fails): the same model and
+    # maths in fused kernels, so a runtime field (float differences of the order another thread count gives)
+    compile: bool = field(default=False, metadata={RUNTIME: True})
+    num_workers: int = field(default=4, metadata={RUNTIME: True})  # image-folder loader processes: speed only
+    download: bool = field(default=False, metadata={RUNTIME: True})  # try torchvision's download when missing
 
+
+# lightly's CIFAR-10 benchmark (lightly-ai/lightly, docs/source/getting_started/benchmarks/cifar10_benchmark.py,
+# the table of 18.02.2022): what it fixes for its SimCLR-style models, in our fields. The learning rate is
+# 0.06 scaled linearly with the batch (0.06 · 512 / 128); the scheduler is stepped once per epoch, as Lightning does.
+LIGHTLY_CIFAR = {
+    "arch": "resnet18", "batch_size": 512, "optimizer": "sgd", "lr": 0.24, "momentum": 0.9, "weight_decay": 5e-4,
+    "lr_decay": "cosine", "augment": "simclr", "crop_min_scale": 0.08, "knn_k": 200, "knn_temperature": 0.1,
+    "knn_every": 1, "linear_batch_size": 512,
+}
+LIGHTLY_NOTE = (
+    "ResNet-18 with a 3x3 stride-1 stem and no max-pool, projection head 512-512-128, batch 512, SGD lr "
+    "0.06*batch/128 = 0.24, momentum 0.9, weight decay 5e-4, cosine schedule over the epochs, the method's "
+    "temperature (SimCLR: 0.5, lightly's NT-Xent default), SimCLR's augmentation "
+    "without blur (crop scale (0.08, 1), flip, colour jitter 0.4/0.4/0.4/0.1 with p 0.8, grayscale p 0.2), kNN "
+    "monitor on the backbone's features after every epoch (k 200, temperature 0.1, every training image in the "
+    "bank): knn_top1 is the last epoch's, knn_best_top1 the maximum over epochs (lightly's reported figure). "
+    "Its batch-128 rows: --set batch_size=128 --set lr=0.06. Supervised losses: --method biased. Where ours "
+    "differs: the head has BatchNorm after its hidden layer (DCL's head; lightly's had none in that release, "
+    "its later ones have BatchNorm after both layers); images normalised with CIFAR-10's statistics (lightly: "
+    "ImageNet's; a per-channel affine change the first convolution and BatchNorm absorb); bf16 autocast on "
+    "CUDA (lightly: float32; our losses run in float32); a linear probe after pretraining gives top1, our "
+    "primary metric (lightly reports the kNN figure only); MoCo and CMC keep their papers' temperatures and "
+    "queues (lightly's MoCo: temperature 0.1, a symmetric loss, 8192 keys at batch 512); 3 seeds (lightly: 1). "
+    "Cost on a GPU: not measured yet (lightly's SimCLR at batch 512: 158 min for 200 epochs, 633 min for 800, on "
+    "one RTX A6000)"
+)
 
 QUICK = Preset("the embedded digits with a small encoder, 30 epochs and a 100-epoch linear probe: about 30 s a "
                "seed on one CPU core, under 3 minutes for the 5 seeds", {}, seeds=(0, 1, 2, 3, 4))
@@ -87,6 +119,10 @@ PRESETS = {
          "alpha": 0.03, "objective": "authors", "fairkl_lambda": 0.75, "fairkl_form": "authors",
          "fairkl_kld": 1.0, "online_lr": 1e-3, "knn_every": 0, "linear_batch_size": 512, "bf16": False},
     ),
+    "cifar-bench": Preset(f"lightly's CIFAR-10 benchmark, 200 epochs: {LIGHTLY_NOTE}",
+                          {**LIGHTLY_CIFAR, "epochs": 200}),
+    "cifar-bench-800": Preset(f"lightly's CIFAR-10 benchmark, 800 epochs (its long run): {LIGHTLY_NOTE}",
+                              {**LIGHTLY_CIFAR, "epochs": 800}),
 }
 
 
@@ -129,4 +165,5 @@ def resolved(cfg: VisionConfig, method: str, dataset: str) -> VisionConfig:
     if augment == "auto":
         augment = {"cmc": "crop", "biased": "none"}.get(method, "simclr")
     temperature = cfg.temperature or METHOD_TEMPERATURE[method]
-    return replace(cfg, arch=arch, augment=augment, temperature=temperature)
+    classes = cfg.classes or (10 if dataset in ("digits", "biased-digits") else 0)  # 0 elsewhere: all of them
+    return replace(cfg, arch=arch, augment=augment, temperature=temperature, classes=classes)

@@ -3,7 +3,9 @@ class labels (-1: unlabelled) and, for the biased-data track, bias labels.
 
 - ``digits``: scikit-learn's 1,797 handwritten 8x8 digits (shipped in the package), upsampled, with a
   fixed stratified 70/30 split. ``biased-digits``: the same digits on a background colour tied to the
-  class with probability ``rho`` (test: rho 0.1), built as Biased-MNIST.
+  class with probability ``rho`` (test: rho 0.1), built as Biased-MNIST. ``first_classes`` C (the config's
+  ``classes``) keeps the digits 0..C-1 of both, for a known class prior: τ+ = Σ_c p_c², about 1/C (the
+  digits' classes are nearly balanced); the colouring of the kept images is the one of the ten-class set.
 - Biased-MNIST (Bahng et al., ICML 2020, "Learning De-biased Representations with Biased
   Representations"), built as Barbano et al. ran it (EIDOSLAB/unbiased-contrastive-learning,
   src/data/biased_mnist.py, ``color_background=True``): each class has a colour; per class
@@ -12,8 +14,13 @@ class labels (-1: unlabelled) and, for the biased-data track, bias labels.
   colour. Every pixel that is not 0 becomes white (255), every 0 pixel the background colour; the
   tenth colour is (50, 255, 128) as in their background mode, not Bahng's grey. Difference: the
   colouring is drawn once (fixed seed), where theirs is redrawn with each trial's seed.
-- CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST through torchvision; ImageNet-100
-  (the CMC class list), Corrupted CIFAR-10 and bFFHQ (the layouts of Barbano et al.) as image folders.
+- CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST in either layout under the data root:
+  torchvision's files, or a folder of the Hugging Face hub's parquet shards of that set (``cifar10/``,
+  ``cifar100/``, ``stl10/``, ``mnist/``, or the hub id's path, e.g. ``uoft-cs/cifar10/``), read by
+  :mod:`domains.vision.hub`; torchvision's is used where both are. ImageNet-100 (the CMC class list),
+  Corrupted CIFAR-10 and bFFHQ (the layouts of Barbano et al.) as image folders.
+- ``hf:<hub id or folder>``: any Hugging Face image dataset with class labels (:mod:`domains.vision.hub`),
+  normalised with its training pixels' per-channel mean and std.
 """
 
 from __future__ import annotations
@@ -28,17 +35,25 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.base import DatasetMissingError, DatasetSpec, cache_dir, hash_jsonable, require
+from domains.base import DatasetMissingError, DatasetSpec, UserError, cache_dir, hash_jsonable, require
+from domains.vision import hub
 
 DATASETS = {
-    "digits": DatasetSpec("digits", "scikit-learn's 1,797 handwritten 8x8 digits, upsampled (embedded)", False),
+    "digits": DatasetSpec("digits", "scikit-learn's 1,797 handwritten 8x8 digits, upsampled (embedded); "
+                          "--set classes=C keeps the digits 0..C-1", False),
     "biased-digits": DatasetSpec("biased-digits", "the digits on a class-tied background colour (rho), "
                                  "unbiased test with rho 0.1 (embedded)", False),
-    "cifar10": DatasetSpec("cifar10", "CIFAR-10 (torchvision), <data root>/cifar-10-batches-py"),
-    "cifar100": DatasetSpec("cifar100", "CIFAR-100 (torchvision), <data root>/cifar-100-python"),
-    "stl10": DatasetSpec("stl10", "STL-10, pretraining on train+unlabeled, <data root>/stl10_binary"),
+    "cifar10": DatasetSpec("cifar10", "CIFAR-10, <data root>/cifar-10-batches-py (torchvision) or the hub's "
+                           "parquet shards in <data root>/cifar10"),
+    "cifar100": DatasetSpec("cifar100", "CIFAR-100 (fine labels), <data root>/cifar-100-python (torchvision) or "
+                            "the hub's parquet shards in <data root>/cifar100"),
+    "stl10": DatasetSpec("stl10", "STL-10, pretraining on train+unlabeled, <data root>/stl10_binary (torchvision) "
+                         "or the hub's parquet shards in <data root>/stl10"),
+    "mnist": DatasetSpec("mnist", "MNIST as RGB, <data root>/MNIST/raw (torchvision) or the hub's parquet shards "
+                         "in <data root>/mnist"),
     "imagenet100": DatasetSpec("imagenet100", "ImageNet-100 (CMC class list), <data root>/imagenet100/{train,val}"),
-    "biased-mnist": DatasetSpec("biased-mnist", "Biased-MNIST (Bahng et al. 2020) from <data root>/MNIST/raw"),
+    "biased-mnist": DatasetSpec("biased-mnist", "Biased-MNIST (Bahng et al. 2020) from <data root>/MNIST/raw or the "
+                                "hub's parquet shards in <data root>/mnist"),
     "corrupted-cifar10": DatasetSpec("corrupted-cifar10", "Corrupted CIFAR-10 with bias labels, "
                                      "<data root>/cifar10c/<bias_percent>/{align,conflict} and test"),
     "bffhq": DatasetSpec("bffhq", "bFFHQ with bias labels, <data root>/bffhq/<bias_percent>/{align,conflict} and test"),
@@ -52,6 +67,17 @@ MNIST_COLOURS = torch.cat([COLOURS[:9], torch.tensor([[50, 255, 128]])])
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 HALF_STATS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+MNIST_STATS = ((0.1307, 0.1307, 0.1307), (0.3081, 0.3081, 0.3081))
+# The sets that load in either layout: torchvision's folder under the data root and how to get it; the hub id.
+TORCHVISION = {
+    "cifar10": ("cifar-10-batches-py", "extract https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz there"),
+    "cifar100": ("cifar-100-python", "extract https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz there"),
+    "stl10": ("stl10_binary", "extract https://ai.stanford.edu/~acoates/stl10/stl10_binary.tar.gz there"),
+    "mnist": ("MNIST/raw", "put train-images-idx3-ubyte(.gz), train-labels-idx1-ubyte(.gz), "
+              "t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte(.gz) there"),
+}
+HUB_IDS = {"cifar10": "uoft-cs/cifar10", "cifar100": "uoft-cs/cifar100", "stl10": "tanganke/stl10",
+           "mnist": "ylecun/mnist"}
 # ImageNet-100: the 100 WordNet ids of Tian et al. (CMC, imagenet100.txt); class i is the i-th when sorted.
 IMAGENET100 = tuple(sorted("""
     n02869837 n01749939 n02488291 n02107142 n13037406 n02091831 n04517823 n04589890 n03062245 n01773797
@@ -200,6 +226,12 @@ def _digits(size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return gray[tr], labels[tr], gray[te], labels[te]
 
 
+def _first_classes(images: ImageSet, classes: int) -> ImageSet:
+    """The images of the classes 0..classes-1, in their order."""
+    keep = images.labels < classes
+    return ImageSet(images.images[keep], images.labels[keep], None if images.bias is None else images.bias[keep])
+
+
 def _gray_to_rgb(gray: Tensor) -> Tensor:
     return (gray * 255.0).round().to(torch.uint8).expand(-1, 3, -1, -1).contiguous()
 
@@ -215,12 +247,49 @@ def _missing(name: str, where: Path, how: str) -> DatasetMissingError:
     return DatasetMissingError(f"{name} not found under {where}: {how}")
 
 
+def _missing_layouts(name: str, root: Path) -> DatasetMissingError:
+    """The error for a set of :data:`TORCHVISION` in neither layout: where each is looked for, how to get it."""
+    folder, how = TORCHVISION[name]
+    hub_id = HUB_IDS[name]
+    return DatasetMissingError(
+        f"{name} not found under {root}, in either layout. torchvision's: {how} ({root / folder}), or pass "
+        f"--set download=true where the network allows. The Hugging Face hub's: the parquet shards of {hub_id} in "
+        f"{root / name} or {root / hub_id} (huggingface-cli download {hub_id} --repo-type dataset --local-dir "
+        f"{root / name})")
+
+
+def _named(name: str, root: Path, download: bool, image_size: int, image_column: str,
+           label_column: str) -> tuple[tuple[ImageSet, ImageSet, ImageSet], dict | None]:
+    """A set of :data:`TORCHVISION` from torchvision's files, else from the hub's parquet shards under the data
+    root; the hub source's description (files read, for the fingerprint) or None."""
+    shards = hub.shard_folder([root / name, root / HUB_IDS[name]])
+    if shards is None or (root / TORCHVISION[name][0]).is_dir():
+        try:
+            return _torchvision(name, root, download), None
+        except DatasetMissingError:
+            if shards is None:
+                raise
+    found = hub.load(shards, image_size=image_size, image_column=image_column, label_column=label_column)
+    return _hub_parts(found), found.source
+
+
+def _hub_parts(found: hub.HubImages) -> tuple[ImageSet, ImageSet, ImageSet]:
+    """(pretrain, train, test) of a hub set; an ``unlabeled`` split joins pretraining with label -1 (STL-10)."""
+    train, test = ImageSet(*found.train), ImageSet(*found.test)
+    if found.unlabeled is None:
+        return train, train, test
+    images, labels = found.unlabeled
+    pretrain = ImageSet(torch.cat([train.images, images]), torch.cat([train.labels, torch.full_like(labels, -1)]))
+    return pretrain, train, test
+
+
 def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, ImageSet, ImageSet]:
+    if name == "mnist":
+        d_tr, y_tr, d_te, y_te = _mnist_files(root, download)
+        train, test = (ImageSet(d[:, None].expand(-1, 3, -1, -1), y) for d, y in ((d_tr, y_tr), (d_te, y_te)))
+        return train, train, test
     tvd = require("torchvision.datasets", "vision")
-    sets = {"cifar10": (tvd.CIFAR10, "cifar-10-batches-py", "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"),
-            "cifar100": (tvd.CIFAR100, "cifar-100-python", "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"),
-            "stl10": (tvd.STL10, "stl10_binary", "https://ai.stanford.edu/~acoates/stl10/stl10_binary.tar.gz")}
-    cls, folder, url = sets[name]
+    cls = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100, "stl10": tvd.STL10}[name]
     try:
         if name == "stl10":
             parts = [cls(str(root), split=s, download=download) for s in ("train+unlabeled", "train", "test")]
@@ -228,8 +297,7 @@ def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, Image
                          for p in parts)
         train, test = (cls(str(root), train=t, download=download) for t in (True, False))
     except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found or corrupted"; no network
-        raise _missing(name, root / folder, f"extract {url} there (it makes {folder}/), or pass "
-                       "--set download=true where the network allows") from exc
+        raise _missing_layouts(name, root) from exc
     train, test = (ImageSet(torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous(),
                             torch.as_tensor(d.targets, dtype=torch.long)) for d in (train, test))
     return train, train, test
@@ -264,16 +332,21 @@ def _unpacked_mnist(root: Path) -> Path:
     return cache
 
 
-def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets."""
+def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, dict | None]:
+    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from either layout, and the
+    hub source (or None)."""
+    (train, _, test), source = _named("mnist", root, download, 0, "", "")
+    return train.images[:, 0], train.labels, test.images[:, 0], test.labels, source
+
+
+def _mnist_files(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from torchvision's files."""
     tvd = require("torchvision.datasets", "vision")
     try:
         where = str(root if download else _unpacked_mnist(root))
         train, test = (tvd.MNIST(where, train=t, download=download) for t in (True, False))
     except (RuntimeError, OSError) as exc:
-        raise _missing("MNIST", root / "MNIST" / "raw", "put train-images-idx3-ubyte(.gz), "
-                       "train-labels-idx1-ubyte(.gz), t10k-images-idx3-ubyte(.gz) and t10k-labels-idx1-ubyte(.gz) "
-                       "there, or pass --set download=true") from exc
+        raise _missing_layouts("mnist", root) from exc
     return train.data, train.targets.long(), test.data, test.targets.long()
 
 
@@ -315,10 +388,18 @@ def _bias_folder(name: str, root: Path, percent: str, size: int) -> tuple[ImageS
 
 
 def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_percent: str = "0.5pct",
-         download: bool = False) -> VisionData:
-    """The dataset ``name`` at ``image_size`` (0: its own size)."""
+         download: bool = False, first_classes: int = 0, image_column: str = "",
+         label_column: str = "") -> VisionData:
+    """The dataset ``name`` at ``image_size`` (0: its own size); digits and biased digits: only the classes
+    0..``first_classes``-1 (0: all ten)."""
     root = Path(root)
     stats = CIFAR_STATS
+    source: dict | None = None  # a set read in the hub's format: the files read (their sha256), the columns
+    if first_classes and name not in ("digits", "biased-digits"):
+        raise UserError(f"classes={first_classes}: only digits and biased-digits keep their first classes; "
+                        f"{name} has all of its own (classes=0)")
+    if first_classes and not 2 <= first_classes <= 10:
+        raise UserError(f"classes must lie in 2..10 (digits has 10 classes; 0 keeps all), got {first_classes}")
     if name in ("digits", "biased-digits"):
         size = image_size or 16  # twice the original 8x8: crops keep sub-pixel detail, a CPU stays quick
         g_tr, y_tr, g_te, y_te = _digits(size)
@@ -327,21 +408,28 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
             train, test = ImageSet(_gray_to_rgb(g_tr), y_tr), ImageSet(_gray_to_rgb(g_te), y_te)
         else:
             train, test = biased(g_tr, y_tr, rho, SPLIT_SEED), biased(g_te, y_te, UNBIASED_TEST_RHO, SPLIT_SEED + 1)
+        if first_classes:
+            classes = first_classes
+            train, test = _first_classes(train, classes), _first_classes(test, classes)
         parts = (train, train, test)
     elif name == "biased-mnist":
         size, stats, classes = image_size or 28, HALF_STATS, 10
-        d_tr, y_tr, d_te, y_te = _mnist(root, download)
+        d_tr, y_tr, d_te, y_te, source = _mnist(root, download)
         train, test = biased_mnist(d_tr, y_tr, rho, SPLIT_SEED), biased_mnist(d_te, y_te, UNBIASED_TEST_RHO,
                                                                               SPLIT_SEED + 1)
         train, test = (ImageSet(_resize(p.images, size), p.labels, p.bias) for p in (train, test))
         parts = (train, train, test)
-    elif name in ("cifar10", "cifar100", "stl10"):
-        parts = _torchvision(name, root, download)
+    elif name in TORCHVISION:
+        parts, source = _named(name, root, download, image_size, image_column, label_column)
         size = image_size or parts[0].images.shape[-1]
         parts = tuple(ImageSet(_resize(p.images, size), p.labels) for p in parts)
         classes = int(parts[1].labels.max()) + 1
-        if name == "stl10":
-            stats = IMAGENET_STATS
+        stats = {"stl10": IMAGENET_STATS, "mnist": MNIST_STATS}.get(name, CIFAR_STATS)
+    elif hub.is_hub_name(name):
+        found = hub.load(hub.locate(name[len(hub.PREFIX):], root), image_size=image_size,
+                         image_column=image_column, label_column=label_column)
+        parts, source = _hub_parts(found), found.source
+        size, classes, stats = found.image_size, found.num_classes, (found.mean, found.std)
     elif name == "imagenet100":
         size, stats, classes = image_size or 224, IMAGENET_STATS, 100
         parts = _imagenet100(root, size * 8 // 7)  # stored at 256 for 224, cropped on the device
@@ -353,7 +441,10 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
     else:
         raise DatasetMissingError(f"unknown vision dataset '{name}'; available: {', '.join(DATASETS)}")
     data = VisionData(name, *parts, num_classes=classes, image_size=size, mean=stats[0], std=stats[1])
-    data.fingerprint = fingerprint(data, rho=rho if name in BIASED[:2] else None)
+    data.fingerprint = fingerprint(data, rho=rho if name in BIASED[:2] else None,
+                                   classes=first_classes if 0 < first_classes < 10 else None)
+    if source is not None:
+        data.fingerprint["source"] = source
     return data
 
 

@@ -58,6 +58,7 @@ class MoCo(Method):
             self.momentum_update()
             k = self.key_encoder(self.view(batch.images))
         labels = self.labels_for_loss(batch)
+        self.loss.observe(q)  # for an estimated class prior (else a no-op)
         scores = losses.bank_scores(q, k, self.queue.clone(), self.cfg.temperature, labels=labels,
                                     bank_labels=self.queue_labels.clone() if labels is not None else None)
         loss = self.loss(scores)

@@ -26,6 +26,7 @@ class SimCLR(Method):
         views = torch.cat([self.view(batch.images) for _ in range(self.cfg.n_views)])
         z = self.head(self.encoder(views)).chunk(self.cfg.n_views)
         labels, t = self.labels_for_loss(batch), self.cfg.temperature
+        self.loss.observe(z[0])  # for an estimated class prior (else a no-op)
         if len(z) == 2:
             scores = losses.pair_scores(z[0], z[1], t, labels=labels, gather=self.gather)
         else:

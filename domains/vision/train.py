@@ -171,6 +171,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         sched.load_state_dict(state["scheduler"])
         start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
         _set_rng_state(state["rng"])
+        if method.loss is not None:
+            method.loss.load_state_dict(state.get("loss", {}))
         ctx.log(f"resumed from epoch {start}")
     local_batch = cfg.batch_size // size
     pre = data.pretrain
@@ -207,6 +209,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         seen, train_time = seen + steps * local_batch * size, train_time + elapsed
         sched.step()
         point = {"epoch": epoch + 1, "loss": mean_loss, "seconds": elapsed, "lr": opt.param_groups[0]["lr"]}
+        if method.loss is not None:  # an estimated class prior, when one is due (the CE baseline has no loss)
+            point.update(method.loss.refresh_prior(epoch + 1))
         if rank == 0 and cfg.knn_every and ((epoch + 1) % cfg.knn_every == 0 or epoch + 1 == cfg.epochs):
             feats = [extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test)]
             point["knn_top1"] = knn_top1(feats[0], data.train.labels.to(device), feats[1],
@@ -218,12 +222,14 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         if rank == 0:
             ctx.save_checkpoint({"epoch": epoch + 1, "method": method.state_dict(), "optimizer": opt.state_dict(),
                                  "scheduler": sched.state_dict(), "curve": curve, "seen": seen,
-                                 "train_time": train_time, "rng": _rng_state()})
+                                 "train_time": train_time, "rng": _rng_state(),
+                                 "loss": {} if method.loss is None else method.loss.state_dict()})
     n_params = sum(p.numel() for p in method.parameters() if p.requires_grad)
     return PretrainResult(
         model=method, curve=curve,
         throughput={"images_per_s": seen / train_time if train_time else 0.0},
         info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
               "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment,
-              "compiled": bool(parts) and parts[0]._compiled_call_impl is not None},
+              "compiled": bool(parts) and parts[0]._compiled_call_impl is not None,
+              "prior": None if method.loss is None else method.loss.prior_summary()},
     )

@@ -1,0 +1,83 @@
+"""``harness prior``: the class-prior page from hand-written records whose answers are known: which setting a
+record is (true, auto, default), the estimation goal, the gains against a paired test computed here, the cost,
+and a loud failure on an empty folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scipy import stats
+
+from domains.base import UserError
+from harness.priorpage import write_prior_page
+from tests.tiny_domain import synthetic_record, write_records
+
+ROOT = Path(__file__).resolve().parents[1]
+INFONCE = [80.0, 82.0, 81.0, 79.0, 83.0]
+DCL_TRUE = [83.0, 84.5, 84.0, 81.5, 86.0]  # consistently better: a significant gain
+DCL_DEFAULT = [80.5, 81.0, 82.0, 79.5, 82.5]
+
+
+def _record(loss: str, seed: int, value: float, params: dict, *, estimate: float | None = None) -> dict:
+    record = synthetic_record(loss, seed, value, dataset="digits", loss_params=params, config={"classes": 4})
+    record["details"] = {"label_prior": 0.25, "label_classes": 4}
+    record["timings"] = {"total_s": 100.0}
+    if estimate is not None:
+        record["info"] = {"prior": {"param": "tau_plus", "estimator": "kmeans", "final": estimate}}
+        record["curve"] = [{"epoch": 1, "prior": 0.5, "prior_raw": 0.5, "prior_seconds": 1.0},
+                           {"epoch": 2, "prior": estimate, "prior_raw": estimate, "prior_seconds": 2.0}]
+    return record
+
+
+def _study(tmp_path: Path, estimates: list[float]) -> Path:
+    auto = {"tau_plus": "auto", "prior_estimator": "kmeans", "prior_every": 1, "prior_momentum": 0.5}
+    records = []
+    for seed in range(5):
+        records += [_record("infonce", seed, INFONCE[seed], {}),
+                    _record("dcl", seed, DCL_TRUE[seed], {"tau_plus": 0.25}),
+                    _record("dcl", seed, DCL_DEFAULT[seed], {"tau_plus": 0.1}),
+                    _record("dcl", seed, DCL_TRUE[seed] - 0.5, auto, estimate=estimates[seed])]
+    results = tmp_path / "prior"
+    write_records(results, records)
+    return results
+
+
+def _row(page: str, start: str) -> str:
+    return next(line for line in page.splitlines() if line.startswith(start))
+
+
+def test_the_page_classifies_the_settings_and_computes_the_gains(tmp_path):
+    page = write_prior_page(_study(tmp_path, [0.24, 0.26, 0.25, 0.23, 0.27]), tmp_path / "out").read_text()
+    estimation = _row(page, "| tiny / digits / C=4 | kmeans | 5 | 0.2500 |")
+    assert "met (≤ 25%, every run)" in estimation
+    gains = _row(page, "| tiny / digits / C=4 | dcl |")
+    cells = [c.strip() for c in gains.strip("|").split("|")][2:]
+    expected_true = sum(t - b for t, b in zip(DCL_TRUE, INFONCE)) / 5
+    p_true = stats.ttest_rel(DCL_TRUE, INFONCE).pvalue
+    assert p_true < 0.05
+    assert cells[0] == f"{expected_true:+.2f}† (n=5)"  # the true prior
+    assert cells[1] == f"{expected_true - 0.5:+.2f}† (n=5)"  # auto (kmeans)
+    p_default = stats.ttest_rel(DCL_DEFAULT, INFONCE).pvalue
+    mark = "†" if p_default < 0.05 else ""
+    assert cells[2] == f"{sum(d - b for d, b in zip(DCL_DEFAULT, INFONCE)) / 5:+.2f}{mark} (n=5)"
+    assert "as good or better, within noise, on 1 of 1 tasks" in page
+    assert "3.0% of a run's time on average" in page  # (1 + 2) s of estimates in 100 s runs
+    assert (tmp_path / "out" / "prior_error.png").stat().st_size > 0
+
+
+def test_one_estimate_off_by_more_than_a_quarter_misses_the_goal(tmp_path):
+    page = write_prior_page(_study(tmp_path, [0.24, 0.26, 0.25, 0.23, 0.40]), tmp_path / "out").read_text()
+    assert "missed (≤ 25%, every run)" in _row(page, "| tiny / digits / C=4 | kmeans |")
+
+
+def test_an_empty_folder_fails_loudly_and_writes_nothing(tmp_path):
+    (tmp_path / "prior").mkdir()
+    with pytest.raises(UserError, match="nothing was written"):
+        write_prior_page(tmp_path / "prior", tmp_path / "out")
+    assert not (tmp_path / "out" / "prior.md").exists()
+    proc = subprocess.run([sys.executable, "-m", "harness", "prior", "--results", str(tmp_path / "prior"),
+                           "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "nothing was written" in proc.stderr
