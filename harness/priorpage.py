@@ -75,33 +75,23 @@ class Run:
         return (self.domain, self.dataset, self.classes)
 
 
-def prior_param(loss: str) -> str | None:
-    """The hyper-parameter that is the class prior of ``loss`` (None for losses without one)."""
-    import losses
-
-    if loss not in losses.available():
-        return None
-    return next((h.name for h in losses.spec(loss).hparams if h.auto), None)
-
-
 def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
     """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
     import losses
 
     if record.loss == "infonce":
         return ("baseline",), None
-    name = prior_param(record.loss)
-    if name is None:
+    prior = losses.spec(record.loss).prior_hparam if record.loss in losses.available() else None
+    if prior is None:
         return (), None
-    value = record.loss_params.get(name)
+    value = record.loss_params.get(prior.name)
     if value == "auto":
         return ("auto",), record.loss_params.get("prior_estimator")
     label_prior = record.details.get("label_prior")
-    default = next(h.default for h in losses.spec(record.loss).hparams if h.name == name)
     settings = []
     if label_prior is not None and math.isclose(float(value), float(label_prior), rel_tol=1e-3):
         settings.append("true")
-    if math.isclose(float(value), default):
+    if math.isclose(float(value), prior.default):
         settings.append("default")
     return tuple(settings), None
 

@@ -112,19 +112,19 @@ class LossSpec:
         if unknown:
             valid = ", ".join(known) or "none"
             raise ValueError(f"loss '{self.name}' has no hyper-parameter {', '.join(unknown)}; valid: {valid}")
-        auto = [h.name for h in self.hparams if h.auto and hparams.get(h.name) == AUTO]
-        settings = [h.name for h in self.hparams if h.prior_setting]
-        if not auto and set(hparams) & set(settings):
-            priors = " or ".join(h.name for h in self.hparams if h.auto)
-            raise ValueError(f"{', '.join(sorted(set(hparams) & set(settings)))} of loss '{self.name}' only apply "
-                             f"to an estimated prior: add {priors}=auto")
+        prior = self.prior_hparam
+        auto = prior is not None and hparams.get(prior.name) == AUTO
+        settings = {h.name for h in self.hparams if h.prior_setting}
+        if not auto and set(hparams) & settings:
+            raise ValueError(f"{', '.join(sorted(set(hparams) & settings))} of loss '{self.name}' only apply "
+                             f"to an estimated prior: add {prior.name}=auto")
         return {name: h.check(hparams.get(name, h.default), allow_auto=True) for name, h in known.items()
                 if auto or not h.prior_setting}
 
     @property
-    def has_auto(self) -> bool:
-        """Whether a hyper-parameter of this loss is a class prior that may be ``"auto"``."""
-        return any(h.auto for h in self.hparams)
+    def prior_hparam(self) -> HParam | None:
+        """The hyper-parameter of this loss that is a class prior and may be ``"auto"`` (None without one)."""
+        return next((h for h in self.hparams if h.auto), None)
 
 
 _REGISTRY: dict[str, LossSpec] = {}
@@ -162,7 +162,8 @@ class Loss:
         self.spec = spec_
         self.hparams = hparams
         self.prior = None
-        self._auto = next((h for h in spec_.hparams if h.auto and hparams.get(h.name) == AUTO), None)
+        prior = spec_.prior_hparam
+        self._auto = prior if prior is not None and hparams.get(prior.name) == AUTO else None
         self._settings = {h.name for h in spec_.hparams if h.prior_setting}
         self._last_scores: tuple[Tensor, Tensor, Tensor] | None = None
         self._sample: list[Tensor] = []
