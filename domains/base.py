@@ -3,7 +3,8 @@
 A domain turns batches of its modality into :class:`losses.Scores`, pretrains an encoder with a loss
 of the core, and evaluates the frozen representation with its field's protocol. The harness knows
 nothing else about it: it resolves a :class:`RunSpec` (domain, method, dataset, loss, preset, seed,
-the domain's config dataclass), builds a :class:`RunContext` and calls ``pretrain`` then ``evaluate``.
+the domain's config dataclass), calls ``prepare`` once for the seeds of a run (the data and its
+fingerprint), then for each seed builds a :class:`RunContext` and calls ``pretrain`` then ``evaluate``.
 
 Rules for a domain module (so ``harness list`` works whatever extras are installed):
 - import only the standard library, numpy and torch at module level; import the heavy libraries of
@@ -22,6 +23,7 @@ import json
 import logging
 import math
 import os
+import random
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
@@ -30,6 +32,9 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
+
+import losses
+from losses.registry import POSITIVES, PROBABILITIES, SCORINGS, VIEWS, LossSpec
 
 T = TypeVar("T")
 
@@ -55,6 +60,28 @@ def _checkpoint_globals() -> list[Any]:
     core = getattr(np, "_core", None) or np.core
     dtypes = [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
     return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtypes]
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every random generator a run draws from: Python's, numpy's global one, torch's on the CPU
+    and, once CUDA is in use, on every CUDA device (an unused CUDA generator keeps the seed it was given)."""
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned (the CUDA devices this machine has, of those saved)."""
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 def require(module: str, extra: str) -> Any:
@@ -133,8 +160,6 @@ class RunSpec:
 
     def make_loss(self):
         """The loss callable ``loss(scores) -> scalar`` from the core registry."""
-        import losses
-
         return losses.get(self.loss, **self.loss_params)
 
     def config_dict(self) -> dict[str, Any]:
@@ -146,6 +171,15 @@ class RunSpec:
         return split_config(self.config)[1]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What ``Domain.prepare`` returns: the data every seed of a run trains and evaluates on (the domain's own
+    type) and its fingerprint, which the run's id hashes."""
+
+    data: Any
+    fingerprint: dict[str, Any]
+
+
 @dataclass
 class PretrainResult:
     """What ``pretrain`` returns: the trained model(s) and what the record keeps of training."""
@@ -154,6 +188,7 @@ class PretrainResult:
     curve: list[dict[str, Any]] = field(default_factory=list)  # one dict per epoch / eval point
     throughput: dict[str, float] = field(default_factory=dict)  # e.g. {"graphs_per_s": ...}
     info: dict[str, Any] = field(default_factory=dict)  # anything else worth recording
+    loss_used: bool = True  # False: the method ignores the loss (evaluation only, e.g. a bag-of-words baseline)
 
 
 @dataclass
@@ -190,16 +225,49 @@ class RunContext:
     def checkpoint_path(self) -> Path:
         return self.work_dir / "checkpoint.pt"
 
-    def save_checkpoint(self, state: dict[str, Any]) -> None:
-        """Atomically save ``state`` (tensors, state_dicts, python objects): a kill never corrupts it."""
+    def save_checkpoint(self, objects: dict[str, Any], **extra: Any) -> None:
+        """Atomically save (a kill never leaves half a file) what resuming needs to go on as if never stopped:
+        the ``state_dict()`` of each of ``objects`` (model, optimizer, scheduler, the bound loss, a replay
+        buffer; a None is skipped, e.g. a method without a loss), the state of every random generator
+        (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
+        state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
+                 "rng": rng_state(), "extra": extra}
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
 
-    def load_checkpoint(self) -> dict[str, Any] | None:
-        """The last checkpoint when resuming, else None."""
+    def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
+        """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
+        random generators and return the extras; None on a fresh start. Call it once the objects are built:
+        building them draws random numbers, and the saved state must be what the next step draws from."""
+        state = self._saved()
+        if state is None:
+            return None
+        given = {name: obj for name, obj in objects.items() if obj is not None}
+        missing = sorted(set(given) - set(state["objects"]))
+        if missing:
+            raise UserError(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
+                            "--resume to start over")
+        for name, obj in given.items():
+            obj.load_state_dict(state["objects"][name])
+        set_rng_state(state["rng"])
+        return state["extra"]
+
+    def saved_extras(self) -> dict[str, Any] | None:
+        """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
+        objects are built from (the text domain's vocabulary); None on a fresh start."""
+        state = self._saved()
+        return None if state is None else state["extra"]
+
+    def _saved(self) -> dict[str, Any] | None:
+        """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types
+        of :func:`_checkpoint_globals` load; any other class (a tampered file) is refused, never run."""
         if not self.resume or not self.checkpoint_path.exists():
             return None
         with torch.serialization.safe_globals(_checkpoint_globals()):
-            return torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+            state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or set(state) != {"objects", "rng", "extra"}:
+            raise UserError(f"{self.checkpoint_path} is not a checkpoint of this version of the harness; rerun "
+                            "without --resume to start over")
+        return state
 
     def check_loss(self, value: float, step: int, hint: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
@@ -207,6 +275,35 @@ class RunContext:
         if not math.isfinite(value):
             raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
                                      f"{hint or 'try a lower learning rate (--set lr=...)'}")
+
+
+@dataclass(frozen=True)
+class Supplies:
+    """What a method's training loop hands a loss; the losses it accepts follow from it
+    (:meth:`Domain.accepted_losses`): the core losses whose capabilities (:class:`losses.LossSpec`) it meets.
+
+    ``positives``: what a positive of the Scores it builds can mean (``losses.POSITIVES``: another view of the
+    anchor's own sample, a classmate, or its class among class candidates); ``scorings``: how its logits may be read
+    (``losses.SCORINGS``: as probabilities, similarities over a temperature normalised over the candidates, or as
+    raw logits scored pair by pair); ``labels``: whether it can hand the loss class labels."""
+
+    positives: frozenset[str] = frozenset({VIEWS})
+    scorings: frozenset[str] = frozenset({PROBABILITIES})
+    labels: bool = False
+
+    def __post_init__(self) -> None:
+        for name, known in (("positives", POSITIVES), ("scorings", SCORINGS)):
+            given = frozenset(getattr(self, name))
+            object.__setattr__(self, name, given)
+            if not given <= set(known):
+                raise ValueError(f"Supplies: unknown {name} {', '.join(sorted(given - set(known)))}; "
+                                 f"known: {', '.join(known)}")
+
+    def admits(self, loss: LossSpec) -> bool:
+        """Whether a method supplying this trains with ``loss``: a training objective whose positives and scoring
+        it supplies, and labels where the loss needs them."""
+        return (loss.objective and loss.positives in self.positives and loss.scoring in self.scorings
+                and (self.labels or not loss.needs_labels))
 
 
 class Domain(ABC):
@@ -219,7 +316,8 @@ class Domain(ABC):
     default_method: ClassVar[str]
     datasets: ClassVar[dict[str, DatasetSpec]]
     default_dataset: ClassVar[str]  # embedded, needs no download
-    losses: ClassVar[tuple[str, ...]]  # loss names accepted (core registry names, or domain objectives)
+    supplies: ClassVar[Supplies] = Supplies()  # what its methods hand a loss: the losses they accept follow
+    method_supplies: ClassVar[dict[str, Supplies]] = {}  # method -> its own Supplies, where it differs
     presets: ClassVar[dict[str, Preset]]  # at least "quick" and "paper"
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
@@ -235,6 +333,20 @@ class Domain(ABC):
         """The loss a method's other rows are measured against (the domain's, unless the method sets its own)."""
         return self.method_baselines.get(method, self.baseline_loss)
 
+    def accepted_losses(self, method: str | None = None) -> tuple[str, ...]:
+        """The core losses ``method`` (for None: any method) trains with: the registry filtered by what the method
+        supplies (:class:`Supplies`); the baseline losses first, then the others by name."""
+        methods = list(self.methods) if method is None else [method]
+        names = {name for name in losses.available() for m in methods
+                 if self.method_supplies.get(m, self.supplies).admits(losses.spec(name))}
+        baselines = [self.baseline_loss_for(m) for m in methods]
+        return tuple(name for name in dict.fromkeys([*baselines, *sorted(names)]) if name in names)
+
+    @property
+    def losses(self) -> tuple[str, ...]:
+        """Every loss the domain accepts, for one method or another (:meth:`accepted_losses`)."""
+        return self.accepted_losses()
+
     def setting_note(self, config: dict[str, Any]) -> str:
         """A short, human description of a run's budget for leaderboard labels (e.g. "5k env steps");
         empty when the preset's name says enough."""
@@ -249,24 +361,49 @@ class Domain(ABC):
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
 
     @abstractmethod
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
-        """Train the representation; checkpoint through ``ctx.save_checkpoint`` and resume from
-        ``ctx.load_checkpoint()``."""
-
-    @abstractmethod
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
-        """Evaluate the frozen representation with the domain's protocol."""
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
+        """Load the data of a run and fingerprint it (file hashes, generator parameters): what identifies the
+        data the run saw. The harness calls it once for all the seeds of a run, before any record or checkpoint
+        is written (a missing or mistyped dataset is a UserError then), and hands ``data`` to ``pretrain`` and
+        ``evaluate`` of every seed. So both may depend only on the domain, the dataset, the data root and the
+        config, never on the seed, the loss or the device (``ctx.seed`` is the first seed's; a domain moves its
+        data to the device in ``pretrain``), and neither step may change the data."""
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
-        """What identifies the data a run saw (file hashes, generator parameters). It may depend only on the
-        domain, the dataset, the data root and the config, never on the seed, the loss or the device: the
-        harness takes it once for the runs that share those (``harness.runner.fingerprint``, and a sweep
-        memoises it across jobs)."""
-        return {"dataset": spec.dataset}
+        """The fingerprint of :meth:`prepare` without the data: a sweep takes it to skip the jobs whose record
+        exists, and runs none of them itself (each worker prepares its own). The default loads the data. A
+        domain whose fingerprint costs less than its data (file hashes, generator parameters) computes it here
+        and has ``prepare`` take it from the same function, so that no process computes it twice."""
+        return self.prepare(spec, ctx).fingerprint
+
+    @abstractmethod
+    def pretrain(self, spec: RunSpec, ctx: RunContext, data: Any) -> PretrainResult:
+        """Train the representation on ``data`` (``Prepared.data``); checkpoint through ``ctx.save_checkpoint``
+        and resume through ``ctx.restore_checkpoint``."""
+
+    @abstractmethod
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: Any) -> EvalResult:
+        """Evaluate the frozen representation with the domain's protocol on ``data`` (``Prepared.data``)."""
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
         """Speed benchmark rows for ``harness bench <domain>``; each row a flat dict."""
         raise UserError(f"domain '{self.name}' has no benchmark")
+
+
+def describe_validation(exc: Any, limit: int = 3, whole: str = "") -> str:
+    """A pydantic ``ValidationError`` as one line: ``field: must be ...`` for each of its first ``limit`` errors
+    (the field's constraint in pydantic's words; ``whole`` names an error of the object as a whole), the rest
+    counted. The one error style of ``--set`` values, configs and records."""
+    errors = exc.errors(include_url=False)
+    parts = []
+    for err in errors[:limit]:
+        msg = err["msg"].removeprefix("Value error, ").replace("Input should be ", "must be ", 1)
+        where = "".join(f".{p}" if isinstance(p, str) else f"[{p}]" for p in err["loc"]).lstrip(".") or whole
+        if where.startswith("["):  # a bare list's item (a comma-separated --set value)
+            where = f"item {where[1:-1]}"
+        parts.append(f"{where}: {msg}" if where else msg)
+    more = f" (and {len(errors) - limit} more)" if len(errors) > limit else ""
+    return "; ".join(parts) + more
 
 
 def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:

@@ -1,7 +1,10 @@
 """Resolving a run's configuration: preset, then ``--set key=value`` overrides, then loss hyper-parameters.
 
-Config values are coerced by the dataclass field types (``int``, ``float``, ``bool``, ``str``, ``X | None``,
-``Literal[...]``, ``tuple[int, ...]`` / ``list[...]`` written comma-separated). ``--set loss.NAME=V`` sets a
+A ``--set`` value is validated by the config class's own field type through pydantic, constraints included
+(``Annotated[int, Field(ge=1)]``, ``Literal[...]``, ``X | None``, ``tuple[...]``), after a light reading of the
+command-line string (:func:`_wire`): ``none`` for an optional field, comma-separated items for a tuple or list,
+JSON for a dict, ``1e3`` for an integer. The preset and the overrides are then checked together by building the
+config (a pydantic dataclass validates its cross-field rules on construction). ``--set loss.NAME=V`` sets a
 hyper-parameter of a core loss, validated by the loss registry. Every mistake is a one-line UserError.
 """
 
@@ -9,16 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import types
+import math
 import typing
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import TypeAdapter, ValidationError
 
 import losses
-from domains.base import Domain, UserError, did_you_mean
+from domains.base import Domain, UserError, describe_validation, did_you_mean
 
 LOSS_PREFIX = "loss."
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:
@@ -33,7 +36,7 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
 
 
 def format_value(value: Any) -> str:
-    """The ``--set`` spelling of a coerced value; coercing it back gives the same value."""
+    """The ``--set`` spelling of a validated value; :func:`parse_value` reads it back as the same value."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -45,59 +48,65 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def coerce(text: str, tp: Any) -> Any:
-    """Convert the command-line string ``text`` to the type ``tp``; ValueError when it does not fit."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if text.lower() in ("none", "null") and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return coerce(text, arg)
-            except ValueError:
-                continue
-        raise ValueError(_type_name(tp))
-    if origin is typing.Literal:
-        for choice in args:
-            if str(choice) == text:
-                return choice
-        raise ValueError(f"expected one of {', '.join(map(str, args))}")
-    if origin in (tuple, list):
-        parts = [p.strip() for p in text.split(",")] if text.strip() else []
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(parts) != len(args):
-                raise ValueError(f"expected {len(args)} comma-separated values")
-            return tuple(coerce(p, a) for p, a in zip(parts, args))
-        items = [coerce(p, args[0]) if args else p for p in parts]
-        return tuple(items) if origin is tuple else items
-    if tp is bool:
-        if text.lower() in _TRUE | _FALSE:
-            return text.lower() in _TRUE
-        raise ValueError("expected true or false")
-    if tp is int:
-        number = float(text)
-        if not number.is_integer():
-            raise ValueError("expected an integer")
-        return int(number)
-    if tp is float:
-        return float(text)
-    if tp is str or tp is Any:
-        return text
-    return json.loads(text)
-
-
 def config_fields(config_class: type) -> dict[str, Any]:
-    """Field name -> resolved type annotation of a config dataclass."""
-    hints = typing.get_type_hints(config_class)
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(config_class) if f.init}
+    """Field name -> the type a value of that field must fit: for a pydantic dataclass the annotation with its
+    constraints, else the plain type hint."""
+    validated = getattr(config_class, "__pydantic_fields__", {})
+    hints = typing.get_type_hints(config_class, include_extras=True) if not validated else {}
+    out = {}
+    for f in (f for f in dataclasses.fields(config_class) if f.init):
+        info = validated.get(f.name)
+        if info is None:
+            out[f.name] = hints.get(f.name, Any)
+        else:
+            out[f.name] = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    return out
+
+
+def _bare(tp: Any) -> tuple[Any, bool]:
+    """``tp`` without ``Annotated``, and without ``None`` when it is ``X | None``; and whether ``None`` is allowed."""
+    while typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    args = typing.get_args(tp)
+    if type(None) not in args:
+        return tp, False
+    rest = [a for a in args if a is not type(None)]
+    return (_bare(rest[0])[0] if len(rest) == 1 else tp), True
+
+
+def _wire(text: str, tp: Any) -> Any:
+    """The command-line string ``text`` as the value pydantic validates against ``tp``. Pydantic reads numbers,
+    booleans (true/false, yes/no, on/off, 1/0) and choices from a string itself; what it does not read is done
+    here: ``none`` for an optional field, comma-separated items for a tuple or list, an integral float (``1e3``)
+    for an integer."""
+    inner, optional = _bare(tp)
+    if optional and text.lower() in ("none", "null"):
+        return None
+    if typing.get_origin(inner) in (tuple, list):
+        args = [a for a in typing.get_args(inner) if a is not Ellipsis] or [Any]
+        parts = [p.strip() for p in text.split(",")] if text.strip() else []
+        return [_wire(p, args[min(i, len(args) - 1)]) for i, p in enumerate(parts)]
+    if inner is int:
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                number = float(text)
+            except ValueError:
+                return text  # pydantic names the problem
+            return number if math.isfinite(number) else text
+    return text
+
+
+def parse_value(text: str, tp: Any) -> Any:
+    """The command-line string ``text`` validated as type ``tp``; ValidationError when it does not fit."""
+    if typing.get_origin(_bare(tp)[0]) is dict:
+        return TypeAdapter(tp).validate_json(text)
+    return TypeAdapter(tp).validate_python(_wire(text, tp))
 
 
 def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[Any, dict[str, Any]]:
-    """The domain's config for ``preset`` with the (non-loss) ``sets`` applied; also the coerced overrides."""
+    """The domain's config for ``preset`` with the (non-loss) ``sets`` applied; also the validated overrides."""
     if preset not in domain.presets:
         raise UserError(f"unknown preset '{preset}' for domain '{domain.name}'; "
                         f"available: {', '.join(sorted(domain.presets))}")
@@ -108,13 +117,14 @@ def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[A
             raise UserError(f"unknown --set key '{key}' for domain '{domain.name}'{did_you_mean(key, fields)} "
                             f"Valid keys: {', '.join(sorted(fields))}, or loss.<hyper-parameter>")
         try:
-            overrides[key] = coerce(text, fields[key])
-        except (ValueError, json.JSONDecodeError):
-            raise UserError(f"--set {key}={text}: expected {_type_name(fields[key])}") from None
+            overrides[key] = parse_value(text, fields[key])
+        except ValidationError as exc:
+            raise UserError(f"--set {key}={text}: {describe_validation(exc)}") from None
     try:
         config = domain.config_class(**{**domain.presets[preset].overrides, **overrides})
-    except (TypeError, ValueError) as exc:
-        raise UserError(f"invalid config for domain '{domain.name}' preset '{preset}': {exc}") from None
+    except (TypeError, ValueError) as exc:  # ValidationError is a ValueError; the rest, a plain dataclass's checks
+        problem = describe_validation(exc) if isinstance(exc, ValidationError) else exc
+        raise UserError(f"invalid config for domain '{domain.name}' preset '{preset}': {problem}") from None
     return config, overrides
 
 
@@ -125,39 +135,21 @@ def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return config_sets, loss_sets
 
 
-def is_core_loss(name: str) -> bool:
-    return name in losses.available()
-
-
 def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[str, Any]:
-    """Check that ``domain`` accepts ``loss`` and return its validated hyper-parameters (defaults filled)."""
-    if loss not in domain.losses:
-        raise UserError(f"domain '{domain.name}' does not accept loss '{loss}'; accepted: {', '.join(domain.losses)}")
-    if not is_core_loss(loss):
-        if loss_sets:
-            raise UserError(f"loss '{loss}' is an objective of domain '{domain.name}' and takes no loss.* "
-                            f"hyper-parameters (got {', '.join(sorted(loss_sets))})")
-        return {}
+    """Check that ``domain`` accepts ``loss`` and return its hyper-parameters from the ``loss.*`` texts, parsed and
+    validated by the loss registry, defaults filled."""
+    accepted = domain.accepted_losses()
+    if loss not in accepted:
+        raise UserError(f"domain '{domain.name}' does not accept loss '{loss}'; accepted: {', '.join(accepted)}")
     spec = losses.spec(loss)
-    params: dict[str, Any] = {}
-    for hp in spec.hparams:
-        if hp.name in loss_sets:
-            text = loss_sets[hp.name]
-            if hp.choices or (hp.auto and text == losses.registry.AUTO):
-                params[hp.name] = text
-            else:
-                try:
-                    params[hp.name] = float(text)
-                except ValueError:
-                    kind = "" if hp.integer else "a number in "
-                    raise UserError(f"--set loss.{hp.name}={text}: expected {kind}{hp.describe()}") from None
-    unknown = sorted(set(loss_sets) - {h.name for h in spec.hparams})
-    if unknown:
-        valid = ", ".join(f"loss.{h.name}" for h in spec.hparams) or "none"
-        hint = did_you_mean(unknown[0], [h.name for h in spec.hparams], prefix=LOSS_PREFIX)
+    names = [h.name for h in spec.hparams]
+    unknown = sorted(set(loss_sets) - set(names))
+    if unknown:  # in the command's spelling (loss.NAME), with a guess
+        valid = ", ".join(LOSS_PREFIX + name for name in names) or "none"
+        hint = did_you_mean(unknown[0], names, prefix=LOSS_PREFIX)
         raise UserError(f"loss '{loss}' has no hyper-parameter {', '.join(unknown)}{hint} Valid: {valid}")
     try:
-        return spec.resolve(**params)
+        return spec.resolve(**spec.parse(loss_sets))
     except ValueError as exc:
         raise UserError(f"bad hyper-parameter for loss '{loss}': {exc}") from None
 

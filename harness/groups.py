@@ -130,7 +130,7 @@ def group_records(records: Iterable[RunRecord], *, version: str | None = None) -
             domain=first.domain, dataset=first.dataset, method=first.method, loss=first.loss,
             loss_params=first.loss_params, preset=first.preset, overrides=first.overrides, config=first.config,
             primary_metric=first.primary_metric, higher_is_better=first.higher_is_better, baseline_loss=baseline,
-            version=latest, loss_used=not first.info.get("loss_ignored", False),
+            version=latest, loss_used=first.loss_used,
         )
         for record in members:
             for name, value in record.metrics.items():

@@ -54,7 +54,8 @@ def preset_lines(loaded: list[Domain]) -> list[str]:
 
 
 def loss_lines(loaded: list[Domain]) -> list[str]:
-    """Core losses with hyper-parameters (default and range), the domains accepting them, and domain objectives."""
+    """The core losses that train (the registry's objectives), with hyper-parameters (default and range) and the
+    domains accepting them."""
     accepted: dict[str, list[str]] = {}
     for d in loaded:
         for loss in d.losses:
@@ -66,8 +67,6 @@ def loss_lines(loaded: list[Domain]) -> list[str]:
         labels = " [needs labels]" if spec.needs_labels else ""
         where = ", ".join(accepted.get(name, [])) or "none"
         rows.append((name, f"{spec.summary}{labels}; {hparams}; domains: {where}"))
-    for name in sorted(set(accepted) - set(losses.available())):
-        rows.append((name, f"objective of domain {', '.join(accepted[name])} (not a core loss; no hyper-parameters)"))
     return pairs(rows)
 
 

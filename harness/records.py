@@ -11,6 +11,8 @@ Schema versions:
 1. the first: ``config`` held every field of the domain's config dataclass, as set (``auto`` values unresolved).
 2. ``config`` holds the experiment fields with effective values (the domain's ``resolve_config``), ``runtime``
    the runtime fields (:func:`domains.base.runtime_fields`): recorded, never hashed.
+3. ``loss_used`` (``PretrainResult.loss_used``): False for a run whose method ignores the loss (evaluation only);
+   version 2 said so as ``info["loss_ignored"]``.
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 import domains
-from domains.base import Domain, RunSpec, UserError, hash_jsonable, split_config, write_atomic
+from domains.base import Domain, RunSpec, UserError, describe_validation, hash_jsonable, split_config, write_atomic
 from harness.version import package_version
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class InvalidRecordError(UserError):
@@ -73,6 +75,7 @@ class RunRecord(BaseModel):
     timings: dict[str, float]
     throughput: dict[str, float | None]
     info: dict[str, Any]
+    loss_used: bool = True  # False: the method ignored the loss (evaluation only); no loss is compared on its row
     hardware: dict[str, Any]
     software: dict[str, Any]
     data_fingerprint: dict[str, Any]
@@ -107,8 +110,18 @@ def _from_v1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema": 2, "runtime": {}}
 
 
+def _from_v2(data: dict[str, Any]) -> dict[str, Any]:
+    # Version 2 marked an evaluation-only run with info["loss_ignored"] (the text domain's bow and hf methods).
+    info = data.get("info")
+    if not isinstance(info, dict):
+        return {**data, "schema": 3}  # validation names what is wrong
+    ignored = info.get("loss_ignored", False)
+    info = {k: v for k, v in info.items() if k != "loss_ignored"}
+    return {**data, "schema": 3, "info": info, "loss_used": not ignored}
+
+
 # version -> the function that turns a record of that version into one of the next
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1, 2: _from_v2}
 
 
 def identity_hash(domain: str, method: str, dataset: str, loss: str, loss_params: dict[str, Any],
@@ -178,12 +191,6 @@ def domain_or_none(name: str) -> Domain | None:
         return None
 
 
-def _describe(exc: ValidationError) -> str:
-    errors = exc.errors()
-    parts = [f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in errors[:3]]
-    return "; ".join(parts) + (f" (and {len(errors) - 3} more)" if len(errors) > 3 else "")
-
-
 def parse_record(data: Any, source: str | Path = "record") -> RunRecord:
     """Validate one record's JSON, migrating an older schema version. InvalidRecordError (naming ``source``, the
     field and the problem) when it is not a valid record, NewerRecordError when its version is newer."""
@@ -200,7 +207,7 @@ def parse_record(data: Any, source: str | Path = "record") -> RunRecord:
     try:
         return RunRecord.model_validate(data)
     except ValidationError as exc:
-        raise InvalidRecordError(f"{source}: invalid run record: {_describe(exc)}") from None
+        raise InvalidRecordError(f"{source}: invalid run record: {describe_validation(exc, whole='record')}") from None
 
 
 def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:

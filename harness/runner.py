@@ -1,4 +1,5 @@
-"""One ``harness run``: resolve the request into RunSpecs, then for each seed pretrain, evaluate, record.
+"""One ``harness run``: resolve the request into RunSpecs, prepare the data once, then for each seed pretrain,
+evaluate, record.
 
 The same code path serves ``harness run`` and every ``harness sweep`` job.
 """
@@ -23,7 +24,7 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, RunContext, RunSpec, UserError
+from domains.base import Domain, Prepared, RunContext, RunSpec, UserError
 from harness import config as cfg
 from harness import records
 
@@ -51,9 +52,6 @@ class RunRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False
-    # The data fingerprint of the plan's runs when already known (a sweep computes it to skip completed
-    # jobs); execute() takes it from here instead of loading the data again.
-    data_fingerprint: dict[str, Any] | None = None
 
 
 @dataclass
@@ -178,15 +176,24 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # seeds every CUDA device too
 
 
-def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[str, Any]:
-    """The data fingerprint of the plan's runs (they differ only in the seed, so they see the same data).
+def _data_context(the_plan: Plan, data_root: Path, device: torch.device) -> RunContext:
+    """The context of the data step: the first seed's, with no work folder (the data step writes nothing)."""
+    return RunContext(seed=the_plan.specs[0].seed, device=device, data_root=data_root, work_dir=Path(), quiet=True)
 
-    Taken before any run starts: it is part of each run's id, and a dataset that is missing, mistyped or
-    unreadable is a UserError here, before a record or a checkpoint is written.
+
+def prepare(the_plan: Plan, data_root: Path, device: torch.device) -> Prepared:
+    """The data of the plan's runs and its fingerprint (``Domain.prepare``), once for all of them: they differ
+    only in the seed, so they see the same data.
+
+    Taken before any run starts: the fingerprint is part of each run's id, and a dataset that is missing,
+    mistyped or unreadable is a UserError here, before a record or a checkpoint is written.
     """
-    spec = the_plan.specs[0]
-    ctx = RunContext(seed=spec.seed, device=device, data_root=data_root, work_dir=Path(), quiet=True)
-    return the_plan.domain.data_fingerprint(spec, ctx)
+    return the_plan.domain.prepare(the_plan.specs[0], _data_context(the_plan, data_root, device))
+
+
+def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[str, Any]:
+    """The fingerprint alone (``Domain.data_fingerprint``): what a sweep needs to skip the jobs it has done."""
+    return the_plan.domain.data_fingerprint(the_plan.specs[0], _data_context(the_plan, data_root, device))
 
 
 def results_folder(results: str) -> Path:
@@ -208,9 +215,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     the_plan = plan(req)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
-    data = req.data_fingerprint
-    if data is None:
-        data = fingerprint(the_plan, data_root, device)  # a data error leaves the results folder untouched
+    data = prepare(the_plan, data_root, device)  # a data error leaves the results folder untouched
     results = results_folder(req.results)
     outcomes = []
     # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
@@ -227,10 +232,10 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     return outcomes
 
 
-def _run_locked(the_plan: Plan, spec: RunSpec, data: dict[str, Any], device: torch.device, data_root: Path,
+def _run_locked(the_plan: Plan, spec: RunSpec, data: Prepared, device: torch.device, data_root: Path,
                 results: Path, req: RunRequest, seeds_left: int) -> Outcome:
     """``seeds_left``: the seeds a time estimate covers (this one included); 0 prints none."""
-    rid = records.run_id(spec, data)
+    rid = records.run_id(spec, data.fingerprint)
     path = records.record_path(results, rid)
     if _secondary_rank():
         # Under torchrun every rank trains; rank 0 alone holds the lock and writes the record.
@@ -263,7 +268,7 @@ def _secondary_rank() -> bool:
     return int(os.environ.get("RANK", "0")) != 0
 
 
-def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path: Path, work_dir: Path,
+def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: Prepared, path: Path, work_dir: Path,
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain
@@ -280,7 +285,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
         "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
         "software": records.software_info(),
-        "started_at": records.utc_now(), "resumed": req.resume, "data_fingerprint": data,
+        "started_at": records.utc_now(), "resumed": req.resume, "data_fingerprint": data.fingerprint,
     }
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
@@ -288,7 +293,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
                             seeds=seeds_left if estimate else 0)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
-        outcome = _attempt(domain, spec, ctx, records.jsonable(fields), path)
+        outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
         keep_earlier = outcome.status == "failed" and records.is_completed(path.parent, rid)
         if write and keep_earlier:
             # A --force rerun that fails keeps the completed record; the failure is in the log.
@@ -308,23 +313,24 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: dict[str, Any], path
     return outcome
 
 
-def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, fields: dict[str, Any], path: Path) -> Outcome:
-    """Seed, pretrain, evaluate; the outcome's record is ``fields`` completed or failed. What the domain returns
-    is validated as the record is built: a metric that is not a number fails the run (a ValidationError naming
-    it), never writes a record that cannot be read back."""
+def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: dict[str, Any],
+             path: Path) -> Outcome:
+    """Seed, pretrain and evaluate on ``data``; the outcome's record is ``fields`` completed or failed. What the
+    domain returns is validated as the record is built: a metric that is not a number fails the run (a
+    ValidationError naming it), never writes a record that cannot be read back."""
     rid = fields["run_id"]
     start = time.perf_counter()
     try:
         seed_everything(spec.seed)
         t0 = time.perf_counter()
-        pretrained = domain.pretrain(spec, ctx)
+        pretrained = domain.pretrain(spec, ctx, data)
         t1 = time.perf_counter()
-        result = domain.evaluate(spec, pretrained, ctx)
+        result = domain.evaluate(spec, pretrained, ctx, data)
         t2 = time.perf_counter()
         if domain.primary_metric not in result.metrics:
             raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
         record = records.RunRecord(
-            **fields, status="completed", finished_at=records.utc_now(),
+            **fields, status="completed", finished_at=records.utc_now(), loss_used=pretrained.loss_used,
             **records.jsonable({"metrics": result.metrics, "details": result.details, "curve": pretrained.curve,
                                 "throughput": pretrained.throughput, "info": pretrained.info,
                                 "timings": {"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start}}))

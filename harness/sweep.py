@@ -15,7 +15,6 @@ import multiprocessing
 import os
 import shlex
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +47,7 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
     """A loss.* key applies to the losses having that hyper-parameter; a config key to domains having the field."""
     if key.startswith(cfg.LOSS_PREFIX):
         name = key[len(cfg.LOSS_PREFIX):]
-        return cfg.is_core_loss(loss) and name in {h.name for h in losses.spec(loss).hparams}
+        return name in {h.name for h in losses.spec(loss).hparams}
     return key in cfg.config_fields(get(domain_name).config_class)
 
 
@@ -109,10 +108,16 @@ def _job_line(request: RunRequest) -> str:
 
 
 def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
-    """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason)."""
+    """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason).
+
+    A job's record is named by its data fingerprint, so this takes each fingerprint once, through the domain's
+    cheap path (``Domain.data_fingerprint``: file hashes or generator parameters, where the domain has them)
+    rather than ``Domain.prepare``: the jobs run in other processes, each preparing its own data, which would
+    leave this process holding data it never uses. Inside each process a fingerprint is still computed once:
+    a domain's ``prepare`` takes it from the same function."""
     todo, done, invalid = [], [], []
-    # A fingerprint depends only on the domain, the dataset, the data root and the config (see
-    # runner.fingerprint), so jobs that share them (other losses, seeds) share it instead of reloading the data.
+    # A fingerprint depends only on the domain, the dataset, the data root and the config (Domain.prepare), so
+    # jobs that share them (other losses, seeds) share it.
     fingerprints: dict[tuple[str, str | None, Path, str], dict[str, Any]] = {}
     for request in requests:
         try:
@@ -128,10 +133,7 @@ def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunReque
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
         exists = is_completed(Path(request.results), run_id(spec, data))
-        if exists and not request.force:
-            done.append(request)
-        else:  # the worker takes the fingerprint from the request rather than loading the data again
-            todo.append(replace(request, data_fingerprint=data))
+        (done if exists and not request.force else todo).append(request)
     return todo, done, invalid
 
 

@@ -7,7 +7,8 @@
 The maths and conventions follow ``shared/specs/losses.md``.
 """
 
-# Importing each loss module registers its loss.
+# Importing each loss module registers its loss (tests/test_losses_capabilities.py checks that none is missed).
+from losses.ce import ce
 from losses.checks import NonFiniteError, set_sync_checks
 from losses.dcl import dcl
 from losses.debiased_pos import debiased_pos
@@ -16,10 +17,27 @@ from losses.hcl import hcl
 from losses.infonce import infonce
 from losses.jsd import jsd
 from losses.pucl import pucl
-from losses.registry import HParam, Loss, LossSpec, available, get, register, spec
+from losses.registry import (
+    CLASS,
+    CLASSMATES,
+    LOGITS,
+    POSITIVES,
+    PROBABILITIES,
+    SCORINGS,
+    VIEWS,
+    HParam,
+    Loss,
+    LossSpec,
+    available,
+    get,
+    register,
+    register_loss,
+    spec,
+)
 from losses.scores import (
     Scores,
     bank_scores,
+    class_scores,
     label_scores,
     membership_scores,
     multiview_scores,
@@ -29,8 +47,9 @@ from losses.supcon import eps_supcon, eps_supinfonce, supcon
 from losses.unbiased import unbiased
 
 __all__ = [
-    "HParam", "Loss", "LossSpec", "NonFiniteError", "Scores", "available", "bank_scores", "dcl", "debiased_pos",
-    "eps_supcon", "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "label_scores",
-    "membership_scores", "multiview_scores", "pair_scores", "pucl", "register", "set_sync_checks", "spec", "supcon",
+    "CLASS", "CLASSMATES", "LOGITS", "POSITIVES", "PROBABILITIES", "SCORINGS", "VIEWS", "HParam", "Loss", "LossSpec",
+    "NonFiniteError", "Scores", "available", "bank_scores", "ce", "class_scores", "dcl", "debiased_pos", "eps_supcon",
+    "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "label_scores", "membership_scores",
+    "multiview_scores", "pair_scores", "pucl", "register", "register_loss", "set_sync_checks", "spec", "supcon",
     "unbiased",
 ]

@@ -16,17 +16,14 @@ from __future__ import annotations
 from torch import Tensor
 
 from losses._core import debiased_loss, log_neg_mean
-from losses.registry import HParam, LossSpec, prior_settings, register
+from losses.registry import HParam, prior_settings, register_loss
 from losses.scores import Scores
 
 TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, high_open=True, auto=True)
 
 
+@register_loss("dcl", hparams=(TAU_PLUS, *prior_settings()),
+               paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",
+               summary="debiased negatives with class prior tau_plus")
 def dcl(scores: Scores, tau_plus: float = 0.1) -> Tensor:
-    tau_plus = TAU_PLUS.check(tau_plus)
     return debiased_loss(scores, "dcl", (1.0,), log_neg_mean, 1.0 / (1.0 - tau_plus), tau_plus / (1.0 - tau_plus))
-
-
-register(LossSpec("dcl", dcl, (TAU_PLUS, *prior_settings()),
-                  paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning",
-                  summary="debiased negatives with class prior tau_plus"))

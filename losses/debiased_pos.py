@@ -31,15 +31,17 @@ import torch
 from torch import Tensor
 
 from losses._core import prepare, reduce_anchors
-from losses.registry import HParam, LossSpec, register
+from losses.registry import HParam, register_loss
 from losses.scores import Scores
 
 TAU_PLUS = HParam("tau_plus", 0.1, low=0.0, high=1.0, low_open=True, high_open=True)
 AGGREGATION = HParam("aggregation", "grouping", choices=("grouping", "combination"))
 
 
+@register_loss("debiased_pos", hparams=(TAU_PLUS, AGGREGATION),
+               paper="Troeshestova & Isachenko, positive-debiased contrastive learning",
+               summary="debiases the positive term; grouping or combination over positives")
 def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grouping") -> Tensor:
-    tau_plus, aggregation = TAU_PLUS.check(tau_plus), AGGREGATION.check(aggregation)
     p = prepare(scores)
     # Shift every row by log s_a, the largest logit it can hold, so all exponentials are <= 1 and
     # the self term is exactly 1.
@@ -74,8 +76,3 @@ def _loss(neg_sum: Tensor, pos_sum: Tensor, n_neg: Tensor, n_pos: Tensor | float
     ok = denom > 0
     log_den = torch.where(ok, torch.log(torch.where(ok, denom, torch.ones_like(denom))), log_num)
     return log_den - log_num
-
-
-register(LossSpec("debiased_pos", debiased_pos, (TAU_PLUS, AGGREGATION),
-                  paper="Troeshestova & Isachenko, positive-debiased contrastive learning",
-                  summary="debiases the positive term; grouping or combination over positives"))

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from losses.checks import require
-from losses.registry import HParam
+from losses.registry import HParam, register_loss
 
 MOMENTS = HParam("moments", "full", choices=("full", "mean"))
 FORM = HParam("form", "gaussian", choices=("gaussian", "authors"))
@@ -92,12 +92,15 @@ def _authors(sim: Tensor, same_label: Tensor, same_bias: Tensor, kld: float) -> 
     return mu_term + kld * sd_term - mu_pc + mu_na
 
 
+@register_loss("fairkl", hparams=(MOMENTS, FORM, KLD, VAR_FLOOR), needs_labels=True, scoring=None, positives=None,
+               objective=False, paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 10",
+               summary="regulariser: bias-aligned and bias-conflicting pairs' similarities made alike")
 def fairkl(z: Tensor, labels: Tensor, bias_labels: Tensor, moments: str = "full", form: str = "gaussian",
            kld: float = 1.0, var_floor: float = 1e-6) -> Tensor:
-    """The FairKL regulariser on embeddings ``z [B, d]`` (normalised inside). ``moments`` and
-    ``var_floor`` belong to the Gaussian form; ``kld`` weighs the authors' form's std term."""
-    moments, form, kld = MOMENTS.check(moments), FORM.check(form), KLD.check(kld)
-    var_floor = VAR_FLOOR.check(var_floor)
+    """The FairKL regulariser on embeddings ``z [B, d]`` (normalised inside), with class ``labels`` and
+    ``bias_labels`` [B]. ``moments`` and ``var_floor`` belong to the Gaussian form; ``kld`` weighs the authors'
+    form's std term. Not a training objective (``objective=False``): it is added to one,
+    ``losses.get("fairkl", ...)(z, labels, bias_labels)``."""
     if not isinstance(z, Tensor) or z.dim() != 2:
         raise ValueError(f"z must be a 2-D tensor [B, d], got {getattr(z, 'shape', type(z))}")
     for name, lab in (("labels", labels), ("bias_labels", bias_labels)):

@@ -17,23 +17,19 @@ from torch import Tensor
 
 from losses._core import Prepared, debiased_loss
 from losses.dcl import TAU_PLUS
-from losses.registry import HParam, LossSpec, prior_settings, register
+from losses.registry import HParam, prior_settings, register_loss
 from losses.scores import Scores
 
 BETA = HParam("beta", 1.0, low=0.0)
 
 
+@register_loss("hcl", hparams=(TAU_PLUS, BETA, *prior_settings()),
+               paper="Robinson et al., ICLR 2021, Contrastive Learning with Hard Negative Samples",
+               summary="DCL with negatives reweighted by hardness beta")
 def hcl(scores: Scores, tau_plus: float = 0.1, beta: float = 1.0) -> Tensor:
-    tau_plus, beta = TAU_PLUS.check(tau_plus), BETA.check(beta)
-
     def log_reweighted_mean(p: Prepared) -> Tensor:
         log_num, log_den = p.lse  # the log-sum-exps over the negatives at scales 1 + beta and beta
         return log_num - log_den
 
     return debiased_loss(scores, "hcl", (1.0 + beta, beta), log_reweighted_mean, 1.0 / (1.0 - tau_plus),
                          tau_plus / (1.0 - tau_plus))
-
-
-register(LossSpec("hcl", hcl, (TAU_PLUS, BETA, *prior_settings()),
-                  paper="Robinson et al., ICLR 2021, Contrastive Learning with Hard Negative Samples",
-                  summary="DCL with negatives reweighted by hardness beta"))

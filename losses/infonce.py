@@ -12,15 +12,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from losses._core import contrast_with_negative_term, prepare, reduce_anchors
-from losses.registry import LossSpec, register
+from losses.registry import register_loss
 from losses.scores import Scores
 
 
+@register_loss("infonce", paper="van den Oord et al. 2018 (CPC); Chen et al. 2020 (SimCLR)",
+               summary="InfoNCE / NT-Xent, the biased baseline")
 def infonce(scores: Scores) -> Tensor:
     p = prepare(scores)  # p.lse[0]: log Σ_{n∈U_a} e_an
     return reduce_anchors(contrast_with_negative_term(p, p.lse[0]), p.n_pos > 0, "infonce", "a positive",
                           n_neg=p.n_neg)
-
-
-register(LossSpec("infonce", infonce, paper="van den Oord et al. 2018 (CPC); Chen et al. 2020 (SimCLR)",
-                  summary="InfoNCE / NT-Xent, the biased baseline"))

@@ -6,6 +6,8 @@ Not a per-anchor loss: pairs are pooled over the whole batch,
     L = mean_{(a,p) positive} softplus(-logits[a,p]) + mean_{(a,n) negative} softplus(logits[a,n]) - 2·log 2
 
 which is InfoGraph's ``E_neg - E_pos`` with ``E_pos = log 2 - softplus(-l)``, ``E_neg = softplus(l) - log 2``.
+Each pair is scored on its own, from its raw logit (``scoring=LOGITS``): InfoGraph feeds it dot products with no
+temperature.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from torch import Tensor
 
 from losses._core import LOG2, Mask, find_positives, negatives
 from losses.checks import require
-from losses.registry import LossSpec, register
+from losses.registry import LOGITS, register_loss
 from losses.scores import Scores
 
 
@@ -64,6 +66,8 @@ class _SoftplusSums(torch.autograd.Function):
         return grad_x, None, None
 
 
+@register_loss("jsd", scoring=LOGITS, paper="Hjelm et al., ICLR 2019 (DIM); Sun et al., ICLR 2020 (InfoGraph)",
+               summary="Jensen-Shannon MI estimator, InfoGraph's own objective")
 def jsd(scores: Scores) -> Tensor:
     logits = scores.logits.float().contiguous()
     positives = find_positives(scores)
@@ -79,7 +83,3 @@ def jsd(scores: Scores) -> Tensor:
         pos_sum = torch.where(scores.pos_mask, F.softplus(-logits), 0.0).sum()
     require((n_neg > 0) & (n_pos > 0), "jsd: the batch needs at least one positive and one negative pair")
     return pos_sum / n_pos + neg_sum / n_neg - 2.0 * LOG2
-
-
-register(LossSpec("jsd", jsd, paper="Hjelm et al., ICLR 2019 (DIM); Sun et al., ICLR 2020 (InfoGraph)",
-                  summary="Jensen-Shannon MI estimator, InfoGraph's own objective"))

@@ -15,19 +15,16 @@ from __future__ import annotations
 from torch import Tensor
 
 from losses._core import debiased_loss, log_neg_mean
-from losses.registry import HParam, LossSpec, prior_settings, register
+from losses.registry import HParam, prior_settings, register_loss
 from losses.scores import Scores
 
 ALPHA = HParam("alpha", 0.1, low=0.0, high=1.0, low_open=True, high_open=True, auto=True)
 C = HParam("c", 0.01, low=0.0, high=1.0)
 
 
+@register_loss("pucl", hparams=(ALPHA, C, *prior_settings()),
+               paper="Wang et al., Positive-Unlabeled Contrastive Learning",
+               summary="PU-corrected negatives with class prior alpha and label frequency c")
 def pucl(scores: Scores, alpha: float = 0.1, c: float = 0.01) -> Tensor:
-    alpha, c = ALPHA.check(alpha), C.check(c)
     return debiased_loss(scores, "pucl", (1.0,), log_neg_mean, (1.0 - alpha * c) / (1.0 - alpha),
                          alpha * (1.0 - c) / (1.0 - alpha))
-
-
-register(LossSpec("pucl", pucl, (ALPHA, C, *prior_settings()),
-                  paper="Wang et al., Positive-Unlabeled Contrastive Learning",
-                  summary="PU-corrected negatives with class prior alpha and label frequency c"))

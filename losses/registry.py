@@ -1,8 +1,11 @@
 """The loss registry: ``losses.get(name, **hparams)`` and ``losses.available()``.
 
-Each loss module registers a :class:`LossSpec`: its function, its hyper-parameters with defaults
-and ranges, whether it needs labels, and its paper. Hyper-parameters are validated when the loss
-is built, so a bad value fails before any training starts.
+Each loss module decorates its kernel with :func:`register_loss`, which registers a :class:`LossSpec` (the
+kernel, its hyper-parameters with defaults and ranges, its paper, and its capabilities: how it scores, what a
+positive is to it, whether it needs labels, whether it is a training objective) and returns the public function.
+Hyper-parameters are validated once: by :func:`get` when the loss is built (so a bad value fails before any
+training starts; the bound :class:`Loss` then calls the kernel with no check per step), or by the public function
+on each direct call (``losses.dcl(scores, tau_plus=0.2)``).
 
 A class prior (DCL's and HCL's ``tau_plus``, PUCL's ``alpha``) may be ``"auto"``: the bound
 :class:`Loss` then starts from the paper's default and takes an estimate from the data on a schedule
@@ -15,6 +18,7 @@ had before ``auto`` existed.
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -27,6 +31,16 @@ from torch import Tensor
 from losses.scores import Scores
 
 AUTO = "auto"
+
+# How a loss reads the logits of its Scores (LossSpec.scoring).
+PROBABILITIES = "probabilities"  # similarities / temperature, normalised over the anchor's candidates (softmax)
+LOGITS = "logits"  # raw logits, each pair scored on its own (jsd's softplus; no temperature)
+SCORINGS = (PROBABILITIES, LOGITS)
+# What a positive is to a loss (LossSpec.positives): what the Scores a domain builds must mean by pos_mask.
+VIEWS = "views"  # another view of the anchor's own sample (instance discrimination)
+CLASSMATES = "classmates"  # another sample of the anchor's class (supervised contrastive)
+CLASS = "class"  # the anchor's class, among candidates that are the classes (a classifier's logits)
+POSITIVES = (VIEWS, CLASSMATES, CLASS)
 
 
 @dataclass(frozen=True)
@@ -81,6 +95,18 @@ class HParam:
             raise ValueError(f"{self.name} must lie in {self.describe()}, got {value!r}")
         return int(value) if self.integer else float(value)
 
+    def parse(self, text: str) -> Any:
+        """The checked value that the command-line ``text`` (``--set loss.NAME=TEXT``) stands for: a choice or
+        ``auto`` as written, a number otherwise. ValueError, worded as :meth:`check` words it, when it is none."""
+        if self.choices or (self.auto and text == AUTO):
+            return self.check(text, allow_auto=True)
+        try:
+            number = float(text)
+        except ValueError:
+            kind = "" if self.integer else "a number in "
+            raise ValueError(f"{self.name} must be {kind}{self.describe()}, got {text!r}") from None
+        return self.check(number, allow_auto=True)
+
 
 def prior_settings() -> tuple[HParam, ...]:
     """The settings of an estimated class prior, for the losses with an ``auto`` hyper-parameter."""
@@ -93,16 +119,37 @@ def prior_settings() -> tuple[HParam, ...]:
 
 @dataclass(frozen=True)
 class LossSpec:
+    """A registered loss. ``fn`` is its kernel, which takes its hyper-parameters as given (checked by whoever
+    calls it: :func:`get`, or the public function). Capabilities, which decide the domains and methods that can
+    train with it (``domains.base.Supplies``): ``scoring`` (:data:`SCORINGS`) and ``positives``
+    (:data:`POSITIVES`), ``needs_labels`` (it reads class labels from the Scores), ``objective`` (False for a
+    regulariser added to an objective, e.g. FairKL, which takes embeddings rather than Scores: it has no scoring
+    and no positives)."""
+
     name: str
     fn: Callable[..., Tensor]
     hparams: tuple[HParam, ...] = ()
     needs_labels: bool = False
     paper: str = ""
     summary: str = ""
+    scoring: str | None = PROBABILITIES
+    positives: str | None = VIEWS
+    objective: bool = True
     defaults: dict[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", {h.name: h.default for h in self.hparams if not h.prior_setting})
+        if self.objective and (self.scoring not in SCORINGS or self.positives not in POSITIVES):
+            raise ValueError(f"loss '{self.name}': scoring must be one of {', '.join(SCORINGS)} and positives one "
+                             f"of {', '.join(POSITIVES)}, got {self.scoring!r} and {self.positives!r}")
+        if not self.objective and (self.scoring, self.positives) != (None, None):
+            raise ValueError(f"loss '{self.name}' is no objective: it takes no Scores, so no scoring or positives")
+
+    def parse(self, texts: dict[str, str]) -> dict[str, Any]:
+        """Command-line texts (``{"tau_plus": "0.2"}``) as checked values (:meth:`HParam.parse`); a name the loss
+        does not have is passed on as written, for :meth:`resolve` to refuse."""
+        known = {h.name: h for h in self.hparams}
+        return {name: known[name].parse(text) if name in known else text for name, text in texts.items()}
 
     def resolve(self, **hparams: Any) -> dict[str, Any]:
         """Defaults overridden by ``hparams``, each validated; an unknown name is an error. The prior's
@@ -110,7 +157,7 @@ class LossSpec:
         known = {h.name: h for h in self.hparams}
         unknown = sorted(set(hparams) - set(known))
         if unknown:
-            valid = ", ".join(known) or "none"
+            valid = ", ".join(known) or "none, it takes no hyper-parameters"
             raise ValueError(f"loss '{self.name}' has no hyper-parameter {', '.join(unknown)}; valid: {valid}")
         prior = self.prior_hparam
         auto = prior is not None and hparams.get(prior.name) == AUTO
@@ -135,6 +182,39 @@ def register(spec: LossSpec) -> LossSpec:
     return spec
 
 
+def register_loss(name: str, *, paper: str, summary: str, hparams: tuple[HParam, ...] = (),
+                  needs_labels: bool = False, scoring: str | None = PROBABILITIES, positives: str | None = VIEWS,
+                  objective: bool = True) -> Callable[[Callable[..., Tensor]], Callable[..., Tensor]]:
+    """Decorate a loss kernel: register it as ``name`` (a :class:`LossSpec` of these fields) and return its public
+    function, which checks the hyper-parameters it is given, once per call, and calls the kernel.
+
+    The kernel's parameters with a default are its hyper-parameters: they must be those of ``hparams`` (less a
+    prior's settings, which the bound :class:`Loss` consumes), with the same defaults, or the import fails."""
+
+    def decorate(kernel: Callable[..., Tensor]) -> Callable[..., Tensor]:
+        entry = LossSpec(name, kernel, hparams, needs_labels=needs_labels, paper=paper, summary=summary,
+                         scoring=scoring, positives=positives, objective=objective)
+        signature = inspect.signature(kernel)
+        defaults = {p.name: p.default for p in signature.parameters.values() if p.default is not p.empty}
+        if defaults != entry.defaults:
+            raise TypeError(f"loss '{name}': the kernel's defaults {defaults} are not its hyper-parameters' "
+                            f"{entry.defaults}")
+        register(entry)
+        checks = {h.name: h for h in hparams if h.name in entry.defaults}
+
+        @functools.wraps(kernel)
+        def public(*args: Any, **kwargs: Any) -> Tensor:
+            bound = signature.bind(*args, **kwargs)
+            for param, value in bound.arguments.items():
+                if param in checks:
+                    bound.arguments[param] = checks[param].check(value)
+            return kernel(*bound.args, **bound.kwargs)
+
+        return public
+
+    return decorate
+
+
 def spec(name: str) -> LossSpec:
     """The registry entry of ``name``."""
     if name not in _REGISTRY:
@@ -142,9 +222,11 @@ def spec(name: str) -> LossSpec:
     return _REGISTRY[name]
 
 
-def available(*, needs_labels: bool | None = None) -> list[str]:
-    """Names of the registered losses, optionally only the (un)supervised ones."""
-    return sorted(n for n, s in _REGISTRY.items() if needs_labels is None or s.needs_labels == needs_labels)
+def available(*, needs_labels: bool | None = None, objective: bool | None = True) -> list[str]:
+    """Names of the registered training objectives, optionally only the (un)supervised ones; ``objective=None``
+    adds the regularisers (``objective=False``: those alone)."""
+    return sorted(n for n, s in _REGISTRY.items() if (needs_labels is None or s.needs_labels == needs_labels)
+                  and (objective is None or s.objective == objective))
 
 
 class Loss:
@@ -185,11 +267,13 @@ class Loss:
     def name(self) -> str:
         return self.spec.name
 
-    def __call__(self, scores: Scores) -> Tensor:
+    def __call__(self, *inputs: Any) -> Tensor:
+        """The kernel on ``inputs`` (a :class:`Scores`; a regulariser's own: FairKL's embeddings and labels)."""
         if self.prior is not None and self.prior.uses_scores:
+            scores = inputs[0]
             # kept by reference (views: no copy, no device sync) for the next estimate
             self._last_scores = (scores.logits.detach(), scores.pos_mask, scores.neg_mask)
-        return self._fn(scores)
+        return self._fn(*inputs)
 
     def observe(self, embeddings: Tensor) -> None:
         """Offer a batch's embeddings [B, d] (those the scores compare) to the prior's estimate; kept,

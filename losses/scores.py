@@ -291,6 +291,23 @@ def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, te
     return _finish(a, c, pos, ~pos, temperature, normalize, positives=positives, ignored=_no_entries(device))
 
 
+def class_scores(logits: Tensor, labels: Tensor) -> Scores:
+    """Classifier layout: a classifier's logits ``[B, C]`` of B samples (anchors) against the C classes
+    (candidates), as they are (temperature 1, no bound). The positive of sample i is its class ``labels[i]``, every
+    other class a negative; the candidates' labels are the classes. ``ce`` on it is the cross-entropy."""
+    if not isinstance(logits, Tensor) or logits.dim() != 2:
+        raise ValueError(f"logits must be a 2-D tensor [B, C], got {_shape(logits)}")
+    _check_labels(labels, logits.shape[0])
+    n_classes, device = logits.shape[1], logits.device
+    require(((labels >= 0) & (labels < n_classes)).all(), f"labels must lie in [0, {n_classes}): one per class")
+    labels = labels.long()
+    positives = (torch.arange(logits.shape[0], device=device), labels)
+    ignored = _no_entries(device)
+    pos, neg = _masks_from(tuple(logits.shape), positives, ignored, device)
+    return Scores(logits, pos, neg, anchor_labels=labels, candidate_labels=torch.arange(n_classes, device=device),
+                  positives=positives, ignored=ignored)
+
+
 def _check_labels(labels: Tensor, size: int, name: str = "labels") -> None:
     if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.shape[0] != size:
         raise ValueError(f"{name} must be a 1-D tensor of {size} class ids, got {_shape(labels)}")

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from losses._core import positives_or_negatives, prepare, reduce_anchors
-from losses.registry import HParam, LossSpec, register
+from losses.registry import CLASSMATES, HParam, register_loss
 from losses.scores import Scores
 
 EPSILON = HParam("epsilon", 0.0, low=0.0)
@@ -35,6 +35,9 @@ def require_labels(scores: Scores, loss: str) -> None:
                          "label_scores, or pass labels= to the constructor)")
 
 
+@register_loss("supcon", needs_labels=True, positives=CLASSMATES,
+               paper="Khosla et al., NeurIPS 2020, Supervised Contrastive Learning (L_out)",
+               summary="supervised contrastive loss")
 def supcon(scores: Scores) -> Tensor:
     require_labels(scores, "supcon")
     p = prepare(scores, mask=positives_or_negatives(scores))  # p.lse[0]: log Σ_{k∈P_a∪U_a} e_ak
@@ -42,8 +45,10 @@ def supcon(scores: Scores) -> Tensor:
     return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "supcon", "a positive", n_neg=p.n_neg)
 
 
+@register_loss("eps_supcon", hparams=(EPSILON,), needs_labels=True, positives=CLASSMATES,
+               paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 5",
+               summary="SupCon with a margin epsilon (logit units)")
 def eps_supcon(scores: Scores, epsilon: float = 0.0) -> Tensor:
-    epsilon = EPSILON.check(epsilon)
     require_labels(scores, "eps_supcon")
     p = prepare(scores)
     log_den = torch.logaddexp(p.log_pos_sum() - epsilon, p.lse[0])
@@ -51,20 +56,11 @@ def eps_supcon(scores: Scores, epsilon: float = 0.0) -> Tensor:
     return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "eps_supcon", "a positive", n_neg=p.n_neg)
 
 
+@register_loss("eps_supinfonce", hparams=(EPSILON,), needs_labels=True, positives=CLASSMATES,
+               paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 4",
+               summary="supervised InfoNCE with a margin epsilon (logit units)")
 def eps_supinfonce(scores: Scores, epsilon: float = 0.0) -> Tensor:
-    epsilon = EPSILON.check(epsilon)
     require_labels(scores, "eps_supinfonce")
     p = prepare(scores)
     per_pair = torch.logaddexp(p.pos_logit - epsilon, p.row(p.lse[0])) - p.pos_logit
     return reduce_anchors(p.per_anchor_mean(per_pair), p.n_pos > 0, "eps_supinfonce", "a positive", n_neg=p.n_neg)
-
-
-register(LossSpec("supcon", supcon, needs_labels=True,
-                  paper="Khosla et al., NeurIPS 2020, Supervised Contrastive Learning (L_out)",
-                  summary="supervised contrastive loss"))
-register(LossSpec("eps_supcon", eps_supcon, (EPSILON,), needs_labels=True,
-                  paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 5",
-                  summary="SupCon with a margin epsilon (logit units)"))
-register(LossSpec("eps_supinfonce", eps_supinfonce, (EPSILON,), needs_labels=True,
-                  paper="Barbano et al., ICLR 2023, Unbiased Supervised Contrastive Learning, Eq. 4",
-                  summary="supervised InfoNCE with a margin epsilon (logit units)"))

@@ -14,11 +14,14 @@ import torch
 from torch import Tensor
 
 from losses._core import Mask, contrast_with_negative_term, prepare, reduce_anchors
-from losses.registry import LossSpec, register
+from losses.registry import register_loss
 from losses.scores import Scores
 from losses.supcon import require_labels
 
 
+@register_loss("unbiased", needs_labels=True,
+               paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning, Eq. 2 (oracle)",
+               summary="oracle: drops same-class negatives using the true labels")
 def unbiased(scores: Scores) -> Tensor:
     require_labels(scores, "unbiased")
     true_neg = Mask(tuple(scores.logits.shape),
@@ -28,8 +31,3 @@ def unbiased(scores: Scores) -> Tensor:
     log_term = p.lse[0] + torch.log(p.n_neg.clamp_min(1.0)) - torch.log(n_true.clamp_min(1.0))
     return reduce_anchors(contrast_with_negative_term(p, log_term), (p.n_pos > 0) & (n_true > 0),
                           "unbiased", "a positive and a negative of another class", n_neg=p.n_neg)
-
-
-register(LossSpec("unbiased", unbiased, needs_labels=True,
-                  paper="Chuang et al., NeurIPS 2020, Debiased Contrastive Learning, Eq. 2 (oracle)",
-                  summary="oracle: drops same-class negatives using the true labels"))

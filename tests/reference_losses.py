@@ -251,6 +251,7 @@ REFERENCES: dict[str, Callable[..., float]] = {
     "infonce": infonce, "dcl": dcl, "hcl": hcl, "pucl": pucl, "debiased_pos": debiased_pos,
     "supcon": supcon, "eps_supcon": eps_supcon, "eps_supinfonce": eps_supinfonce, "unbiased": unbiased,
     "jsd": jsd,
+    "ce": supcon,  # cross-entropy is L_out whose positives are the classes (losses/ce.py)
 }
 
 

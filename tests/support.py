@@ -29,8 +29,8 @@ class Killed(Exception):
 
 
 class KilledAfterCheckpoint(RunContext):
-    def save_checkpoint(self, state):
-        super().save_checkpoint(state)
+    def save_checkpoint(self, objects, **extra):
+        super().save_checkpoint(objects, **extra)
         raise Killed
 
 

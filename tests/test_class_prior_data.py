@@ -123,8 +123,8 @@ def test_the_fingerprint_names_c_and_bad_c_is_refused():
     assert prints[10]["params"]["classes"] == 10 and "classes" not in prints[2]["params"]
     with pytest.raises(UserError, match=r"2\.\.107"):
         synthetic.params_for(108)
-    with pytest.raises(UserError, match="synthetic_classes must be >= 2"):
-        GraphConfig(synthetic_classes=1).check()
+    with pytest.raises(ValueError, match=r"synthetic_classes\s+Input should be greater than or equal to 2"):
+        GraphConfig(synthetic_classes=1)
 
 
 def test_synthetic_classes_is_refused_on_a_tu_set():
@@ -194,7 +194,7 @@ def test_too_few_evaluation_sentences_for_the_topics_is_refused():
 
     with pytest.raises(ValueError, match="synthetic_eval_sentences must be >= kfold \\* synthetic_topics = 500"):
         TextConfig(synthetic_topics=50, synthetic_eval_sentences=400)
-    with pytest.raises(ValueError, match="synthetic_documents must be >= 0"):
+    with pytest.raises(ValueError, match=r"synthetic_documents\s+Input should be greater than or equal to 0"):
         TextConfig(synthetic_documents=-1)
 
 

@@ -19,7 +19,7 @@ import torch
 from support import toy_tu
 from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
 
-from domains.base import NonFiniteLossError, RunContext
+from domains.base import NonFiniteLossError, RunContext, UserError
 from harness import records
 from harness.cli import main
 
@@ -228,14 +228,51 @@ def test_a_tampered_checkpoint_is_refused_and_a_real_one_loads(tmp_path):
     import numpy as np
 
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
-    state = {"w": torch.ones(2), "rng": np.random.get_state(), "buffer": np.zeros((2, 3), np.uint8),
+    model = torch.nn.Linear(2, 1)
+    extra = {"w": torch.ones(2), "rng": np.random.get_state(), "buffer": np.zeros((2, 3), np.uint8),
              "pcg": np.random.default_rng(0).bit_generator.state, "step": np.int64(3), "curve": [{"loss": 1.0}]}
-    ctx.save_checkpoint(state)
-    loaded = ctx.load_checkpoint()
+    ctx.save_checkpoint({"model": model}, **extra)
+    loaded = ctx.restore_checkpoint({"model": torch.nn.Linear(2, 1)})
     assert loaded["rng"][0] == "MT19937" and loaded["buffer"].dtype == np.uint8 and loaded["step"] == 3
+    with pytest.raises(UserError, match="holds no head; rerun without --resume"):
+        ctx.restore_checkpoint({"model": model, "head": torch.nn.Linear(1, 1)})
     torch.save({"evil": _Exploit()}, ctx.checkpoint_path)
     with pytest.raises(Exception, match="Weights only load failed|Unsupported global"):
-        ctx.load_checkpoint()
+        ctx.restore_checkpoint({"model": model})
+    torch.save({"model": model.state_dict()}, ctx.checkpoint_path)  # an older layout, or another program's file
+    with pytest.raises(UserError, match="not a checkpoint of this version"):
+        ctx.restore_checkpoint({"model": model})
+
+
+def test_the_checkpoint_restores_the_objects_and_every_random_generator(tmp_path):
+    import random
+
+    import numpy as np
+
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
+    assert ctx.restore_checkpoint({}) is None  # nothing saved yet: a fresh start
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    ctx.save_checkpoint({"model": model, "optimizer": opt, "loss": None}, epoch=2)
+
+    def draws() -> tuple:
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    expected = draws()
+    torch.manual_seed(2)  # a new process: other weights, other random states
+    random.seed(2)
+    np.random.seed(2)
+    fresh = torch.nn.Linear(3, 2)
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    assert ctx.restore_checkpoint({"model": fresh, "optimizer": fresh_opt}) == {"epoch": 2}
+    assert draws() == expected
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    assert fresh_opt.state_dict()["state"][0]["step"] == 1
+    assert RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path).restore_checkpoint(
+        {"model": fresh}) is None  # not resuming: the checkpoint is ignored
 
 
 def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):

@@ -90,19 +90,19 @@ def test_mutag_from_read_only_data_root(data_root, cache):
     raw = data_root / "TU" / "MUTAG" / "raw"
     if not raw.is_dir():
         pytest.skip("MUTAG not in the data root")
-    mutag = graph_data.load_tu("MUTAG", data_root, GraphConfig(download=False))
+    files = graph_data.tu_files("MUTAG", data_root, download=False)
+    mutag = graph_data.load_tu(files, GraphConfig(download=False))
     assert mutag.num_graphs == 188 and mutag.num_features == 7 and mutag.num_classes == 2
     assert sorted(mutag.y.bincount().tolist()) == [63, 125]
     assert int(mutag.node_ptr[-1]) == 3371 and mutag.edge_index.shape[1] == 7442
     assert not (data_root / "TU" / "MUTAG" / "processed").exists()  # processed in the cache
     assert any(cache.glob("TU/*/MUTAG/processed"))
-    fp = graph_data.tu_fingerprint("MUTAG", data_root, download=False)
-    assert fp["sha256"] == hash_files(sorted(raw.glob("MUTAG_*.txt")))
+    assert files.fingerprint["sha256"] == hash_files(sorted(raw.glob("MUTAG_*.txt")))
 
 
 def test_imdb_gets_one_hot_degree(data_root):
     if not (data_root / "TU" / "IMDB-BINARY" / "raw").is_dir():
         pytest.skip("IMDB-BINARY not in the data root")
-    imdb = graph_data.load_tu("IMDB-BINARY", data_root, GraphConfig(download=False))
+    imdb = graph_data.load_tu(graph_data.tu_files("IMDB-BINARY", data_root, False), GraphConfig(download=False))
     assert imdb.num_graphs == 1000 and imdb.node_features.startswith("one-hot degree 0..")
     assert torch.equal(imdb.x.sum(1), torch.ones(imdb.x.shape[0]))

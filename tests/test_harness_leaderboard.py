@@ -89,7 +89,7 @@ def test_secondary_columns_and_evaluation_only_rows(tmp_path):
         record["metrics"]["n_test"] = n_test
     bow = [synthetic_record("infonce", s, 90.0 + s, method="linear2") for s in range(2)]
     for record in bow:
-        record["info"] = {"loss_ignored": True}
+        record["loss_used"] = False
     write_records(tmp_path / "results", records + bow)
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
     page = (tmp_path / "tiny.md").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 from filelock import FileLock
-from tiny_domain import REPO, harness, harness_env
+from tiny_domain import REPO, TinyDomain, harness, harness_env
 
 from harness.cli import main
 from harness.records import REQUIRED_FIELDS, config_hash, run_hash
@@ -68,7 +68,7 @@ def test_user_error_from_a_subprocess_is_one_line(tmp_path):
                                                                       "did you mean 'epochs'? Valid keys: classes"),
     (["--domain", "tiny", "--loss", "infonce", "--seeds", "5-2"], "--seeds range '5-2' is empty: it ends before "
                                                                    "it starts; write 2-5"),
-    (["--domain", "tiny", "--loss", "infonce", "--set", "epochs=x"], "--set epochs=x: expected int"),
+    (["--domain", "tiny", "--loss", "infonce", "--set", "epochs=x"], "--set epochs=x: must be a valid integer"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must lie in (0, 1)"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "Valid: loss.alpha, loss.c"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpah=0.1"], "did you mean 'loss.alpha'?"),
@@ -103,6 +103,25 @@ def test_skip_and_force(tmp_path, capsys):
     [second] = _records(tmp_path)
     assert second["run_id"] == first["run_id"] and second["started_at"] >= first["started_at"]
     assert second["metrics"] == first["metrics"]  # every random source is seeded from the run's seed
+
+
+def test_the_data_is_prepared_once_for_all_the_seeds_of_a_run(tmp_path, monkeypatch):
+    calls, seen = [], set()
+    prepare, pretrain = TinyDomain.prepare, TinyDomain.pretrain
+
+    def counted(self, spec, ctx):
+        calls.append(spec.seed)
+        return prepare(self, spec, ctx)
+
+    def pretrain_noting_the_data(self, spec, ctx, data):
+        seen.add(id(data))
+        return pretrain(self, spec, ctx, data)
+
+    monkeypatch.setattr(TinyDomain, "prepare", counted)
+    monkeypatch.setattr(TinyDomain, "pretrain", pretrain_noting_the_data)
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0-2", "--set", "epochs=1",
+                 "--results", str(tmp_path), "--quiet"]) == 0
+    assert calls == [0] and len(seen) == 1 and len(_records(tmp_path)) == 3
 
 
 def test_concurrent_writers_into_one_directory(tmp_path):

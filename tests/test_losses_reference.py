@@ -114,8 +114,14 @@ LOSSES = [
     ("debiased_pos", {"tau_plus": 0.9, "aggregation": "combination"}),
     ("supcon", {}), ("eps_supcon", {"epsilon": 0.0}), ("eps_supcon", {"epsilon": 0.5}),
     ("eps_supinfonce", {"epsilon": 0.0}), ("eps_supinfonce", {"epsilon": 0.5}),
-    ("unbiased", {}), ("jsd", {}),
+    ("unbiased", {}), ("jsd", {}), ("ce", {}),
 ]
+
+
+def test_every_registered_loss_has_a_naive_reference_and_cases():
+    """A new loss file registers itself; this fails until it has its paper-formula loop and its cases here."""
+    assert set(losses.available()) <= set(ref.REFERENCES)
+    assert set(losses.available()) <= {name for name, _ in LOSSES}
 
 
 def _loss_id(entry: tuple[str, dict]) -> str:

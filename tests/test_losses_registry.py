@@ -1,4 +1,4 @@
-"""The registry: names, hyper-parameters with their defaults, label needs, papers; validation at get."""
+"""The registry: names, hyper-parameters with their defaults, label needs, papers; validation at get, once."""
 
 from __future__ import annotations
 
@@ -18,13 +18,16 @@ EXPECTED = {  # name: (hyper-parameter defaults, needs labels, a word of the pap
     "eps_supinfonce": ({"epsilon": 0.0}, True, "Barbano"),
     "unbiased": ({}, True, "Chuang"),
     "jsd": ({}, False, "InfoGraph"),
+    "ce": ({}, True, "Barbano"),
 }
 
 
 def test_available_lists_every_loss_of_the_spec():
     assert losses.available() == sorted(EXPECTED)
-    assert losses.available(needs_labels=True) == ["eps_supcon", "eps_supinfonce", "supcon", "unbiased"]
+    assert losses.available(needs_labels=True) == ["ce", "eps_supcon", "eps_supinfonce", "supcon", "unbiased"]
     assert losses.available(needs_labels=False) == ["dcl", "debiased_pos", "hcl", "infonce", "jsd", "pucl"]
+    # FairKL is registered (its hyper-parameters are checked once too) but is a regulariser, not an objective
+    assert losses.available(objective=False) == ["fairkl"] and "fairkl" in losses.available(objective=None)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -56,6 +59,45 @@ def test_get_fails_before_any_scores_exist():
         losses.get("dcl", tau_plus=1.2)
 
 
-def test_every_loss_is_exported_under_its_name():
-    for name in losses.available():
-        assert losses.spec(name).fn is getattr(losses, name)
+def test_every_loss_is_exported_under_its_name_as_its_kernel_checked():
+    for name in losses.available(objective=None):
+        assert getattr(losses, name).__wrapped__ is losses.spec(name).fn
+
+
+def test_the_bound_loss_calls_the_kernel_with_no_check(monkeypatch):
+    """Validated once, in get: a training step runs the raw kernel; a direct call checks its arguments."""
+    scores = losses.pair_scores(torch.randn(5, 4), torch.randn(5, 4), 0.5)
+    bound = losses.get("dcl", tau_plus=0.2)
+    calls = []
+    monkeypatch.setattr(losses.registry.HParam, "check", lambda self, value, **kw: calls.append(self.name) or value)
+    assert bound(scores).item() == losses.spec("dcl").fn(scores, tau_plus=0.2).item()
+    assert calls == []
+    losses.dcl(scores, tau_plus=0.2)
+    assert calls == ["tau_plus"]
+
+
+def test_a_kernel_whose_defaults_differ_from_its_hyperparameters_fails_to_register():
+    with pytest.raises(TypeError, match="defaults"):
+        losses.register_loss("probe", paper="-", summary="-", hparams=(losses.HParam("beta", 1.0),))(
+            lambda scores, beta=2.0: scores.logits.sum())
+    assert "probe" not in losses.available()
+
+
+@pytest.mark.parametrize(("name", "text", "value"), [
+    ("tau_plus", "0.2", 0.2), ("tau_plus", "auto", "auto"), ("prior_every", "3", 3), ("prior_estimator", "pu", "pu"),
+])
+def test_parse_gives_the_checked_value_of_a_command_line_text(name, text, value):
+    parsed = losses.spec("dcl").parse({name: text})[name]
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("tau_plus", "often", "tau_plus must be a number in [0, 1) or auto, got 'often'"),
+    ("tau_plus", "1.5", "tau_plus must lie in [0, 1) or auto, got 1.5"),
+    ("prior_every", "2.5", "prior_every must be an integer in [1, inf], got 2.5"),
+    ("prior_every", "x", "prior_every must be an integer in [1, inf], got 'x'"),
+])
+def test_parse_refuses_a_bad_text_as_check_words_it(name, text, message):
+    with pytest.raises(ValueError) as err:
+        losses.spec("dcl").parse({name: text})
+    assert str(err.value) == message

@@ -69,12 +69,13 @@ def test_resume_on_cuda_after_kill(tmp_path, cuda, rendering):
     def context(cls=RunContext, resume=False):
         return cls(seed=0, device=cuda, data_root=tmp_path, work_dir=tmp_path, resume=resume, quiet=True)
 
+    task = domain.prepare(spec, context()).data
     with pytest.raises(Killed):
-        domain.pretrain(spec, context(KilledAfterCheckpoint))
-    pretrained = domain.pretrain(spec, context(resume=True))
+        domain.pretrain(spec, context(KilledAfterCheckpoint), task)
+    pretrained = domain.pretrain(spec, context(resume=True), task)
     assert pretrained.info["updates"] == 15 and [p["env_steps"] for p in pretrained.curve] == [1000]
     assert pretrained.model.agent.W.device.type == "cuda"
-    assert 0.0 <= domain.evaluate(spec, pretrained, context()).metrics["return"] <= 1000.0
+    assert 0.0 <= domain.evaluate(spec, pretrained, context(), task).metrics["return"] <= 1000.0
 
 
 def test_gpu_buffer_returns_the_cpu_buffers_crops(cuda):

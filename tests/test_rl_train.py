@@ -35,9 +35,10 @@ def context(work_dir: Path, cls=RunContext, resume: bool = False) -> RunContext:
 
 def run(s: RunSpec, ctx: RunContext):
     domain = domains.get("rl")
+    task = domain.prepare(s, ctx).data
     torch.manual_seed(s.seed)  # the harness seeds torch before pretrain
-    pretrained = domain.pretrain(s, ctx)
-    return pretrained, domain.evaluate(s, pretrained, ctx)
+    pretrained = domain.pretrain(s, ctx, task)
+    return pretrained, domain.evaluate(s, pretrained, ctx, task)
 
 
 def test_run_records_return_and_learning_curve(tmp_path):
@@ -59,7 +60,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
     with pytest.raises(Killed):
         run(spec(), context(tmp_path / "b", KilledAfterCheckpoint))
     state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
-    assert state["env_steps"] == 1000 and len(state["buffer"]["slots"]) == 10
+    assert state["extra"]["env_steps"] == 1000 and len(state["objects"]["buffer"]["slots"]) == 10
     resumed = run(spec(), context(tmp_path / "b", resume=True))
     assert resumed[1].metrics == straight[1].metrics
     assert resumed[0].curve == straight[0].curve

@@ -84,8 +84,7 @@ def _train(cfg: TextConfig, work: Path, resume: bool = False, seed: int = 0):
     model, _ = build_model("quickthought", cfg, tok)
     ctx = RunContext(seed=seed, device=torch.device("cpu"), data_root=Path("."), work_dir=work, resume=resume,
                      quiet=True)
-    curve, throughput, info = train(model, tok, corpus, cfg, losses.get("dcl", tau_plus=0.01), ctx,
-                                    ctx.load_checkpoint())
+    curve, throughput, info = train(model, tok, corpus, cfg, losses.get("dcl", tau_plus=0.01), ctx)
     return model, tok, curve, throughput, info
 
 

@@ -198,11 +198,12 @@ def test_short_biased_run_records_the_online_classifier(tmp_path):
     spec = RunSpec("vision", "biased", "biased-digits", "eps_supinfonce", {"epsilon": 0.5}, "quick", 0, cfg)
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path / "w",
                      resume=False, quiet=True)
+    data = VISION.prepare(spec, ctx).data
     torch.manual_seed(0)
-    pre = VISION.pretrain(spec, ctx)
+    pre = VISION.pretrain(spec, ctx, data)
     assert [p["epoch"] for p in pre.curve] == [1, 2]
     assert all(0.0 <= p["online_top1"] <= 100.0 for p in pre.curve)
-    result = VISION.evaluate(spec, pre, ctx)
+    result = VISION.evaluate(spec, pre, ctx, data)
     m = result.metrics
     assert m["top1"] == pytest.approx(pre.curve[-1]["online_top1"])  # last epoch: the headline
     assert m["online_best_top1"] == max(p["online_top1"] for p in pre.curve)

@@ -33,9 +33,10 @@ def test_tiny_paper_biased_run_on_cuda(cuda, tmp_path):
     cfg = replace(cfg, arch="small", epochs=2, batch_size=128, linear_epochs=2)
     spec = RunSpec("vision", "biased", "biased-digits", "eps_supinfonce", {"epsilon": 0.5}, "paper-biased", 0, cfg)
     ctx = RunContext(seed=0, device=cuda, data_root=tmp_path, work_dir=tmp_path / "w", resume=False, quiet=True)
-    pre = VISION.pretrain(spec, ctx)
+    data = VISION.prepare(spec, ctx).data
+    pre = VISION.pretrain(spec, ctx, data)
     assert next(pre.model.parameters()).is_cuda
     assert all("online_top1" in p for p in pre.curve)
-    metrics = VISION.evaluate(spec, pre, ctx).metrics
+    metrics = VISION.evaluate(spec, pre, ctx, data).metrics
     assert metrics["top1"] == pytest.approx(pre.curve[-1]["online_top1"])
     assert metrics["online_best_top1"] >= metrics["top1"]

@@ -35,8 +35,9 @@ def _worker(rank: int, port: int, out: str) -> None:
         spec = RunSpec("vision", method, "digits", loss, {}, "quick", 0, cfg)
         ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(out),
                          work_dir=Path(out) / f"{rank}-{method}", quiet=True)
+        data = vision.prepare(spec, ctx).data
         torch.manual_seed(0)  # the same initial weights on every rank, as the harness seeds each one
-        model = vision.pretrain(spec, ctx).model
+        model = vision.pretrain(spec, ctx, data).model
         result[method] = {k: v.clone() for k, v in model.state_dict().items()}
     torch.save(result, Path(out) / f"rank{rank}.pt")
     torch.distributed.destroy_process_group()

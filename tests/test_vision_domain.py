@@ -40,7 +40,6 @@ def test_protocol_attributes():
     (dict(method="cmc", loss="infonce", n_views=3), "SimCLR only"),
     (dict(loss="unbiased", dataset="stl10"), "needs class labels"),
     (dict(method="moco", loss="infonce", num_negatives=16, batch_size=64), "queue"),
-    (dict(arch="vgg"), "arch must be one of"),
     (dict(method="biased", loss="ce", loss_params={"epsilon": 0.5}), "no hyper-parameters"),
 ])
 def test_validate_rejects_impossible_runs(kwargs, match):
@@ -61,17 +60,23 @@ def _ctx(tmp_path: Path, resume: bool) -> RunContext:
                       resume=resume, quiet=True)
 
 
+def _data(spec: RunSpec, ctx: RunContext):
+    return VISION.prepare(spec, ctx).data
+
+
 def test_resume_continues_from_the_last_checkpoint(tmp_path):
     small = dict(epochs=1, batch_size=256, knn_every=1, proj_dim=32)
+    data = _data(_spec(**small), _ctx(tmp_path, resume=False))
     torch.manual_seed(0)
-    first = VISION.pretrain(_spec(**small), _ctx(tmp_path, resume=False))
+    first = VISION.pretrain(_spec(**small), _ctx(tmp_path, resume=False), data)
     state = torch.load(tmp_path / "work" / "checkpoint.pt", weights_only=False)
-    assert state["epoch"] == 1 and state["curve"] == first.curve
-    resumed = VISION.pretrain(_spec(**{**small, "epochs": 2}), _ctx(tmp_path, resume=True))
+    assert state["extra"]["epoch"] == 1 and state["extra"]["curve"] == first.curve
+    assert {"method", "optimizer", "scheduler", "loss"} == set(state["objects"])
+    resumed = VISION.pretrain(_spec(**{**small, "epochs": 2}), _ctx(tmp_path, resume=True), data)
     assert [p["epoch"] for p in resumed.curve] == [1, 2]
     assert resumed.curve[0] == first.curve[0]  # epoch 1 was not run again
     assert resumed.info["epochs_run"] == 2
-    result = VISION.evaluate(_spec(**{**small, "epochs": 2, "linear_epochs": 3}), resumed, _ctx(tmp_path, True))
+    result = VISION.evaluate(_spec(**{**small, "epochs": 2, "linear_epochs": 3}), resumed, _ctx(tmp_path, True), data)
     assert {"top1", "top5", "knn_top1"} <= set(result.metrics)
 
 
@@ -79,8 +84,9 @@ def test_failed_compilation_warns_and_trains_exactly_as_eager(tmp_path, monkeypa
     import domains.vision.augment as aug
 
     small = dict(epochs=2, batch_size=256, knn_every=0, proj_dim=32)
+    data = _data(_spec(**small), _ctx(tmp_path, resume=False))
     torch.manual_seed(0)
-    eager = VISION.pretrain(_spec(**small), _ctx(tmp_path / "eager", resume=False))
+    eager = VISION.pretrain(_spec(**small), _ctx(tmp_path / "eager", resume=False), data)
 
     def broken(fn, **kwargs):
         def fail(*args, **kw):
@@ -91,7 +97,7 @@ def test_failed_compilation_warns_and_trains_exactly_as_eager(tmp_path, monkeypa
     monkeypatch.setattr(aug, "_compiled_fns", {})
     torch.manual_seed(0)
     with pytest.warns(RuntimeWarning, match="torch.compile failed .*no compiler here.*training eagerly"):
-        fallback = VISION.pretrain(_spec(compile=True, **small), _ctx(tmp_path / "compiled", resume=False))
+        fallback = VISION.pretrain(_spec(compile=True, **small), _ctx(tmp_path / "compiled", resume=False), data)
     # The failed first step was undone (buffers, random state) and taken again eagerly.
     assert [p["loss"] for p in fallback.curve] == [p["loss"] for p in eager.curve]
     assert fallback.info["compiled"] is False and eager.info["compiled"] is False

@@ -156,7 +156,7 @@ def test_biased_objectives_with_fairkl_have_gradients(loss):
 
     torch.manual_seed(0)
     cfg = _cfg("biased", fairkl_lambda=0.75, alpha=0.03)
-    method = Biased(cfg, _info(), None if loss == "ce" else losses.get(loss), loss != "ce")
+    method = Biased(cfg, _info(), losses.get(loss), True)
     batch = _batch(list(range(12)))
     batch.bias = torch.tensor([0, 0, 1, 1, 2, 2, 3, 3, 0, 1, 2, 3])
     value = method(batch)

@@ -27,11 +27,13 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    Prepared,
     Preset,
     PretrainResult,
     Reference,
     RunContext,
     RunSpec,
+    Supplies,
     UserError,
     hash_jsonable,
 )
@@ -75,7 +77,8 @@ class TinyDomain(Domain):
                 "blobs_hard": DatasetSpec("blobs_hard", "3 overlapping Gaussians", needs_download=False),
                 "absent": DatasetSpec("absent", "a dataset that is never on disk")}
     default_dataset = "blobs"
-    losses = ("infonce", "dcl", "pucl", "hcl", "supcon", "ce")
+    # pair_scores with the labels where a loss needs them, and a classifier head for ce: every loss but jsd
+    supplies = Supplies(positives={losses.VIEWS, losses.CLASSMATES, losses.CLASS}, labels=True)
     presets = {"quick": Preset("seconds", {}, seeds=(0, 1)), "paper": Preset("a bit longer", {"epochs": 5})}
     primary_metric = "accuracy"
     baseline_loss = "infonce"
@@ -90,22 +93,23 @@ class TinyDomain(Domain):
         if spec.method == "linear2" and spec.dataset == "blobs_hard":
             raise UserError("method linear2 does not support blobs_hard")
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         if spec.dataset == "absent":
             raise UserError(f"dataset 'absent' not found; put it under {ctx.data_root / 'absent'}")
+        return Prepared(make_data(spec), {"dataset": spec.dataset, "generator": "gaussian mixture, numpy seed 0"})
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext, data: tuple[torch.Tensor, torch.Tensor]) -> PretrainResult:
         c = spec.config
-        x, y = make_data(spec)
+        x, y = data
         encoder = torch.nn.Linear(c.dim_in, c.dim_out)
         head = torch.nn.Linear(c.dim_out, c.classes)
         opt = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=c.lr)
-        start, curve = 0, []
-        state = ctx.load_checkpoint()
-        if state is not None:
-            encoder.load_state_dict(state["encoder"])
-            head.load_state_dict(state["head"])
-            opt.load_state_dict(state["opt"])
-            start, curve = state["epoch"], state["curve"]
         loss_fn = None if spec.loss == "ce" else spec.make_loss()
+        training = {"encoder": encoder, "head": head, "opt": opt, "loss": loss_fn}
+        start, curve = 0, []
+        state = ctx.restore_checkpoint(training)
+        if state is not None:
+            start, curve = state["epoch"], state["curve"]
         gen = torch.Generator().manual_seed(ctx.seed)
         t0 = time.perf_counter()
         for epoch in ctx.progress(range(start, c.epochs), desc="epochs", total=c.epochs - start):
@@ -122,16 +126,16 @@ class TinyDomain(Domain):
             loss.backward()
             opt.step()
             curve.append({"epoch": epoch + 1, "loss": loss.item()})
-            ctx.save_checkpoint({"encoder": encoder.state_dict(), "head": head.state_dict(),
-                                 "opt": opt.state_dict(), "epoch": epoch + 1, "curve": curve})
+            ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
             ctx.log(f"epoch {epoch + 1}: loss {loss.item():.4f}")
             time.sleep(c.sleep_s)
         took = max(time.perf_counter() - t0, 1e-9)
         return PretrainResult(encoder, curve, {"samples_per_s": len(x) * (c.epochs - start) / took},
                               {"start_epoch": start})
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
-        x, y = make_data(spec)
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext,
+                 data: tuple[torch.Tensor, torch.Tensor]) -> EvalResult:
+        x, y = data
         with torch.no_grad():
             z = pretrained.model(x)
         perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(ctx.seed))
@@ -140,9 +144,6 @@ class TinyDomain(Domain):
         pred = torch.cdist(z[test], centroids).argmin(1)
         accuracy = 100.0 * float((pred == y[test]).float().mean())
         return EvalResult({"accuracy": accuracy, "n_test": float(len(test))}, {"per_class_n": [40, 40, 40]})
-
-    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict:
-        return {"dataset": spec.dataset, "generator": "gaussian mixture, numpy seed 0"}
 
     def benchmark(self, device: torch.device, data_root, quick: bool) -> list[dict]:
         rows = []

@@ -23,19 +23,22 @@ from domains.base import (
     Domain,
     EvalResult,
     OpenDatasets,
+    Prepared,
     Preset,
     PretrainResult,
     Reference,
     RunContext,
     RunSpec,
+    Supplies,
     UserError,
     label_prior,
 )
 from domains.graph import synthetic
 from domains.graph.config import C_GRID, GraphConfig
-from domains.graph.data import GraphSet, load_tu, tu_fingerprint
+from domains.graph.data import GraphSet, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
+from losses import LOGITS, PROBABILITIES
 
 _TU = {
     "MUTAG": "188 nitro compounds, mutagenic or not (2 classes, node labels)",
@@ -83,7 +86,9 @@ class GraphDomain(Domain):
         **{name: DatasetSpec(name, f"TU: {text}") for name, text in _TU.items()},
     }, accepts=_is_tu_name, describe=_unlisted_tu)
     default_dataset = synthetic.NAME
-    losses = ("jsd", "infonce", "dcl", "hcl", "pucl", "debiased_pos")
+    # Views of one graph (a node and its graph), scored as cosine / temperature or, as InfoGraph does for jsd,
+    # as raw dot products; no labels reach the loss.
+    supplies = Supplies(scorings={PROBABILITIES, LOGITS})
     presets = {
         "quick": Preset("5 epochs, batch 128, GIN 3x32: a CPU smoke run (MUTAG in seconds)", {}, (0, 1, 2)),
         "paper": Preset("InfoGraph's setting: 20 epochs, batch 128, Adam lr 1e-3, GIN 3x32, 10 seeds",
@@ -103,7 +108,6 @@ class GraphDomain(Domain):
     )
 
     def validate(self, spec: RunSpec) -> None:
-        spec.config.check()
         if spec.loss not in self.losses:
             raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")
         if spec.dataset not in self.datasets:
@@ -112,18 +116,32 @@ class GraphDomain(Domain):
             raise UserError(f"graph domain: synthetic_classes applies to {synthetic.NAME} only; {spec.dataset} has "
                             "its own classes")
 
-    def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
+    def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> Prepared:
+        """The graphs of ``dataset`` (on the CPU) and their fingerprint; a TU set's files are hashed once, for
+        both (the hash keys PyG's processed files in the cache)."""
         if dataset == synthetic.NAME:
-            return synthetic.load_synthetic(cfg.synthetic_classes)
-        return load_tu(dataset, Path(data_root), cfg)
+            classes = cfg.synthetic_classes
+            return Prepared(synthetic.load_synthetic(classes), synthetic.fingerprint(classes))
+        files = tu_files(dataset, Path(data_root), cfg.download)
+        return Prepared(load_tu(files, cfg), files.fingerprint)
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
+        return self.load(spec.dataset, ctx.data_root, spec.config)
+
+    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        """Without loading the graphs: the generator's parameters, or the TU files' hash (as ``load`` takes it)."""
+        if spec.dataset == synthetic.NAME:
+            return synthetic.fingerprint(spec.config.synthetic_classes)
+        return tu_files(spec.dataset, Path(ctx.data_root), spec.config.download).fingerprint
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         self.validate(spec)
-        data = self.load(spec.dataset, ctx.data_root, spec.config)
         check_folds(data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds)  # before, not after, training
         return train(spec, ctx, data.to(ctx.device))
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: GraphSet) -> EvalResult:
+        """The SVM protocol on the graph embeddings of the trained encoder (``pretrained`` holds the graphs on
+        the device: ``data`` is their copy on the CPU)."""
         cfg: GraphConfig = spec.config
         tic = time.perf_counter()
         x, y = embed_all(pretrained.model)
@@ -139,11 +157,6 @@ class GraphDomain(Domain):
             **label_prior(y), "label_prior_of": "the classes of every graph (InfoGraph pretrains on all of them)",
         }
         return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
-
-    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
-        if spec.dataset == synthetic.NAME:
-            return synthetic.fingerprint(spec.config.synthetic_classes)
-        return tu_fingerprint(spec.dataset, Path(ctx.data_root), spec.config.download)
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
         from domains.graph.bench import run_benchmark

@@ -71,7 +71,7 @@ def run_benchmark(domain: Domain, device: torch.device, data_root: Path, quick: 
     for name in DATASETS:
         tic = time.perf_counter()
         try:
-            data = domain.load(name, data_root, GraphConfig(download=False)).to(device)
+            data = domain.load(name, data_root, GraphConfig(download=False)).data.to(device)
         except DatasetMissingError as exc:
             rows.append({"dataset": name, "device": str(device), "skipped": str(exc)})
             continue

@@ -178,12 +178,33 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     return fetched
 
 
-def load_tu(name: str, data_root: Path, cfg: GraphConfig) -> GraphSet:
-    """TU set ``name`` as a GraphSet, node features as PyG gives them (one-hot node labels)."""
+@dataclass(frozen=True)
+class TUFiles:
+    """The raw files of a TU set, found and hashed once: the hash is the data fingerprint and the key of the
+    set's processed files in the cache."""
+
+    name: str
+    raw: Path
+    files: tuple[Path, ...]
+    sha256: str
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return {"dataset": self.name, "source": "TU", "files": [f.name for f in self.files], "sha256": self.sha256}
+
+
+def tu_files(name: str, data_root: Path, download: bool) -> TUFiles:
+    """The raw files of TU set ``name`` (:func:`locate_raw`) and their sha256."""
+    raw = locate_raw(name, data_root, download)
+    files = tuple(raw_files(raw, name))
+    return TUFiles(name, raw, files, hash_files(files))
+
+
+def load_tu(tu: TUFiles, cfg: GraphConfig) -> GraphSet:
+    """The TU set of ``tu`` as a GraphSet, node features as PyG gives them (one-hot node labels)."""
     filelock = require("filelock", "graph")
     tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
-    raw = locate_raw(name, data_root, cfg.download)
-    digest = hash_files(raw_files(raw, name))
+    name, raw, digest = tu.name, tu.raw, tu.sha256
     # PyG processes <root>/<name>/raw into <root>/<name>/processed: a private root per raw content.
     root = cache_dir() / "TU" / digest[:16]
     link = root / name / "raw"
@@ -246,9 +267,3 @@ def damaged_file(raw: Path, name: str) -> str | None:
                 except ValueError:
                     return f"{path}, line {number}: {line.strip()[:40]!r} is not comma-separated numbers"
     return None
-
-
-def tu_fingerprint(name: str, data_root: Path, download: bool) -> dict[str, Any]:
-    raw = locate_raw(name, data_root, download)
-    files = raw_files(raw, name)
-    return {"dataset": name, "source": "TU", "files": [f.name for f in files], "sha256": hash_files(files)}

@@ -38,8 +38,9 @@ class Pretrained:
 
 
 def scoring(loss: str, cfg: GraphConfig) -> tuple[float, bool]:
-    """(temperature, normalize) of the scores: raw dot products for jsd, cosine / temperature otherwise."""
-    return (1.0, False) if loss == "jsd" else (cfg.temperature, True)
+    """(temperature, normalize) of the scores: raw dot products for a loss that scores raw logits pair by pair
+    (jsd), cosine / temperature for one that reads them as probabilities."""
+    return (1.0, False) if losses.spec(loss).scoring == losses.LOGITS else (cfg.temperature, True)
 
 
 def infograph_scores(graph_emb: Tensor, node_emb: Tensor, node_graph: Tensor, anchor: str,
@@ -70,12 +71,10 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     temperature, normalize = scoring(spec.loss, cfg)
     curve: list[dict[str, Any]] = []
     start = 0
-    state = ctx.load_checkpoint()
+    training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
+    state = ctx.restore_checkpoint(training)
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
         start, curve = state["epoch"], state["curve"]
-        loss_fn.load_state_dict(state.get("loss", {}))
         ctx.log(f"resuming graph pretraining at epoch {start + 1}")
     seen, train_seconds = 0, 0.0
     for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start):
@@ -103,8 +102,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         seen, train_seconds = seen + count, train_seconds + seconds
         curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds,
                       **loss_fn.refresh_prior(epoch + 1)})
-        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                             "epoch": epoch + 1, "curve": curve, "loss": loss_fn.state_dict()})
+        ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
     throughput = {"graphs_per_s": seen / train_seconds} if train_seconds > 0 else {}
     info = {"anchor": cfg.anchor, "normalize": normalize, "temperature": temperature if normalize else None,
             "node_features": data.node_features, "num_graphs": data.num_graphs,

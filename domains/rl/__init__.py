@@ -25,13 +25,15 @@ from domains.base import (
     Domain,
     EvalResult,
     OpenDatasets,
+    Prepared,
     PretrainResult,
     Reference,
     RunContext,
     RunSpec,
+    Supplies,
     UserError,
 )
-from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig
+from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig, TaskSpec
 
 _CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"
 _DCL = "DCL paper (Chuang et al. 2020), Table 3"
@@ -90,7 +92,9 @@ class RLDomain(Domain):
                                        "the same way (--set action_repeat=N)", needs_download=False)},
         accepts=_is_gym_id, describe=_gym_dataset)
     default_dataset = "cartpole-swingup"
-    losses = tuple(losses.available(needs_labels=False))
+    # CURL's bilinear scores of a crop against the other crop of its frame: raw logits, read as probabilities
+    # (CURL's own cross-entropy is infonce) or pair by pair; no labels.
+    supplies = Supplies(scorings={losses.PROBABILITIES, losses.LOGITS})
     presets = PRESETS
     primary_metric = "return"
     higher_is_better = True
@@ -125,14 +129,31 @@ class RLDomain(Domain):
 
             task_spec(spec.dataset)  # an unknown task: likewise
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
-        from domains.rl.curl import train
-        from domains.rl.gym_envs import task_of
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
+        """Nothing to load: the task (each seed makes its own environments from it), and what identifies the
+        environment a run saw (its id and settings, the simulator's versions, the rendering backend)."""
+        from domains.rl.gym_envs import dmc_id, task_of
 
-        trained, out = train(spec.config, task_of(spec.dataset), spec.dataset, spec.make_loss(), ctx)
+        task = task_of(spec.dataset)
+        cfg = spec.config
+        common = {"dataset": spec.dataset, "action_repeat": cfg.action_repeat or task.action_repeat,
+                  "image_size": cfg.image_size, "gymnasium": _version("gymnasium")}
+        if spec.dataset.startswith(GYM_PREFIX):
+            return Prepared(task, {**common, "env_id": task.task})
+        from domains.rl.env import rendering_backend
+
+        return Prepared(task, {**common, "env_id": dmc_id(task.domain, task.task),
+                               "suite": f"{task.domain}-{task.task}", "camera_id": task.camera_id,
+                               "dm_control": _version("dm_control"), "mujoco": _version("mujoco"),
+                               "rendering": rendering_backend()})
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext, task: TaskSpec) -> PretrainResult:
+        from domains.rl.curl import train
+
+        trained, out = train(spec.config, task, spec.dataset, spec.make_loss(), ctx)
         return PretrainResult(model=trained, curve=out["curve"], throughput=out["throughput"], info=out["info"])
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, task: TaskSpec) -> EvalResult:
         import numpy as np
 
         from domains.rl.curl import final_evaluation
@@ -149,21 +170,6 @@ class RLDomain(Domain):
                    "repeat)", "updates": trained.updates, "episode_returns": final["eval_episode_returns"],
                    "learning_curve": [*pretrained.curve, final]}
         return EvalResult(metrics=metrics, details=details)
-
-    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
-        from domains.rl.gym_envs import dmc_id, task_of
-
-        task = task_of(spec.dataset)
-        cfg = spec.config
-        common = {"dataset": spec.dataset, "action_repeat": cfg.action_repeat or task.action_repeat,
-                  "image_size": cfg.image_size, "gymnasium": _version("gymnasium")}
-        if spec.dataset.startswith(GYM_PREFIX):
-            return {**common, "env_id": task.task}
-        from domains.rl.env import rendering_backend
-
-        return {**common, "env_id": dmc_id(task.domain, task.task), "suite": f"{task.domain}-{task.task}",
-                "camera_id": task.camera_id, "dm_control": _version("dm_control"), "mujoco": _version("mujoco"),
-                "rendering": rendering_backend()}
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
         from domains.rl.bench import benchmark

@@ -9,6 +9,10 @@ exception is ``seed_agent_steps``, counted in agent steps as CURL's ``--init_ste
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from domains.base import RUNTIME, Preset
 
@@ -41,67 +45,57 @@ GYM_PREFIX = "gym:"
 EPISODE_ENV_STEPS = 1000
 
 
-@dataclass
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+@pydantic_dataclass(config=ConfigDict(extra="forbid"))
 class CurlConfig:
-    """CURL + SAC arguments. Defaults are the quick CPU setting; the presets give the paper's."""
+    """CURL + SAC arguments. Defaults are the quick CPU setting; the presets give the paper's. Every range is a
+    constraint on its field, checked when the config is built."""
 
     # Budget and evaluation (environment steps).
-    num_env_steps: int = 2000
-    eval_freq: int = 1000  # evaluate every this many environment steps (at the next episode end)
-    eval_episodes: int = 2
+    num_env_steps: PositiveInt = 2000
+    eval_freq: PositiveInt = 1000  # evaluate every this many environment steps (at the next episode end)
+    eval_episodes: PositiveInt = 2
     # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never. Runtime: a resumed run
     # continues exactly, so it is recorded, not hashed.
-    checkpoint_freq: int = field(default=10_000, metadata={RUNTIME: True})
-    seed_agent_steps: int = 200  # uniformly random actions before learning (agent steps, CURL: 1000)
+    checkpoint_freq: NonNegativeInt = field(default=10_000, metadata={RUNTIME: True})
+    seed_agent_steps: NonNegativeInt = 200  # uniformly random actions before learning (agent steps, CURL: 1000)
     # Observations.
-    action_repeat: int | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)
-    frame_stack: int = 3
-    image_size: int = 100  # rendered size
-    crop_size: int = 84  # random crop for training, centre crop for acting and evaluation
+    action_repeat: PositiveInt | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)
+    frame_stack: PositiveInt = 3
+    image_size: PositiveInt = 100  # rendered size
+    crop_size: PositiveInt = 84  # random crop for training, centre crop for acting and evaluation
     # Replay and optimisation.
-    buffer_capacity: int = 100_000  # transitions (agent steps)
-    batch_size: int = 64  # quick; the presets set theirs (the paper's 512)
+    buffer_capacity: PositiveInt = 100_000  # transitions (agent steps)
+    batch_size: PositiveInt = 64  # quick; the presets set theirs (the paper's 512)
     lr: float | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
     beta: float = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
     # SAC.
-    hidden_dim: int = 1024
-    discount: float = 0.99
+    hidden_dim: PositiveInt = 1024
+    discount: Rate = 0.99
     init_temperature: float = 0.1
     alpha_lr: float = 1e-4
     alpha_beta: float = 0.5
     actor_log_std_min: float = -10.0
     actor_log_std_max: float = 2.0
-    actor_update_freq: int = 2
-    critic_tau: float = 0.01
-    critic_target_update_freq: int = 2
+    actor_update_freq: PositiveInt = 2
+    critic_tau: Rate = 0.01
+    critic_target_update_freq: PositiveInt = 2
     # Encoder and the contrastive part.
-    feature_dim: int = 50
-    num_filters: int = 32
-    num_conv_layers: int = 4
-    encoder_tau: float = 0.05  # EMA rate of the key encoder (the critic target's encoder)
-    curl_update_freq: int = 1
-    num_positives: int = 1  # M: key crops per query; 2 adds a second random crop (B x 2B logits)
+    feature_dim: PositiveInt = 50
+    num_filters: PositiveInt = 32
+    num_conv_layers: PositiveInt = 4
+    encoder_tau: Rate = 0.05  # EMA rate of the key encoder (the critic target's encoder)
+    curl_update_freq: PositiveInt = 1
+    # M: key crops per query (the DCL paper's M); 2 adds a second random crop (B x 2B logits)
+    num_positives: Annotated[int, Field(ge=1, le=2)] = 1
 
-    def __post_init__(self) -> None:
-        positive = ("num_env_steps", "eval_freq", "eval_episodes", "frame_stack", "image_size", "crop_size",
-                    "buffer_capacity", "batch_size", "hidden_dim", "feature_dim", "num_filters",
-                    "num_conv_layers", "actor_update_freq", "critic_target_update_freq", "curl_update_freq",
-                    "num_positives")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("checkpoint_freq", "seed_agent_steps"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.action_repeat is not None and self.action_repeat < 1:
-            raise ValueError(f"action_repeat must be >= 1 or none, got {self.action_repeat}")
+    @model_validator(mode="after")
+    def _check_crop(self) -> CurlConfig:
         if self.crop_size > self.image_size:
             raise ValueError(f"crop_size ({self.crop_size}) must not exceed image_size ({self.image_size})")
-        for name in ("discount", "critic_tau", "encoder_tau"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
-        if self.num_positives > 2:
-            raise ValueError(f"num_positives must be 1 or 2 (the DCL paper's M), got {self.num_positives}")
+        return self
 
 
 _PAPER = dict(eval_freq=10_000, eval_episodes=10, seed_agent_steps=1000, batch_size=512, checkpoint_freq=10_000)

@@ -509,16 +509,13 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     update_time = env_time = 0.0
     recent: dict[str, list[Tensor]] = {}  # the update statistics since the last evaluation, on the device
 
-    state = ctx.load_checkpoint()
+    # The action sampler's and the environment's generators are their own: saved as extras.
+    training = {"agent": agent, "buffer": buffer, "loss": loss_fn}
+    state = ctx.restore_checkpoint(training)
     if state is not None:
-        agent.load_state_dict(state["agent"])
-        buffer.load_state_dict(state["buffer"])
         rng.bit_generator.state = state["rng"]
         env.set_rng_state(state["env_rng"])
         env.env_steps = state["env_steps"]
-        torch.set_rng_state(state["torch_rng"])
-        if torch.cuda.is_available() and state.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state_all(state["cuda_rng"])
         start, updates, curve, episode_returns = state["step"], state["updates"], state["curve"], state["returns"]
         update_time, env_time = state["update_time"], state["env_time"]
         recent = {key: list(values.to(ctx.device).unbind()) for key, values in state["recent"].items()}
@@ -560,13 +557,10 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
             next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
         if next_ckpt is not None and env.env_steps >= next_ckpt and step + 1 < total_agent_steps:
-            ctx.save_checkpoint({
-                "agent": agent.state_dict(), "buffer": buffer.state_dict(), "rng": rng.bit_generator.state,
-                "env_rng": env.rng_state(), "env_steps": env.env_steps, "torch_rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                "step": step + 1, "updates": updates, "curve": curve, "returns": episode_returns,
-                "update_time": update_time, "env_time": env_time,
-                "recent": {key: torch.stack(values) for key, values in recent.items()}})
+            ctx.save_checkpoint(
+                training, rng=rng.bit_generator.state, env_rng=env.rng_state(), env_steps=env.env_steps,
+                step=step + 1, updates=updates, curve=curve, returns=episode_returns, update_time=update_time,
+                env_time=env_time, recent={key: torch.stack(values) for key, values in recent.items()})
             next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
         obs, _ = env.reset()
         buffer.start_episode(obs)

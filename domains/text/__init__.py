@@ -23,16 +23,19 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    Prepared,
     Preset,
     PretrainResult,
     Reference,
     RunContext,
     RunSpec,
+    Supplies,
     UserError,
     hash_files,
     label_prior,
 )
 from domains.text.config import TASKS, TextConfig
+from domains.text.corpus import Corpus, book_paths, load_corpus, sentence_labels, synthetic_fingerprint
 
 TRAINED = ("quickthought", "quickthought-bert")
 # What the class prior (``details["label_prior"]``) of a trained run counts: the pretraining sentences' classes. The
@@ -67,7 +70,7 @@ class TextDomain(Domain):
                                "evaluated on SentEval"),
     }
     default_dataset = "synthetic-topics"
-    losses = ("infonce", "dcl", "hcl", "pucl", "debiased_pos")
+    supplies = Supplies()  # quick-thought: neighbouring sentences as views, cosine / temperature; no labels
     presets = {
         "quick": Preset("small GRUs (word 128, hidden 256), batch 100, lr 2e-3, 3 epochs over at most 20k "
                        "sentences: on the embedded synthetic-topics about 15 s a seed on one CPU core, under a "
@@ -115,39 +118,44 @@ class TextDomain(Domain):
         if spec.dataset == "synthetic-topics" and cfg.use_senteval_package:
             raise UserError("use_senteval_package applies to the SentEval tasks: use --dataset books or hf-text")
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
+        """The pretraining corpus of a trained method (None for bow and hf, which train nothing) and the
+        fingerprint. The evaluation's SentEval files are read by the protocol; the fingerprint hashes them."""
+        corpus = load_corpus(spec.dataset, spec.config, ctx.data_root) if spec.method in TRAINED else None
+        return Prepared(corpus, self.data_fingerprint(spec, ctx))
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext, corpus: Corpus | None) -> PretrainResult:
         from domains.text.models import HFEncoder, QuickThoughtEncoder, build_model
         from domains.text.senteval import BowEncoder
 
         cfg: TextConfig = spec.config
         if spec.method == "bow":
-            return PretrainResult(BowEncoder(cfg.word_vectors, cfg.lowercase),
-                                  info={"trained": False, "loss_ignored": True})
+            return PretrainResult(BowEncoder(cfg.word_vectors, cfg.lowercase), info={"trained": False},
+                                  loss_used=False)
         if spec.method == "hf":
             return PretrainResult(HFEncoder(cfg.hf_model_dir, ctx.device, cfg.eval_batch_size),
-                                  info={"trained": False, "loss_ignored": True, "hf_model_dir": cfg.hf_model_dir})
-        from domains.text.corpus import load_corpus
+                                  info={"trained": False, "hf_model_dir": cfg.hf_model_dir}, loss_used=False)
         from domains.text.quickthought import train
         from domains.text.tokenize import SentenceTokenizer, train_tokenizer
 
         bert = spec.method == "quickthought-bert"
         kind = "wordpiece" if bert else "word"
-        corpus = load_corpus(spec.dataset, cfg, ctx.data_root)
-        checkpoint = ctx.load_checkpoint()
-        if checkpoint is not None:  # the vocabulary the saved weights were trained with
-            tokenizer = SentenceTokenizer.from_str(checkpoint["tokenizer"], kind, cfg.max_len)
+        saved = ctx.saved_extras()
+        if saved is not None:  # the vocabulary the saved weights were trained with
+            tokenizer = SentenceTokenizer.from_str(saved["tokenizer"], kind, cfg.max_len)
         else:
             tokenizer = train_tokenizer(corpus.sentences, kind, cfg.vocab_size, cfg.max_len, cfg.lowercase,
                                         cfg.min_frequency)
         model, model_info = build_model(spec.method, cfg, tokenizer)
         ctx.log(f"quick-thought ({spec.method}, {spec.loss}) on {len(corpus)} sentences of "
                 f"{len(corpus.doc_names)} documents, vocabulary {tokenizer.vocab_size}")
-        curve, throughput, info = train(model, tokenizer, corpus, cfg, spec.make_loss(), ctx, checkpoint)
+        curve, throughput, info = train(model, tokenizer, corpus, cfg, spec.make_loss(), ctx)
         info.update(model_info, trained=True, parameters=sum(p.numel() for p in model.parameters()))
         encoder = QuickThoughtEncoder(model, tokenizer, ctx.device, cfg.eval_batch_size, truncate=bert)
         return PretrainResult(encoder, curve, throughput, info)
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext,
+                 corpus: Corpus | None) -> EvalResult:
         """The protocol of the dataset (``domains.text.evaluate``). A trained run's details also give the class
         prior of its pretraining sentences (``label_prior``, Σ p², and ``label_classes``): on synthetic-topics
         their topic, on books the book each sentence comes from (``label_prior_of`` says which)."""
@@ -155,27 +163,20 @@ class TextDomain(Domain):
 
         metrics, details = evaluate_encoder(pretrained.model, spec.dataset, spec.config, ctx.data_root, ctx.log,
                                             ctx.device)
-        details["loss_used"] = spec.method in TRAINED
-        if spec.method in TRAINED and spec.dataset in _LABELS_OF_SENTENCES:
-            from domains.text.corpus import load_corpus, sentence_labels
-
-            corpus = load_corpus(spec.dataset, spec.config, ctx.data_root)
+        if corpus is not None and spec.dataset in _LABELS_OF_SENTENCES:
             details.update(label_prior(sentence_labels(corpus)), label_prior_of=_LABELS_OF_SENTENCES[spec.dataset])
         return EvalResult(metrics, details)
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
+        """Without parsing the corpus: the generator's parameters, or the hashes of the files."""
         cfg: TextConfig = spec.config
         if spec.dataset == "synthetic-topics":
-            from domains.text.corpus import synthetic_fingerprint
-
             return {"dataset": spec.dataset, "generator_sha256": synthetic_fingerprint(cfg)}
         from domains.text.senteval import task_files
 
         out: dict[str, Any] = {"dataset": spec.dataset,
                                "senteval_sha256": hash_files(task_files(ctx.data_root, cfg.senteval_tasks))}
         if spec.dataset == "books" and spec.method in TRAINED:
-            from domains.text.corpus import book_paths
-
             paths = book_paths(ctx.data_root, cfg.books)
             out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
         elif spec.dataset == "hf-text":

@@ -40,7 +40,7 @@ def benchmark(device: torch.device, data_root: Path, quick: bool) -> list[dict[s
             tokenizer = train_tokenizer(corpus.sentences, kind, cfg.vocab_size, cfg.max_len)
             model, _ = build_model(method, cfg, tokenizer)
             ctx = RunContext(seed=0, device=device, data_root=Path(data_root), work_dir=Path(tmp) / method, quiet=True)
-            _, throughput, info = train(model, tokenizer, corpus, cfg, losses.get("infonce"), ctx, None)
+            _, throughput, info = train(model, tokenizer, corpus, cfg, losses.get("infonce"), ctx)
             rows.append({"benchmark": "train", "method": method, "dataset": dataset, "device": str(device),
                          "batch_size": cfg.batch_size, "steps": info["steps"],
                          "sentences_per_s": round(throughput["sentences_per_s"], 1)})

@@ -71,10 +71,11 @@ def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: 
 
 
 def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg: TextConfig, loss_fn,
-          ctx: RunContext, checkpoint: dict[str, Any] | None) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
+          ctx: RunContext) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
     """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
-    ``checkpoint_every`` steps and at every epoch's end; ``checkpoint`` (from ``ctx.load_checkpoint``)
-    resumes at its step. Returns the learning curve, the throughput and what to record.
+    ``checkpoint_every`` steps and at every epoch's end (with the tokenizer's vocabulary, which a resumed run
+    builds its model from: ``ctx.saved_extras``); a resumed run goes on at its step. Returns the learning
+    curve, the throughput and what to record.
 
     On a GPU nothing waits for the device between two log points: the padded corpus and its document ids are
     on the device from the start, which batches have a positive pair is known beforehand, and the loss is
@@ -97,19 +98,16 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
     if cfg.max_steps:
         total = min(total, cfg.max_steps)
     step, curve, elapsed, seen, skipped = 0, [], 0.0, 0, 0
-    if checkpoint is not None:
-        model.load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        step, curve, elapsed = checkpoint["step"], checkpoint["curve"], checkpoint["elapsed_s"]
-        seen, skipped = checkpoint["sentences_seen"], checkpoint["skipped_batches"]
-        loss_fn.load_state_dict(checkpoint.get("loss", {}))
+    training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
+    state = ctx.restore_checkpoint(training)
+    if state is not None:
+        step, curve, elapsed = state["step"], state["curve"], state["elapsed_s"]
+        seen, skipped = state["sentences_seen"], state["skipped_batches"]
         ctx.log(f"resuming quick-thought at step {step}/{total}")
 
     def save() -> None:
-        ctx.save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                             "curve": curve, "elapsed_s": elapsed, "sentences_seen": seen,
-                             "skipped_batches": skipped, "tokenizer": tokenizer.to_str(),
-                             "loss": loss_fn.state_dict()})
+        ctx.save_checkpoint(training, step=step, curve=curve, elapsed_s=elapsed, sentences_seen=seen,
+                            skipped_batches=skipped, tokenizer=tokenizer.to_str())
 
     loss_sum = torch.zeros((), device=device)
     window_steps = window_sentences = 0  # the steps trained and sentences seen since the last log point

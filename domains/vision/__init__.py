@@ -9,7 +9,6 @@ baseline), evaluated by linear classification on frozen features.
 
 from __future__ import annotations
 
-import functools
 import os
 from pathlib import Path
 
@@ -22,15 +21,17 @@ from domains.base import (
     Domain,
     EvalResult,
     OpenDatasets,
+    Prepared,
     PretrainResult,
     Reference,
     RunContext,
     RunSpec,
+    Supplies,
     UserError,
     label_prior,
 )
 from domains.vision import config as vcfg
-from domains.vision.biased import CE, SUPERVISED, Biased
+from domains.vision.biased import Biased
 from domains.vision.cmc import CMC
 from domains.vision.config import PRESETS, VisionConfig
 from domains.vision.data import BIASED, DATASETS, VisionData, load
@@ -38,7 +39,6 @@ from domains.vision.hub import PREFIX, is_hub_name
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
 
-UNSUPERVISED = ("infonce", "dcl", "hcl", "pucl", "debiased_pos", "unbiased")
 METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
 UNLABELLED = ("stl10",)  # pretraining sets with unlabelled images: no oracle, no supervised loss
 
@@ -74,13 +74,6 @@ def _hub_dataset(name: str) -> DatasetSpec:
                        "parquet shards as given or under the data root)")
 
 
-@functools.lru_cache(maxsize=2)
-def _load(name: str, root: str, image_size: int, rho: float, bias_percent: str, download: bool,
-          classes: int = 0, image_column: str = "", label_column: str = "") -> VisionData:
-    return load(name, Path(root), image_size=image_size, rho=rho, bias_percent=bias_percent, download=download,
-                first_classes=classes, image_column=image_column, label_column=label_column)
-
-
 def _on_device(data: VisionData, device: torch.device) -> VisionData:
     """The in-memory sets on a CUDA device when they fit in a quarter of its memory: batches are then
     indexed there, with no copy per step (folders stay on the host, streamed by a DataLoader)."""
@@ -89,12 +82,6 @@ def _on_device(data: VisionData, device: torch.device) -> VisionData:
     splits = {id(s): s for s in (data.pretrain, data.train, data.test)}.values()
     size = sum(s.images.numel() * s.images.element_size() for s in splits if isinstance(s.images, torch.Tensor))
     return data.to(device) if size <= torch.cuda.get_device_properties(device).total_memory // 4 else data
-
-
-def _data(spec: RunSpec, ctx: RunContext) -> VisionData:
-    c = spec.config
-    return _load(spec.dataset, str(ctx.data_root), c.image_size, c.rho, c.bias_percent, c.download, c.classes,
-                 c.image_column, c.label_column)
 
 
 @register
@@ -117,7 +104,10 @@ class VisionDomain(Domain):
                                           "once); any hf:<hub id or folder of parquet shards> works the same way")},
         accepts=is_hub_name, describe=_hub_dataset)
     default_dataset = "digits"
-    losses = UNSUPERVISED + SUPERVISED
+    # SimCLR, CMC and MoCo score views of an image (cosine / temperature), with its labels for the oracle; the
+    # biased track scores classmates (label_scores) or its classifier's logits (class_scores).
+    supplies = Supplies(labels=True)
+    method_supplies = {"biased": Supplies(positives={losses.CLASSMATES, losses.CLASS}, labels=True)}
     presets = PRESETS
     primary_metric = "top1"
     higher_is_better = True
@@ -145,17 +135,19 @@ class VisionDomain(Domain):
 
     def validate(self, spec: RunSpec) -> None:
         cfg: VisionConfig = spec.config
-        vcfg.check(cfg)
         if spec.method not in METHODS:
             raise UserError(f"unknown vision method '{spec.method}'; available: {', '.join(METHODS)}")
-        allowed = SUPERVISED if spec.method == "biased" else UNSUPERVISED
+        allowed = self.accepted_losses(spec.method)
         if spec.loss not in allowed:
+            others = [m for m in METHODS if spec.loss in self.accepted_losses(m)]
             raise UserError(f"method '{spec.method}' takes the losses {', '.join(allowed)}, not '{spec.loss}'"
-                            + (" (use --method biased)" if spec.loss in SUPERVISED else ""))
-        if spec.loss == CE and spec.loss_params:
-            raise UserError(f"the cross-entropy baseline has no hyper-parameters, got {sorted(spec.loss_params)}")
-        labelled = spec.method == "biased" or spec.loss == "unbiased"
-        if labelled and spec.dataset in UNLABELLED:
+                            + (f" (use --method {' or '.join(others)})" if others else ""))
+        loss = losses.spec(spec.loss)
+        try:
+            loss.resolve(**spec.loss_params)
+        except ValueError as exc:
+            raise UserError(f"bad hyper-parameters for loss '{spec.loss}': {exc}") from None
+        if loss.needs_labels and spec.dataset in UNLABELLED:
             raise UserError(f"'{spec.loss}' needs class labels for every pretraining image; {spec.dataset} "
                             "pretrains on unlabelled images")
         if cfg.fairkl_lambda > 0 and (spec.method != "biased" or spec.dataset not in BIASED):
@@ -174,27 +166,33 @@ class VisionDomain(Domain):
         from domains.vision.train import data_info
 
         cfg = vcfg.resolved(spec.config, spec.method, spec.dataset)
-        loss = None if spec.loss == CE else spec.make_loss()
-        needs_labels = spec.loss != CE and losses.spec(spec.loss).needs_labels
-        return cfg, METHODS[spec.method](cfg, data_info(data), loss, needs_labels).to(device)
+        loss = spec.make_loss()
+        return cfg, METHODS[spec.method](cfg, data_info(data), loss, loss.spec.needs_labels).to(device)
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext) -> PretrainResult:
+    def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
+        """The images, on the host, and their fingerprint: a hash of the pixels and labels the run sees (so the
+        fingerprint has no cheaper path than loading them; a set read in the hub's format also names its files)."""
+        c: VisionConfig = spec.config
+        data = load(spec.dataset, Path(ctx.data_root), image_size=c.image_size, rho=c.rho, bias_percent=c.bias_percent,
+                    download=c.download, first_classes=c.classes, image_column=c.image_column,
+                    label_column=c.label_column)
+        return Prepared(data, data.fingerprint)
+
+    def pretrain(self, spec: RunSpec, ctx: RunContext, data: VisionData) -> PretrainResult:
         from domains.vision.train import pretrain, setup_device
 
         self.validate(spec)
         device = setup_device(ctx.device)
-        data = _data(spec, ctx)
         data = _on_device(data, device)
         cfg, method = self._method(spec, data, device)
         return pretrain(method, data, cfg, ctx, device, desc=f"{spec.method}/{spec.loss}")
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext) -> EvalResult:
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: VisionData) -> EvalResult:
         from domains.vision.evaluate import extract, group_accuracy, knn_top1, linear_eval
 
         cfg: VisionConfig = spec.config
         method = pretrained.model
         device = next(method.parameters()).device
-        data = _data(spec, ctx)
         train_f, test_f = (extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test))
         train_y, test_y = data.train.labels.to(device), data.test.labels.to(device)
         result = linear_eval(train_f, train_y, test_f, test_y, data.num_classes, epochs=cfg.linear_epochs,
@@ -224,9 +222,6 @@ class VisionDomain(Domain):
             details["test_bias_aligned_fraction"] = float((data.test.bias == data.test.labels).float().mean())
             details["train_bias_aligned_fraction"] = float((data.train.bias == data.train.labels).float().mean())
         return EvalResult(metrics=metrics, details=details)
-
-    def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict:
-        return _data(spec, ctx).fingerprint
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict]:
         from domains.vision.bench import run

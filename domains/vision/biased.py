@@ -16,8 +16,10 @@ step (its own Adam, lr ``online_lr``, no weight decay); its test accuracy on the
 what they report, and what this track records as ``top1`` (last epoch) beside ``online_best_top1``
 (their "best accuracy" over epochs). The logged loss includes that classifier's cross-entropy.
 
-``ce`` is the cross-entropy baseline (their main_ce.py): the classifier trained jointly with the
-encoder on its features (ReLU-ended; tanh and L2-normalised when FairKL is on), ``alpha·CE + lambda·R``.
+``ce`` is the cross-entropy baseline (their main_ce.py): a loss whose positive is the sample's class among
+the classes (``positives=CLASS``), so it scores the classifier's logits (``class_scores``); the classifier is
+trained jointly with the encoder on its features (ReLU-ended; tanh and L2-normalised when FairKL is on),
+``alpha·CE + lambda·R``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,6 @@ from domains.vision.evaluate import extract, group_accuracy, topk_accuracy
 from domains.vision.method import Batch, Method
 from domains.vision.models import FEATURE_DIM, encoder, projection_head
 
-CE = "ce"
-SUPERVISED = ("supcon", "eps_supcon", "eps_supinfonce", CE)
 BASE_TEMPERATURE = 0.07  # the authors' loss multiplies by temperature / 0.07 (SupContrast's convention)
 EVAL_CHUNK = 4096
 
@@ -42,7 +42,10 @@ class Biased(Method):
     def __init__(self, cfg, info, loss, needs_labels):
         super().__init__(cfg, info, loss, needs_labels)
         small = cfg.arch in ("small", "simpleconvnet")
-        self.ce = loss is None
+        self.ce = loss.spec.positives == losses.CLASS  # the loss scores the classifier's logits: it trains it
+        # FairKL's hyper-parameters checked once, here, not at every step
+        self.fairkl = (losses.get("fairkl", moments=cfg.fairkl_moments, form=cfg.fairkl_form, kld=cfg.fairkl_kld)
+                       if cfg.fairkl_lambda > 0 else None)
         # The classifier reads L2-normalised features, except the plain CE baseline's; the authors' nets end
         # in tanh (contrastive: with no head) wherever the features are normalised, in ReLU otherwise.
         self.normalized = not self.ce or cfg.fairkl_lambda > 0
@@ -93,17 +96,15 @@ class Biased(Method):
         feats = self.encoder(x)
         labels = batch.labels.repeat(views)
         if self.ce:
-            total = self.cfg.alpha * F.cross_entropy(self._classify(feats), labels)
+            total = self.cfg.alpha * self.loss(losses.class_scores(self._classify(feats), labels))
         else:
             main = self.loss(losses.label_scores(self.head(feats), labels, self.cfg.temperature, gather=self.gather))
             weight = self.cfg.alpha
             if self.cfg.objective == "authors":
                 weight = self.cfg.alpha * self.cfg.alpha * self.cfg.temperature / BASE_TEMPERATURE
             total = weight * main + F.cross_entropy(self._classify(feats[:b].detach()), batch.labels)
-        if self.cfg.fairkl_lambda > 0:
-            reg = losses.fairkl(feats[:b], batch.labels, batch.bias, moments=self.cfg.fairkl_moments,
-                                form=self.cfg.fairkl_form, kld=self.cfg.fairkl_kld)
-            total = total + self.cfg.fairkl_lambda * reg
+        if self.fairkl is not None:
+            total = total + self.cfg.fairkl_lambda * self.fairkl(feats[:b], batch.labels, batch.bias)
         return total
 
     def _classify(self, feats: Tensor) -> Tensor:

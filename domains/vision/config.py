@@ -1,62 +1,69 @@
-"""The vision domain's configuration: one dataclass whose defaults are the quick CPU setting, and the
-presets. ``"auto"`` / ``0`` values resolve to the method's or dataset's published value
-(:func:`resolved`), so one config serves SimCLR, CMC, MoCo and the biased-data track.
+"""The vision domain's configuration: one pydantic dataclass whose defaults are the quick CPU setting, and the
+presets. Every range and choice is a constraint on its field, checked when the config is built. ``"auto"`` / ``0``
+values resolve to the method's or dataset's published value (:func:`resolved`), so one config serves SimCLR, CMC,
+MoCo and the biased-data track.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
+from typing import Annotated, Literal
 
-from domains.base import RUNTIME, Preset, UserError
+from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic.dataclasses import dataclass
+
+from domains.base import RUNTIME, Preset
 
 # Temperatures of the source papers: SimCLR as in Chuang et al. 2020 (DCL), CMC's NCE softmax
 # (Tian et al. 2020), MoCo v2 (Chen et al. 2020), the biased track as Barbano et al. 2023.
 METHOD_TEMPERATURE = {"simclr": 0.5, "cmc": 0.07, "moco": 0.2, "biased": 0.1}
-ARCHS = ("auto", "small", "simpleconvnet", "resnet18", "resnet50")
-AUGMENTS = ("auto", "simclr", "crop", "none")
-LR_DECAYS = ("none", "step", "cosine")
-OPTIMIZERS = ("adam", "sgd")
+Momentum = Annotated[float, Field(ge=0.0, lt=1.0)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
-@dataclass
+@dataclass(config=ConfigDict(extra="forbid"))
 class VisionConfig:
     """Every knob of a vision run. Defaults: the quick CPU setting on the embedded digits."""
 
-    arch: str = "auto"  # auto: small (digits, biased digits), simpleconvnet (biased track), resnet18 (others)
-    image_size: int = 0  # 0: the dataset's own size (digits and biased digits: upsampled to 16)
-    epochs: int = 30
-    batch_size: int = 128
-    optimizer: str = "adam"  # adam (DCL) | sgd (with momentum; Barbano et al.'s script default)
-    lr: float = 1e-3
-    momentum: float = 0.9  # sgd only
+    # auto: small (digits, biased digits), simpleconvnet (biased track), resnet18 (others)
+    arch: Literal["auto", "small", "simpleconvnet", "resnet18", "resnet50"] = "auto"
+    image_size: NonNegativeInt = 0  # 0: the dataset's own size (digits and biased digits: upsampled to 16)
+    epochs: PositiveInt = 30
+    batch_size: Annotated[int, Field(ge=2)] = 128  # contrastive batches need negatives
+    optimizer: Literal["adam", "sgd"] = "adam"  # adam (DCL) | sgd (with momentum; Barbano et al.'s script default)
+    lr: PositiveFloat = 1e-3
+    momentum: Momentum = 0.9  # sgd only
     weight_decay: float = 1e-6
-    lr_decay: str = "none"  # none | step (x0.1 at 1/3 and 2/3 of the epochs) | cosine
-    temperature: float = 0.0  # 0: the method's paper value (METHOD_TEMPERATURE)
-    proj_dim: int = 128
-    n_views: int = 2  # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
-    augment: str = "auto"  # auto: simclr (CMC: crop, biased track: none, as Barbano et al.)
-    crop_min_scale: float = 0.2  # random resized crop scale range [crop_min_scale, 1]
-    num_negatives: int = 4096  # CMC negatives drawn from the bank / MoCo queue length
-    cmc_momentum: float = 0.5  # memory-bank momentum (Tian et al.)
-    moco_momentum: float = 0.99  # key-encoder momentum (0.999 in MoCo on ImageNet)
-    rho: float = 0.99  # biased datasets: probability that the colour matches the class
+    lr_decay: Literal["none", "step", "cosine"] = "none"  # none | step (x0.1 at 1/3 and 2/3 of the epochs) | cosine
+    temperature: NonNegativeFloat = 0.0  # 0: the method's paper value (METHOD_TEMPERATURE)
+    proj_dim: PositiveInt = 128
+    n_views: Annotated[int, Field(ge=2)] = 2  # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
+    # auto: simclr (CMC: crop, biased track: none, as Barbano et al.)
+    augment: Literal["auto", "simclr", "crop", "none"] = "auto"
+    crop_min_scale: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2  # random resized crop scale range [crop_min_scale, 1]
+    num_negatives: PositiveInt = 4096  # CMC negatives drawn from the bank / MoCo queue length
+    cmc_momentum: Momentum = 0.5  # memory-bank momentum (Tian et al.)
+    moco_momentum: Momentum = 0.99  # key-encoder momentum (0.999 in MoCo on ImageNet)
+    rho: Probability = 0.99  # biased datasets: probability that the colour matches the class
     # digits and biased digits: keep the digits 0..classes-1 (2..10), a known class prior about 1/classes; 0: all 10
-    classes: int = 0
+    classes: NonNegativeInt = 0
     bias_percent: str = "0.5pct"  # Corrupted CIFAR-10 / bFFHQ: the conflicting-sample split
     image_column: str = ""  # sets in the hub's format (hf:...): "" finds img or image, else any Image feature
     label_column: str = ""  # "" finds label, fine_label or labels, else any ClassLabel feature
-    alpha: float = 1.0  # weight of the contrastive loss (Barbano et al.: alpha·L + lambda·R)
-    fairkl_lambda: float = 0.0  # weight lambda of the FairKL regulariser; 0 turns it off
-    fairkl_moments: str = "full"  # the gaussian form: full (Eq. 10) | mean (EnD-like ablation)
-    fairkl_form: str = "gaussian"  # gaussian (the paper's Eq. 10) | authors (their bounded moment matching)
-    fairkl_kld: float = 1.0  # weight of the authors' form's std term (their --kld)
-    objective: str = "paper"  # paper: alpha·L + lambda·R | authors: alpha·(alpha·(T/0.07)·L) + lambda·R
-    online_lr: float = 1e-3  # the biased track's online linear classifier (Adam, no weight decay)
-    linear_epochs: int = 100  # linear evaluation, Adam 1e-3 on frozen features (DCL protocol)
+    alpha: NonNegativeFloat = 1.0  # weight of the contrastive loss (Barbano et al.: alpha·L + lambda·R)
+    fairkl_lambda: NonNegativeFloat = 0.0  # weight lambda of the FairKL regulariser; 0 turns it off
+    fairkl_moments: Literal["full", "mean"] = "full"  # the gaussian form: full (Eq. 10) | mean (EnD-like ablation)
+    # gaussian (the paper's Eq. 10) | authors (their bounded moment matching)
+    fairkl_form: Literal["gaussian", "authors"] = "gaussian"
+    fairkl_kld: NonNegativeFloat = 1.0  # weight of the authors' form's std term (their --kld)
+    # paper: alpha·L + lambda·R | authors: alpha·(alpha·(T/0.07)·L) + lambda·R
+    objective: Literal["paper", "authors"] = "paper"
+    online_lr: PositiveFloat = 1e-3  # the biased track's online linear classifier (Adam, no weight decay)
+    linear_epochs: PositiveInt = 100  # linear evaluation, Adam 1e-3 on frozen features (DCL protocol)
     linear_lr: float = 1e-3
-    linear_batch_size: int = 64  # DCL: 512 on 50,000 images; 64 gives the 1,257 digits enough steps
+    linear_batch_size: PositiveInt = 64  # DCL: 512 on 50,000 images; 64 gives the 1,257 digits enough steps
     linear_weight_decay: float = 1e-6
-    knn_k: int = 200
+    knn_k: PositiveInt = 200
     knn_temperature: float = 0.5
     knn_every: int = 5  # kNN monitor every N epochs (and at the last); 0: off
     bf16: bool = True  # bf16 autocast on CUDA; the losses run in float32 anyway
@@ -124,35 +131,6 @@ PRESETS = {
     "cifar-bench-800": Preset(f"lightly's CIFAR-10 benchmark, 800 epochs (its long run): {LIGHTLY_NOTE}",
                               {**LIGHTLY_CIFAR, "epochs": 800}),
 }
-
-
-def check(cfg: VisionConfig) -> None:
-    """UserError for a value no run can use."""
-    choices = {"arch": ARCHS, "augment": AUGMENTS, "lr_decay": LR_DECAYS, "optimizer": OPTIMIZERS,
-               "fairkl_moments": ("full", "mean"), "fairkl_form": ("gaussian", "authors"),
-               "objective": ("paper", "authors")}
-    for name, allowed in choices.items():
-        if getattr(cfg, name) not in allowed:
-            raise UserError(f"{name} must be one of {', '.join(allowed)}, got {getattr(cfg, name)!r}")
-    positive = ("epochs", "batch_size", "proj_dim", "num_negatives", "knn_k", "linear_epochs", "linear_batch_size")
-    for name in positive:
-        if getattr(cfg, name) < 1:
-            raise UserError(f"{name} must be >= 1, got {getattr(cfg, name)}")
-    if cfg.batch_size < 2:
-        raise UserError("batch_size must be >= 2: contrastive batches need negatives")
-    if cfg.n_views < 2:
-        raise UserError(f"n_views must be >= 2, got {cfg.n_views}")
-    if not 0.0 < cfg.crop_min_scale <= 1.0:
-        raise UserError(f"crop_min_scale must lie in (0, 1], got {cfg.crop_min_scale}")
-    for name in ("cmc_momentum", "moco_momentum"):
-        if not 0.0 <= getattr(cfg, name) < 1.0:
-            raise UserError(f"{name} must lie in [0, 1), got {getattr(cfg, name)}")
-    if not 0.0 <= cfg.rho <= 1.0:
-        raise UserError(f"rho must lie in [0, 1], got {cfg.rho}")
-    if cfg.temperature < 0 or cfg.lr <= 0 or cfg.alpha < 0 or cfg.fairkl_lambda < 0:
-        raise UserError("temperature, alpha and fairkl_lambda must be >= 0 and lr > 0")
-    if cfg.online_lr <= 0 or cfg.fairkl_kld < 0 or not 0.0 <= cfg.momentum < 1.0:
-        raise UserError("online_lr must be > 0, fairkl_kld >= 0 and momentum in [0, 1)")
 
 
 def resolved(cfg: VisionConfig, method: str, dataset: str) -> VisionConfig:

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.base import DatasetMissingError, DatasetSpec, UserError, cache_dir, hash_jsonable, require
+from domains.base import DatasetMissingError, DatasetSpec, UserError, cache_dir, hash_jsonable, require, write_atomic
 from domains.vision import hub
 
 DATASETS = {
@@ -310,10 +310,8 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
 def _unpacked_mnist(root: Path) -> Path:
     """A root under which torchvision finds ``MNIST/raw`` unpacked: the data root if it holds the
     plain idx files, else the cache, into which the gzipped ones are unpacked once (the data root
-    may be read-only). Each file is written beside its target and renamed, so concurrent runs
-    never read a half-written file."""
+    may be read-only). Each file is written atomically, so concurrent runs never read a half-written file."""
     import gzip
-    import os
     import shutil
 
     raw = root / "MNIST" / "raw"
@@ -324,11 +322,8 @@ def _unpacked_mnist(root: Path) -> Path:
     for name in MNIST_FILES:
         if (target / name).is_file() or not (raw / f"{name}.gz").is_file():
             continue
-        target.mkdir(parents=True, exist_ok=True)
-        tmp = target / f".{name}.{os.getpid()}"
-        with gzip.open(raw / f"{name}.gz", "rb") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        tmp.replace(target / name)
+        with gzip.open(raw / f"{name}.gz", "rb") as src:
+            write_atomic(target / name, lambda dst: shutil.copyfileobj(src, dst))
     return cache
 
 

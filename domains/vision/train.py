@@ -16,16 +16,14 @@ from __future__ import annotations
 import copy
 import functools
 import os
-import random
 import time
 import warnings
 from collections.abc import Callable
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from domains.base import PretrainResult, RunContext, UserError
+from domains.base import PretrainResult, RunContext, UserError, rng_state, set_rng_state
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig
 from domains.vision.data import VisionData, batches
@@ -61,21 +59,6 @@ def make_scheduler(opt: torch.optim.Optimizer, cfg: VisionConfig):
     if cfg.lr_decay == "cosine":
         return torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.epochs)
     return torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-
-
-def _rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def data_info(data: VisionData) -> DataInfo:
@@ -124,13 +107,13 @@ def first_compiled_step(step: Callable[[], Tensor], method: Method, parts: list[
                         ctx: RunContext) -> Tensor:
     """The first step with compiled parts, where compilation happens; if it fails, warn, restore what
     the step may have changed (buffers, banks, queues, random state) and take it eagerly."""
-    saved, rng = copy.deepcopy(method.state_dict()), _rng_state()
+    saved, rng = copy.deepcopy(method.state_dict()), rng_state()
     try:
         return step()
     except Exception as exc:  # noqa: BLE001 - compilation fails with many types (tracing, backend, codegen)
         uncompile(parts)
         method.load_state_dict(saved)
-        _set_rng_state(rng)
+        set_rng_state(rng)
         loss = step()  # an error that is not the compiler's comes back here, and propagates
         first_line = (str(exc).strip().splitlines() or [""])[0]
         message = f"torch.compile failed ({type(exc).__name__}: {first_line}); training eagerly"
@@ -164,15 +147,11 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     multi_tensor(opt, device)
     sched = make_scheduler(opt, cfg)
     start, curve, seen, train_time = 0, [], 0, 0.0
-    state = ctx.load_checkpoint()
+    # Every rank restores rank 0's checkpoint.
+    training = {"method": method, "optimizer": opt, "scheduler": sched, "loss": method.loss}
+    state = ctx.restore_checkpoint(training)
     if state is not None:
-        method.load_state_dict(state["method"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
         start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
-        _set_rng_state(state["rng"])
-        if method.loss is not None:
-            method.loss.load_state_dict(state.get("loss", {}))
         ctx.log(f"resumed from epoch {start}")
     local_batch = cfg.batch_size // size
     pre = data.pretrain
@@ -209,8 +188,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         seen, train_time = seen + steps * local_batch * size, train_time + elapsed
         sched.step()
         point = {"epoch": epoch + 1, "loss": mean_loss, "seconds": elapsed, "lr": opt.param_groups[0]["lr"]}
-        if method.loss is not None:  # an estimated class prior, when one is due (the CE baseline has no loss)
-            point.update(method.loss.refresh_prior(epoch + 1))
+        point.update(method.loss.refresh_prior(epoch + 1))  # an estimated class prior, when one is due
         if rank == 0 and cfg.knn_every and ((epoch + 1) % cfg.knn_every == 0 or epoch + 1 == cfg.epochs):
             feats = [extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test)]
             point["knn_top1"] = knn_top1(feats[0], data.train.labels.to(device), feats[1],
@@ -220,10 +198,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         curve.append(point)
         ctx.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()))
         if rank == 0:
-            ctx.save_checkpoint({"epoch": epoch + 1, "method": method.state_dict(), "optimizer": opt.state_dict(),
-                                 "scheduler": sched.state_dict(), "curve": curve, "seen": seen,
-                                 "train_time": train_time, "rng": _rng_state(),
-                                 "loss": {} if method.loss is None else method.loss.state_dict()})
+            ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, seen=seen, train_time=train_time)
     n_params = sum(p.numel() for p in method.parameters() if p.requires_grad)
     return PretrainResult(
         model=method, curve=curve,
@@ -231,5 +206,5 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
               "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment,
               "compiled": bool(parts) and parts[0]._compiled_call_impl is not None,
-              "prior": None if method.loss is None else method.loss.prior_summary()},
+              "prior": method.loss.prior_summary()},
     )
