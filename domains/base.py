@@ -7,7 +7,8 @@ the domain's config dataclass), calls ``prepare`` once for the seeds of a run (t
 fingerprint), then for each seed builds a :class:`RunContext` and calls ``pretrain`` then ``evaluate``.
 
 Rules for a domain module (so ``harness list`` works whatever extras are installed):
-- import only the standard library, numpy and torch at module level; import the heavy libraries of
+- import only the standard library and the core dependencies (numpy, torch, pydantic for the config, the loss
+  core) at module level; import the heavy libraries of
   its extra (torch_geometric, torchvision, dm_control, transformers, ...) inside functions, through
   :func:`require`, which turns a missing package into a :class:`UserError` naming the extra;
 - raise :class:`UserError` (or :class:`DatasetMissingError`) for every mistake a user can fix.
