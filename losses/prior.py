@@ -95,13 +95,33 @@ def _cluster_grid(k_max: int) -> list[int]:
     return sorted(grid)
 
 
+def silhouette(distances: np.ndarray, labels: np.ndarray) -> float:
+    """The mean silhouette (Rousseeuw 1987) of ``labels`` (integers from 0) over a precomputed distance matrix,
+    the value of ``sklearn.metrics.silhouette_score(distances, labels, metric="precomputed")`` (a singleton
+    cluster's member scores 0, as there). The per-cluster distance sums are one product of the matrix with the
+    one-hot labels, where scikit-learn reduces the matrix chunk by chunk for every partition: 3-4 times faster
+    on 1,024 rows, and :func:`cluster_prior` scores about 20 partitions per estimate."""
+    sizes = np.bincount(labels)
+    sums = distances @ np.eye(len(sizes))[labels]  # [n, clusters]: each row's distance sum to each cluster
+    own_size = sizes[labels]
+    rows = np.arange(len(labels))
+    own = sums[rows, labels] / np.maximum(own_size - 1, 1)
+    means = sums / np.maximum(sizes, 1)
+    means[rows, labels] = np.inf
+    means[:, sizes == 0] = np.inf
+    nearest = means.min(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        scores = np.where(own_size > 1, (nearest - own) / np.maximum(own, nearest), 0.0)
+    return float(np.nan_to_num(scores).mean())
+
+
 def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, sample: int = 2000) -> PriorEstimate:
     """τ+ from the cluster structure of ``embeddings`` [N, d]: ``Σ_k p_k²`` over the sizes of k clusters.
 
     The embeddings are L2-normalised (the losses compare them by cosine) and ``sample`` rows are drawn
     (seeded by ``seed``). The number of clusters k maximises the mean silhouette (Rousseeuw 1987,
-    "Silhouettes: a graphical aid to the interpretation and validation of cluster analysis",
-    `sklearn.metrics.silhouette_score` on Euclidean distances) over every k from 2 to 10 and a
+    "Silhouettes: a graphical aid to the interpretation and validation of cluster analysis", on Euclidean
+    distances; :func:`silhouette` computes scikit-learn's value faster) over every k from 2 to 10 and a
     geometric grid (ratio 1.25) up to ``max_clusters``, refined by up to 6 further k between the best
     grid point's neighbours. The candidate partitions are the cuts of one Ward tree (Ward 1963,
     `scipy.cluster.hierarchy.linkage`), which minimises the k-means objective greedily; the chosen one is
@@ -119,8 +139,9 @@ def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, 
     found k exactly for balanced, separated classes but failed on unbalanced ones (small classes give no
     gap: 2.4-4.2 times the true τ+ at C = 10) and on noisier ones at C = 50 (10-25 times), so it is not used.
 
-    Cost: 0.4-1.0 s on 2,000 x 128 on one core of a busy 2-core CPU, most of it the ~20 silhouettes, then
-    the Ward tree; time and memory grow as sample² (``sample=1000`` costs about a quarter).
+    Cost: on one CPU core, 0.03 s on 500 x 96 and 0.1 s on 1,024 x 256 (the Ward tree and the ~20
+    silhouettes about equal shares); time and memory grow as sample² (``sample=1000`` costs about a quarter
+    of the default 2,000).
 
     Limits: the silhouette is not defined for one cluster, so k >= 2 and on embeddings with no cluster
     structure (early in training) the estimate is about 1/2. ``details["silhouette"]`` says so: about 0.002
@@ -128,7 +149,6 @@ def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, 
     """
     from scipy.cluster.hierarchy import fcluster, linkage
     from sklearn.cluster import KMeans
-    from sklearn.metrics import silhouette_score
 
     x = _as_numpy("embeddings", embeddings, 2)
     if not isinstance(max_clusters, int) or max_clusters < 2:
@@ -151,9 +171,8 @@ def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, 
 
     def score(k: int) -> float:
         if k not in silhouettes:
-            labels = fcluster(tree, k, criterion="maxclust")
-            found = len(np.unique(labels))
-            silhouettes[k] = silhouette_score(distances, labels, metric="precomputed") if 2 <= found < n else -1.0
+            labels = np.unique(fcluster(tree, k, criterion="maxclust"), return_inverse=True)[1]
+            silhouettes[k] = silhouette(distances, labels) if 2 <= labels.max() + 1 < n else -1.0
         return silhouettes[k]
 
     grid = _cluster_grid(min(max_clusters, n - 1))

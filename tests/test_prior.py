@@ -77,6 +77,26 @@ def test_cluster_prior_is_sum_of_squared_cluster_fractions_and_reports_its_choic
     assert cluster_prior(7.0 * x, seed=0).value == pytest.approx(estimate.value)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_silhouette_is_scikit_learns(seed):
+    """The vectorised silhouette against scikit-learn's, on partitions with a singleton cluster and on
+    random ones, over Euclidean distances of unit vectors (what cluster_prior gives it)."""
+    from sklearn.metrics import silhouette_score
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(120, 8))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    distances = np.sqrt(np.maximum(2.0 - 2.0 * (x @ x.T), 0.0))
+    np.fill_diagonal(distances, 0.0)
+    partitions = [rng.integers(0, k, len(x)) for k in (2, 5, 17)]
+    partitions.append(np.r_[0, np.ones(len(x) - 1, dtype=int)])  # a singleton cluster scores 0
+    partitions.append(np.r_[np.arange(10), rng.integers(10, 13, len(x) - 10)])  # ten singletons
+    for labels in partitions:
+        labels = np.unique(labels, return_inverse=True)[1]
+        assert prior.silhouette(distances, labels) == pytest.approx(
+            silhouette_score(distances, labels, metric="precomputed"), abs=1e-12)
+
+
 def test_cluster_prior_subsamples_seeded():
     x = _points([0.1] * 10, 1500, 32, 1.0, seed=1)
     first = cluster_prior(x, seed=3, sample=500)
