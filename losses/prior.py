@@ -22,7 +22,6 @@ losses do, so that a training loop can tell diverged weights from a misuse.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -339,11 +338,9 @@ class PriorTracker:
     def update(self, epoch: int, *, embeddings: Tensor | None = None, scores: Scores | None = None) -> float:
         """Estimate (seeded by ``seed + epoch``), smooth, append to ``history`` and return the new value."""
         self.due(epoch)  # validates the epoch
-        start = time.perf_counter()
         estimate = estimate_prior(self.estimator, embeddings=embeddings, scores=scores, seed=self.seed + epoch)
-        seconds = time.perf_counter() - start
         self.value = estimate.value if not self.history else \
             self.momentum * self.value + (1 - self.momentum) * estimate.value
-        self.history.append({"epoch": epoch, "raw": estimate.value, "smoothed": self.value, "seconds": seconds,
+        self.history.append({"epoch": epoch, "raw": estimate.value, "smoothed": self.value,
                              "estimator": self.estimator, **estimate.details})
         return self.value

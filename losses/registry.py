@@ -292,19 +292,22 @@ class Loss:
         sample, self._sample, self._sampled = self._sample, [], 0
         if self.prior is None or not self.prior.due(epoch):
             return {}
-        tic = time.perf_counter()
-        if self.prior.uses_scores:
-            if self._last_scores is None:
-                raise RuntimeError(f"{self.name}: no batch was scored before the prior's estimate at epoch {epoch}")
-            self.prior.update(epoch, scores=Scores(*self._last_scores))
-        else:
-            if not sample:
-                raise RuntimeError(f"{self.name}: no embeddings were observed before the prior's estimate at "
-                                   f"epoch {epoch}; the training loop must call loss.observe(...)")
-            self.prior.update(epoch, embeddings=torch.cat(sample).float())
         from losses.distributed import is_distributed
 
-        if is_distributed():
+        tic = time.perf_counter()
+        distributed = is_distributed()
+        if not distributed or torch.distributed.get_rank() == 0:  # the other ranks take rank 0's estimate
+            if self.prior.uses_scores:
+                if self._last_scores is None:
+                    raise RuntimeError(f"{self.name}: no batch was scored before the prior's estimate at epoch "
+                                       f"{epoch}")
+                self.prior.update(epoch, scores=Scores(*self._last_scores))
+            else:
+                if not sample:
+                    raise RuntimeError(f"{self.name}: no embeddings were observed before the prior's estimate at "
+                                       f"epoch {epoch}; the training loop must call loss.observe(...)")
+                self.prior.update(epoch, embeddings=torch.cat(sample).float())
+        if distributed:
             shared = [self.prior.state_dict()]
             torch.distributed.broadcast_object_list(shared, src=0)
             self.prior.load_state_dict(shared[0])

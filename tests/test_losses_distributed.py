@@ -173,3 +173,29 @@ def test_without_a_process_group_gather_is_a_no_op():
     z1, z2 = _randn(4, 3, seed=50), _randn(4, 3, seed=51)
     a, b = losses.pair_scores(z1, z2, 0.5, gather=True), losses.pair_scores(z1, z2, 0.5)
     assert torch.equal(a.logits, b.logits) and torch.equal(a.pos_mask, b.pos_mask)
+
+
+def _prior_worker(rank: int, port: int, out_dir: str) -> None:
+    """Rank 0 observes four well-separated clusters; rank 1 observes nothing, so it fails if it estimates."""
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    try:
+        loss = losses.get("dcl", tau_plus="auto")
+        if rank == 0:
+            centres = torch.eye(8)[:4] * 10
+            loss.observe(centres.repeat(50, 1) + _randn(200, 8, seed=60).float())
+        point = loss.refresh_prior(1)
+        torch.save({"point": point, "state": loss.state_dict()}, Path(out_dir) / f"prior{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.distributed
+def test_only_rank_zero_estimates_the_prior_and_every_rank_binds_its_value(tmp_path):
+    if not dist.is_available() or not dist.is_gloo_available():
+        pytest.skip("torch.distributed with gloo is not available")
+    mp.spawn(_prior_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
+    zero, one = (torch.load(tmp_path / f"prior{r}.pt") for r in range(WORLD))
+    assert zero["point"]["prior"] == pytest.approx(0.25, rel=0.05)  # four equal clusters
+    assert one["state"] == zero["state"] and one["point"]["prior"] == zero["point"]["prior"]

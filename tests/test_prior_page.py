@@ -4,6 +4,7 @@ and a loud failure on an empty folder."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,9 @@ def test_the_page_classifies_the_settings_and_computes_the_gains(tmp_path):
     assert cells[2] == f"{sum(d - b for d, b in zip(DCL_DEFAULT, INFONCE)) / 5:+.2f}{mark} (n=5)"
     assert "as good or better, within noise, on 1 of 1 tasks" in page
     assert "3.0% of a run's time on average" in page  # (1 + 2) s of estimates in 100 s runs
+    # per domain: 5 runs, 2 estimates a run, 1.5 s an estimate, 100 s a run, 3% each
+    assert "| tiny | 5 | 2 | 1.500 | 100.0 | 3.0% | 3.0% |" in page
+    assert "same-class share" not in page  # no record measured its batches' same-class share
     assert (tmp_path / "out" / "prior_error.png").stat().st_size > 0
 
 
@@ -81,3 +85,18 @@ def test_an_empty_folder_fails_loudly_and_writes_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "prior", "--results", str(tmp_path / "prior"),
                            "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2 and "nothing was written" in proc.stderr
+
+
+def test_the_measured_same_class_share_of_the_negatives_stands_beside_the_label_prior(tmp_path):
+    """Text's batches are consecutive sentences: the record's measured share of same-class negatives is shown
+    in its own column, and the goal is still judged against the label prior."""
+    results = _study(tmp_path, [0.40, 0.42, 0.41, 0.40, 0.43])
+    for path in results.glob("*.json"):  # every auto run measured about 0.42 same-class negatives
+        record = json.loads(path.read_text())
+        if record["loss_params"].get("tau_plus") == "auto":
+            record["info"]["negative_same_topic_fraction"] = 0.42
+            path.write_text(json.dumps(record))
+    page = write_prior_page(results, tmp_path / "out").read_text()
+    assert "| same-class share of the negatives | goal |" in page
+    row = _row(page, "| tiny / digits / C=4 | kmeans | 5 | 0.2500 |")
+    assert "| 0.4200 ± 0.0000 | missed (≤ 25%, every run) |" in row
