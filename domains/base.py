@@ -212,6 +212,8 @@ class RunContext:
     resume: bool = False
     quiet: bool = False
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
+    # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
+    _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
         """A tqdm progress bar, silent under ``--quiet``."""
@@ -239,7 +241,7 @@ class RunContext:
         """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
         random generators and return the extras; None on a fresh start. Call it once the objects are built:
         building them draws random numbers, and the saved state must be what the next step draws from."""
-        state = self._saved()
+        state, self._pending = self._pending or self._saved(), None
         if state is None:
             return None
         given = {name: obj for name, obj in objects.items() if obj is not None}
@@ -254,9 +256,10 @@ class RunContext:
 
     def saved_extras(self) -> dict[str, Any] | None:
         """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
-        objects are built from (the text domain's vocabulary); None on a fresh start."""
-        state = self._saved()
-        return None if state is None else state["extra"]
+        objects are built from (the text domain's vocabulary); None on a fresh start. The checkpoint is kept for
+        :meth:`restore_checkpoint`, which then does not read the file again."""
+        self._pending = self._saved()
+        return None if self._pending is None else self._pending["extra"]
 
     def _saved(self) -> dict[str, Any] | None:
         """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types

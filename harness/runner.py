@@ -181,14 +181,36 @@ def _data_context(the_plan: Plan, data_root: Path, device: torch.device) -> RunC
     return RunContext(seed=the_plan.specs[0].seed, device=device, data_root=data_root, work_dir=Path(), quiet=True)
 
 
-def prepare(the_plan: Plan, data_root: Path, device: torch.device) -> Prepared:
-    """The data of the plan's runs and its fingerprint (``Domain.prepare``), once for all of them: they differ
-    only in the seed, so they see the same data.
+class PlanData:
+    """The data of a plan's runs (``Domain.prepare``), loaded at most once for all of them: they differ only in the
+    seed, so they see the same data. ``fingerprint`` comes from ``Domain.data_fingerprint`` where the domain
+    computes it without the data (file hashes, generator parameters), so that a run whose seeds all have a
+    record skips them without loading anything; ``data`` loads on first use."""
 
-    Taken before any run starts: the fingerprint is part of each run's id, and a dataset that is missing,
-    mistyped or unreadable is a UserError here, before a record or a checkpoint is written.
-    """
-    return the_plan.domain.prepare(the_plan.specs[0], _data_context(the_plan, data_root, device))
+    def __init__(self, the_plan: Plan, data_root: Path, device: torch.device):
+        self._domain, self._spec = the_plan.domain, the_plan.specs[0]
+        self._ctx = _data_context(the_plan, data_root, device)
+        self._prepared: Prepared | None = None
+        self._fingerprint: dict[str, Any] | None = None
+
+    def load(self) -> Prepared:
+        """The data and its fingerprint; a dataset that is missing, mistyped or unreadable is a UserError here."""
+        if self._prepared is None:
+            self._prepared = self._domain.prepare(self._spec, self._ctx)
+            self._fingerprint = self._prepared.fingerprint
+        return self._prepared
+
+    @property
+    def data(self) -> Any:
+        return self.load().data
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        if self._fingerprint is None:
+            cheap = type(self._domain).data_fingerprint is not Domain.data_fingerprint  # the default loads
+            self._fingerprint = self._domain.data_fingerprint(self._spec, self._ctx) if cheap else \
+                self.load().fingerprint
+        return self._fingerprint
 
 
 def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[str, Any]:
@@ -215,7 +237,10 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     the_plan = plan(req)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
-    data = prepare(the_plan, data_root, device)  # a data error leaves the results folder untouched
+    data = PlanData(the_plan, data_root, device)
+    if req.force or not all(records.is_completed(Path(req.results), records.run_id(spec, data.fingerprint))
+                            for spec in the_plan.specs):
+        data.load()  # before any run starts: a data error leaves the results folder untouched
     results = results_folder(req.results)
     outcomes = []
     # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
@@ -232,7 +257,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     return outcomes
 
 
-def _run_locked(the_plan: Plan, spec: RunSpec, data: Prepared, device: torch.device, data_root: Path,
+def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.device, data_root: Path,
                 results: Path, req: RunRequest, seeds_left: int) -> Outcome:
     """``seeds_left``: the seeds a time estimate covers (this one included); 0 prints none."""
     rid = records.run_id(spec, data.fingerprint)
@@ -268,7 +293,7 @@ def _secondary_rank() -> bool:
     return int(os.environ.get("RANK", "0")) != 0
 
 
-def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: Prepared, path: Path, work_dir: Path,
+def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path, work_dir: Path,
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain

@@ -275,6 +275,21 @@ def test_the_checkpoint_restores_the_objects_and_every_random_generator(tmp_path
         {"model": fresh}) is None  # not resuming: the checkpoint is ignored
 
 
+def test_the_extras_then_the_objects_read_the_checkpoint_once(tmp_path, monkeypatch):
+    """Text builds its model from the saved vocabulary (saved_extras), then restores it: one read of the file."""
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
+    model = torch.nn.Linear(3, 2)
+    ctx.save_checkpoint({"model": model}, vocabulary="a b c")
+    reads = []
+    load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **k: reads.append(1) or load(*a, **k))
+    assert ctx.saved_extras() == {"vocabulary": "a b c"}
+    fresh = torch.nn.Linear(3, 2)
+    assert ctx.restore_checkpoint({"model": fresh}) == {"vocabulary": "a b c"}
+    assert len(reads) == 1 and torch.equal(fresh.weight, model.weight)
+    assert ctx.restore_checkpoint({"model": fresh}) == {"vocabulary": "a b c"} and len(reads) == 2  # not kept
+
+
 def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path)
     ctx.check_loss(1.5, 1)

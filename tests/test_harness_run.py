@@ -124,6 +124,25 @@ def test_the_data_is_prepared_once_for_all_the_seeds_of_a_run(tmp_path, monkeypa
     assert calls == [0] and len(seen) == 1 and len(_records(tmp_path)) == 3
 
 
+def test_a_run_whose_seeds_all_have_records_skips_them_without_loading_the_data(tmp_path, monkeypatch):
+    """Where the domain computes its fingerprint without the data, a finished run loads nothing; a run with one
+    seed left loads the data once, before it runs."""
+    prepare = TinyDomain.prepare
+    calls: list[int] = []
+
+    def counted(self, spec, ctx):
+        calls.append(spec.seed)
+        return prepare(self, spec, ctx)
+
+    monkeypatch.setattr(TinyDomain, "data_fingerprint", lambda self, spec, ctx: prepare(self, spec, ctx).fingerprint)
+    monkeypatch.setattr(TinyDomain, "prepare", counted)
+    args = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=1", "--results", str(tmp_path), "--quiet"]
+    assert main([*args, "--seeds", "0-1"]) == 0 and calls == [0]
+    assert main([*args, "--seeds", "0-1"]) == 0 and calls == [0]  # both skipped, nothing loaded
+    assert main([*args, "--seeds", "0-2"]) == 0 and calls == [0, 0]  # seed 2 runs: loaded once
+    assert len(_records(tmp_path)) == 3
+
+
 def test_concurrent_writers_into_one_directory(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-m", "harness", "run", "--domain", "tiny", "--loss", "dcl",
                                "--seeds", str(seed), "--results", str(tmp_path), "--quiet"],
