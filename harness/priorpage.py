@@ -74,6 +74,7 @@ class Run:
     label_prior: float | None
     estimate: float | None  # the final smoothed estimate of an auto run
     negative_same_class: float | None  # the share of the negatives that share the anchor's class (text's batches)
+    class_structure: dict[str, float] | None  # the evaluation's class silhouette and ARI (losses.prior.class_structure)
     trajectory: list[tuple[float, float]] = field(default_factory=list)  # (epoch, smoothed estimate)
     prior_seconds: float = 0.0
     total_seconds: float = 0.0
@@ -114,6 +115,7 @@ def to_run(record: RunRecord) -> Run:
                value=float(record.metrics[record.primary_metric]),
                higher_is_better=record.higher_is_better, label_prior=details.get("label_prior"),
                estimate=prior.get("final"), negative_same_class=record.info.get("negative_same_topic_fraction"),
+               class_structure=details.get("class_structure"),
                trajectory=trajectory,
                prior_seconds=sum(float(p.get("prior_seconds", 0.0)) for p in record.curve),
                total_seconds=record.timings.get("total_s", 0.0))
@@ -136,7 +138,9 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
     """Per task and estimator: the label prior, the final auto estimate over runs, its relative error, and for
     the synthetic sets whether it meets the goal (25% at C ≤ 10, a factor 2 above). Where a domain's batches are
     not drawn at random (text: consecutive sentences), a column gives the share of the negatives that really
-    share the anchor's class, which the records measure beside the label prior."""
+    share the anchor's class, which the records measure beside the label prior. The last column says whether the
+    classes are the clusters of the evaluation's embeddings (silhouette of the class partition, and the adjusted
+    Rand index of a cut into C clusters with the classes), where the records have it."""
     cells: dict[tuple, list[Run]] = defaultdict(list)
     for run in runs:
         if "auto" in run.settings and run.estimate is not None and run.label_prior is not None \
@@ -156,6 +160,10 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
         if batched:
             shares = [r.negative_same_class for r in members if r.negative_same_class is not None]
             row.append(_mean_std(shares, 4))
+        measured = [r.class_structure for r in members if r.class_structure]
+        row.append(f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "
+                   f"{statistics.fmean(m['class_ari'] for m in measured):.2f} (n={len(measured)})"
+                   if measured else "–")
         if synthetic:
             classes = task[2] or 0
             ratio = max(max(r.estimate / truth, truth / r.estimate) for r in members)
@@ -163,6 +171,7 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
             row.append(f"{'met' if met else 'missed'} ({'≤ 25%' if classes <= 10 else 'within ×2'}, every run)")
         rows.append(row)
     columns += ["same-class share of the negatives"] if batched else []
+    columns.append("classes as clusters: silhouette / ARI")
     return [*tables.markdown(columns + (["goal"] if synthetic else []), rows), ""]
 
 

@@ -11,7 +11,9 @@ training step already has, are offered; :data:`ESTIMATORS` names them, the first
   unlabelled mixture whose positive fraction is τ+ (Best Bin Estimation, Garg et al. 2021).
 
 :class:`PriorTracker` refreshes an estimate on a schedule, smooths it and keeps its history for the
-record's learning curve. Every estimate is clamped into :data:`PRIOR_RANGE`, inside the ranges the losses
+record's learning curve. :func:`class_structure` is the one function here that reads labels: an evaluation
+records with it whether the classes are the cluster structure of its embeddings, which decides whether the
+clustering estimate can find them. Every estimate is clamped into :data:`PRIOR_RANGE`, inside the ranges the losses
 accept (``tau_plus`` in [0, 1), ``alpha`` in (0, 1)).
 
 scikit-learn and scipy are imported inside the functions (the loss core imports only torch and numpy at
@@ -114,6 +116,59 @@ def silhouette(distances: np.ndarray, labels: np.ndarray) -> float:
     return float(np.nan_to_num(scores).mean())
 
 
+def _ward(caller: str, embeddings: Tensor, labels: np.ndarray | None, sample: int, seed: int
+          ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """What :func:`cluster_prior` clusters: ``sample`` rows drawn (seeded; the same rows of ``labels``),
+    L2-normalised (the losses compare by cosine), their Euclidean distances and their Ward tree."""
+    from scipy.cluster.hierarchy import linkage
+
+    if not isinstance(sample, int) or sample < MIN_ROWS:
+        raise ValueError(f"sample must be an integer >= {MIN_ROWS}, got {sample!r}")
+    if isinstance(embeddings, Tensor) and embeddings.dim() == 2 and len(embeddings) > sample:
+        # drawn before the copy to float64: a large evaluation set is never copied whole
+        rows = np.sort(np.random.default_rng(seed).choice(len(embeddings), sample, replace=False))
+        embeddings = embeddings[torch.from_numpy(rows).to(embeddings.device)]
+        labels = None if labels is None else labels[rows]
+    x = _as_numpy("embeddings", embeddings, 2)
+    if len(x) < MIN_ROWS:
+        raise ValueError(f"{caller} needs at least {MIN_ROWS} embeddings, got {len(x)}")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    if not (norms > 0).all():
+        raise ValueError("embeddings contain an all-zero row, which has no direction to cluster")
+    x = x / norms
+    distances = np.sqrt(np.maximum(2.0 - 2.0 * (x @ x.T), 0.0))
+    np.fill_diagonal(distances, 0.0)
+    return x, labels, distances, linkage(x, method="ward")
+
+
+def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: int = 0, sample: int = 2000
+                    ) -> dict[str, float]:
+    """How far the classes are the cluster structure of ``embeddings`` [N, d], which decides whether a
+    clustering estimate (:func:`cluster_prior`) can find the class prior. It reads ``labels``: evaluations
+    record it beside the label prior, for the prior page; nothing in training calls it.
+
+    On the rows :func:`cluster_prior` would cluster (``sample`` drawn with ``seed``, L2-normalised):
+    ``class_silhouette``, the silhouette of the class partition (near 0 or below: the classes are not
+    clusters, whatever else separates them); ``class_ari``, the adjusted Rand index (Hubert & Arabie 1985,
+    `sklearn.metrics.adjusted_rand_score`) between the classes and the cut of the Ward tree into as many
+    clusters as there are classes (1: the clusters are the classes; 0: chance)."""
+    from scipy.cluster.hierarchy import fcluster
+    from sklearn.metrics import adjusted_rand_score
+
+    if isinstance(labels, Tensor):
+        labels = labels.detach().cpu().numpy()
+    labels = np.asarray(labels).reshape(-1)
+    if len(labels) != len(embeddings):
+        raise ValueError(f"class_structure: {len(labels)} labels for {len(embeddings)} embeddings")
+    _, labels, distances, tree = _ward("class_structure", embeddings, labels, sample, seed)
+    classes = np.unique(labels, return_inverse=True)[1]
+    k = int(classes.max()) + 1
+    if not 2 <= k < len(classes):
+        raise ValueError(f"class_structure needs at least 2 classes and more rows than classes, got {k} classes")
+    cut = fcluster(tree, k, criterion="maxclust")
+    return {"class_silhouette": silhouette(distances, classes), "class_ari": float(adjusted_rand_score(classes, cut))}
+
+
 def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, sample: int = 2000) -> PriorEstimate:
     """τ+ from the cluster structure of ``embeddings`` [N, d]: ``Σ_k p_k²`` over the sizes of k clusters.
 
@@ -146,25 +201,13 @@ def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, 
     structure (early in training) the estimate is about 1/2. ``details["silhouette"]`` says so: about 0.002
     on isotropic Gaussian noise in 128-D, against 0.08-0.3 on the mixtures above.
     """
-    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.cluster.hierarchy import fcluster
     from sklearn.cluster import KMeans
 
-    x = _as_numpy("embeddings", embeddings, 2)
     if not isinstance(max_clusters, int) or max_clusters < 2:
         raise ValueError(f"max_clusters must be an integer >= 2, got {max_clusters!r}")
-    if not isinstance(sample, int) or sample < MIN_ROWS:
-        raise ValueError(f"sample must be an integer >= {MIN_ROWS}, got {sample!r}")
-    if len(x) < MIN_ROWS:
-        raise ValueError(f"cluster_prior needs at least {MIN_ROWS} embeddings, got {len(x)}")
-    x = _subsample(x, sample, np.random.default_rng(seed))
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    if not (norms > 0).all():
-        raise ValueError("embeddings contain an all-zero row, which has no direction to cluster")
-    x = x / norms
+    x, _, distances, tree = _ward("cluster_prior", embeddings, None, sample, seed)
     n = len(x)
-    distances = np.sqrt(np.maximum(2.0 - 2.0 * (x @ x.T), 0.0))
-    np.fill_diagonal(distances, 0.0)
-    tree = linkage(x, method="ward")
 
     silhouettes: dict[int, float] = {}
 

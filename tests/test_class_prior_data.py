@@ -278,6 +278,10 @@ def test_a_run_at_four_classes_records_the_prior(domain, tmp_path):
     assert details["label_classes"] == 4
     # vision: the digits 0-3 are nearly balanced (their counts differ by a few images)
     assert details["label_prior"] == pytest.approx(0.25, abs=1e-3 if domain == "vision" else 1e-12)
+    # whether the classes are the clusters of the evaluation embeddings (losses.prior.class_structure)
+    structure = details["class_structure"]
+    assert set(structure) == {"class_silhouette", "class_ari"}
+    assert -1 <= structure["class_silhouette"] <= 1 and -1 <= structure["class_ari"] <= 1
 
 
 def test_eleven_digit_classes_stop_the_run_with_one_line(tmp_path):

@@ -97,6 +97,41 @@ def test_silhouette_is_scikit_learns(seed):
             silhouette_score(distances, labels, metric="precomputed"), abs=1e-12)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_class_structure_tells_classes_that_are_clusters_from_classes_that_are_not(seed):
+    """Separated classes: the class partition has a clear silhouette and the Ward cut at C finds it (ARI near
+    1). The same points with the classes drawn at random: no silhouette, ARI near 0. And classes that a strong
+    nuisance split hides (the graph case: two groups that cut across four weak classes)."""
+    [x], labels = _sphere_mixture([0.25] * 4, 600, 32, 0.5, seed)
+    found = prior.class_structure(x, labels, seed=seed)
+    assert found["class_ari"] > 0.9 and found["class_silhouette"] > 0.2
+    shuffled = np.random.default_rng(seed).permutation(labels)
+    chance = prior.class_structure(x, torch.from_numpy(shuffled), seed=seed)
+    assert abs(chance["class_ari"]) < 0.05 and chance["class_silhouette"] < 0.0
+    rng = np.random.default_rng(seed)
+    nuisance = rng.integers(0, 2, 600)
+    hidden = np.zeros((600, 32))
+    hidden[:, 0] = 10.0 * (2 * nuisance - 1)  # the strong split
+    hidden[np.arange(600), 1 + labels] += 0.5  # the weak classes
+    hidden += rng.normal(size=hidden.shape)
+    masked = prior.class_structure(torch.from_numpy(hidden), labels, seed=seed)
+    assert masked["class_ari"] < 0.1 and masked["class_silhouette"] < 0.05
+
+
+def test_class_structure_subsamples_the_labels_with_the_rows():
+    [x], labels = _sphere_mixture([0.5, 0.5], 3000, 16, 0.3, 0)
+    assert prior.class_structure(x, labels, sample=500)["class_ari"] > 0.95  # rows and labels drawn together
+
+
+@pytest.mark.parametrize(("labels", "message"), [
+    (np.zeros(50, dtype=int), "at least 2 classes"),
+    (np.arange(49), "49 labels for 50 embeddings"),
+])
+def test_class_structure_refuses_labels_that_say_nothing(labels, message):
+    with pytest.raises(ValueError, match=message):
+        prior.class_structure(torch.randn(50, 4), labels)
+
+
 def test_cluster_prior_subsamples_seeded():
     x = _points([0.1] * 10, 1500, 32, 1.0, seed=1)
     first = cluster_prior(x, seed=3, sample=500)

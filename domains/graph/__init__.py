@@ -39,6 +39,7 @@ from domains.graph.data import GraphSet, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
 from losses import LOGITS, PROBABILITIES
+from losses.prior import class_structure
 
 _TU = {
     "MUTAG": "188 nitro compounds, mutagenic or not (2 classes, node labels)",
@@ -155,6 +156,7 @@ class GraphDomain(Domain):
             "node_features": pretrained.model.data.node_features, "num_graphs": int(x.shape[0]),
             "embedding_dim": int(x.shape[1]), "eval_seconds": time.perf_counter() - tic,
             **label_prior(y), "label_prior_of": "the classes of every graph (InfoGraph pretrains on all of them)",
+            "class_structure": class_structure(torch.from_numpy(x), y, seed=ctx.seed),
         }
         return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
 

@@ -11,18 +11,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from domains.text.config import TextConfig
 from domains.text.corpus import synthetic_task
 from domains.text.senteval import evaluate_senteval, run_protocol
+from losses.prior import class_structure
 
 
 def evaluate_synthetic(encoder, cfg: TextConfig, device: str | Any = "cpu") -> tuple[dict[str, float], dict[str, Any]]:
     sentences, labels, bayes = synthetic_task(cfg)
     encoder.prepare(sentences)
-    result = run_protocol(encoder.encode(sentences), labels, None, None, cfg, device)
+    embeddings = encoder.encode(sentences)
+    result = run_protocol(embeddings, labels, None, None, cfg, device)
     k = cfg.synthetic_topics
     details = {"synthetic": result, "primary": "accuracy on the synthetic topic task (percent)",
-               "class_prior": [1.0 / k] * k, "chance_accuracy": 100.0 / k, "bayes_accuracy": bayes}
+               "class_prior": [1.0 / k] * k, "chance_accuracy": 100.0 / k, "bayes_accuracy": bayes,
+               "class_structure": class_structure(torch.from_numpy(np.asarray(embeddings)), labels)}
     return {"accuracy": result["accuracy"], "bayes_accuracy": bayes}, details
 
 

@@ -38,6 +38,7 @@ from domains.vision.data import BIASED, DATASETS, VisionData, load
 from domains.vision.hub import PREFIX, is_hub_name
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
+from losses.prior import class_structure
 
 METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
 UNLABELLED = ("stl10",)  # pretraining sets with unlabelled images: no oracle, no supervised loss
@@ -218,6 +219,7 @@ class VisionDomain(Domain):
             unlabelled = len(data.pretrain) - len(labelled)
             details.update(label_prior(labelled), label_prior_of="the classes of the pretraining images" + (
                 f" (the {len(labelled)} labelled of {len(data.pretrain)})" if unlabelled else ""))
+        details["class_structure"] = class_structure(train_f, train_y, seed=ctx.seed)  # the probe's training set
         if data.test.bias is not None:
             details["test_bias_aligned_fraction"] = float((data.test.bias == data.test.labels).float().mean())
             details["train_bias_aligned_fraction"] = float((data.train.bias == data.train.labels).float().mean())
