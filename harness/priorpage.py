@@ -134,13 +134,23 @@ def _task_label(task: tuple[str, str, int | None]) -> str:
     return f"{domain} / {dataset}" + (f" / C={classes}" if classes is not None else "")
 
 
+def _structure(runs: list[Run]) -> str:
+    """The mean class silhouette and ARI of the runs that recorded them (losses.prior.class_structure)."""
+    measured = [r.class_structure for r in runs if r.class_structure]
+    if not measured:
+        return "–"
+    return (f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "
+            f"{statistics.fmean(m['class_ari'] for m in measured):.2f} (n={len(measured)})")
+
+
 def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
     """Per task and estimator: the label prior, the final auto estimate over runs, its relative error, and for
     the synthetic sets whether it meets the goal (25% at C ≤ 10, a factor 2 above). Where a domain's batches are
     not drawn at random (text: consecutive sentences), a column gives the share of the negatives that really
-    share the anchor's class, which the records measure beside the label prior. The last column says whether the
+    share the anchor's class, which the records measure beside the label prior. Two columns say whether the
     classes are the clusters of the evaluation's embeddings (silhouette of the class partition, and the adjusted
-    Rand index of a cut into C clusters with the classes), where the records have it."""
+    Rand index of a cut into C clusters with the classes), in the auto runs and in infonce's of the same task
+    (a representation no estimate has steered), where the records have it."""
     cells: dict[tuple, list[Run]] = defaultdict(list)
     for run in runs:
         if "auto" in run.settings and run.estimate is not None and run.label_prior is not None \
@@ -160,10 +170,8 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
         if batched:
             shares = [r.negative_same_class for r in members if r.negative_same_class is not None]
             row.append(_mean_std(shares, 4))
-        measured = [r.class_structure for r in members if r.class_structure]
-        row.append(f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "
-                   f"{statistics.fmean(m['class_ari'] for m in measured):.2f} (n={len(measured)})"
-                   if measured else "–")
+        baseline = [r for r in runs if r.loss == "infonce" and r.task == task]
+        row += [_structure(members), _structure(baseline)]
         if synthetic:
             classes = task[2] or 0
             ratio = max(max(r.estimate / truth, truth / r.estimate) for r in members)
@@ -171,7 +179,7 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
             row.append(f"{'met' if met else 'missed'} ({'≤ 25%' if classes <= 10 else 'within ×2'}, every run)")
         rows.append(row)
     columns += ["same-class share of the negatives"] if batched else []
-    columns.append("classes as clusters: silhouette / ARI")
+    columns += ["classes as clusters (silhouette / ARI): these runs", "in infonce's embeddings"]
     return [*tables.markdown(columns + (["goal"] if synthetic else []), rows), ""]
 
 
