@@ -68,6 +68,25 @@ def test_missing_torchvision_sets_say_where_to_put_the_files(tmp_path):
             data.load(name, tmp_path)
 
 
+def test_an_mnist_unpacked_by_an_earlier_run_never_stands_in_for_a_root_without_it(tmp_path, monkeypatch):
+    """The gzipped files of a root are unpacked into the cache; the cache then serves that root, never a root
+    that has no MNIST at all (which must be reported missing)."""
+    import gzip
+
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    full = tmp_path / "full" / "MNIST" / "raw"
+    full.mkdir(parents=True)
+    for name in data.MNIST_FILES:
+        with gzip.open(full / f"{name}.gz", "wb") as fh:
+            fh.write(name.encode())
+    cache = data._unpacked_mnist(tmp_path / "full")
+    assert cache == tmp_path / "cache" / "mnist"
+    assert all((cache / "MNIST" / "raw" / name).read_bytes() == name.encode() for name in data.MNIST_FILES)
+    assert data._unpacked_mnist(tmp_path / "empty") == tmp_path / "empty"
+    with pytest.raises(DatasetMissingError, match="MNIST"):
+        data.load("mnist", tmp_path / "empty")
+
+
 def test_imagenet100_is_the_cmc_list():
     assert len(data.IMAGENET100) == len(set(data.IMAGENET100)) == 100
     assert list(data.IMAGENET100) == sorted(data.IMAGENET100)

@@ -310,12 +310,15 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
 def _unpacked_mnist(root: Path) -> Path:
     """A root under which torchvision finds ``MNIST/raw`` unpacked: the data root if it holds the
     plain idx files, else the cache, into which the gzipped ones are unpacked once (the data root
-    may be read-only). Each file is written atomically, so concurrent runs never read a half-written file."""
+    may be read-only). Each file is written atomically, so concurrent runs never read a half-written file.
+    A data root with neither is returned as it is, so that the data is reported missing: the cache, which an
+    earlier run filled from another root, never stands in for a root without the files."""
     import gzip
     import shutil
 
     raw = root / "MNIST" / "raw"
-    if all((raw / f).is_file() for f in MNIST_FILES):
+    if all((raw / f).is_file() for f in MNIST_FILES) or \
+            not all((raw / f).is_file() or (raw / f"{f}.gz").is_file() for f in MNIST_FILES):
         return root
     cache = cache_dir() / "mnist"
     target = cache / "MNIST" / "raw"
