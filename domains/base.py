@@ -473,15 +473,26 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
 
 
+_FILE_HASHES: dict[tuple[tuple[str, int, int], ...], str] = {}
+"""The digests :func:`hash_files` computed in this process, keyed by each file's resolved path, size and
+modification time in nanoseconds: a run fingerprints its data before deciding whether it has work left, then
+loads it, and a sweep's worker fingerprints every job's, so the same files would be read again each time."""
+
+
 def hash_files(paths: Iterable[Path]) -> str:
-    """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(p) for p in paths):
-        digest.update(path.name.encode())
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
-    return digest.hexdigest()
+    """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints. Computed once per process
+    for files that have not changed since (:data:`_FILE_HASHES`): a rewritten file has another mtime or size."""
+    ordered = sorted(Path(p) for p in paths)
+    key = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns) for p in ordered)
+    if key not in _FILE_HASHES:
+        digest = hashlib.sha256()
+        for path in ordered:
+            digest.update(path.name.encode())
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(chunk)
+        _FILE_HASHES[key] = digest.hexdigest()
+    return _FILE_HASHES[key]
 
 
 def label_prior(labels: Any) -> dict[str, Any]:

@@ -314,8 +314,10 @@ class Loss:
         self._bind()
         entry = self.prior.history[-1]
         point = {"prior": entry["smoothed"], "prior_raw": entry["raw"], "prior_seconds": time.perf_counter() - tic}
-        if "clusters" in entry:
+        if "clusters" in entry:  # the clustering estimate: how many clusters, and how clear (the silhouette
+            # near 0 says the embeddings have no cluster structure to read, whatever the estimate)
             point["prior_clusters"] = entry["clusters"]
+            point["prior_silhouette"] = entry["silhouette"]
         return point
 
     def prior_summary(self) -> dict[str, Any] | None:

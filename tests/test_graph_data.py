@@ -8,6 +8,8 @@ import torch
 
 pytest.importorskip("torch_geometric")
 
+from support import toy_tu  # noqa: E402
+
 import domains  # noqa: E402
 from domains.base import DatasetMissingError, hash_files  # noqa: E402
 from domains.graph import data as graph_data  # noqa: E402
@@ -106,3 +108,27 @@ def test_imdb_gets_one_hot_degree(data_root):
     imdb = graph_data.load_tu(graph_data.tu_files("IMDB-BINARY", data_root, False), GraphConfig(download=False))
     assert imdb.num_graphs == 1000 and imdb.node_features.startswith("one-hot degree 0..")
     assert torch.equal(imdb.x.sum(1), torch.ones(imdb.x.shape[0]))
+
+
+def test_tu_files_are_read_once_until_they_change(tmp_path, monkeypatch):
+    """A run fingerprints its TU set (to find the seeds it has left) and then loads it: the bytes are hashed
+    once, and a file rewritten in between gets a new hash (hash_files keys on path, size and mtime)."""
+    import builtins
+
+    from domains import base
+
+    raw = toy_tu(tmp_path)
+    opened: list[str] = []
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(base, "open", counting_open, raising=False)
+    first = graph_data.tu_files("TOY", tmp_path, download=False)
+    again = graph_data.tu_files("TOY", tmp_path, download=False)
+    assert again.fingerprint == first.fingerprint and len(opened) == 3  # the three raw files, read once
+    labels = raw / "TOY_graph_labels.txt"
+    labels.write_text(labels.read_text() + "1\n")  # another size: on any file system's mtime resolution
+    changed = graph_data.tu_files("TOY", tmp_path, download=False)
+    assert changed.sha256 != first.sha256 and len(opened) == 6

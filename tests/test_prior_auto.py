@@ -66,8 +66,9 @@ def test_refresh_estimates_from_observed_embeddings_and_binds_the_value():
     for chunk in points[torch.randperm(len(points), generator=torch.Generator().manual_seed(0))].split(50):
         auto.observe(chunk)
     entry = auto.refresh_prior(1)
-    assert {"prior", "prior_raw", "prior_seconds", "prior_clusters"} == set(entry)
+    assert {"prior", "prior_raw", "prior_seconds", "prior_clusters", "prior_silhouette"} == set(entry)
     assert entry["prior"] == pytest.approx(0.25, rel=0.25)
+    assert entry["prior_clusters"] == 4 and entry["prior_silhouette"] > 0.25  # four clear clusters
     z1, z2 = points[:32], points[32:64]
     scores = losses.pair_scores(z1, z2, 0.5)
     assert torch.allclose(auto(scores), losses.dcl(scores, tau_plus=auto.prior.value))
