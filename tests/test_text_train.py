@@ -12,9 +12,16 @@ import torch
 import losses
 from domains.base import RunContext, UserError
 from domains.text.config import TextConfig
-from domains.text.corpus import keep_prefixes, load_books, split_sentences, synthetic_corpus, synthetic_task
+from domains.text.corpus import (
+    from_documents,
+    keep_prefixes,
+    load_books,
+    split_sentences,
+    synthetic_corpus,
+    synthetic_task,
+)
 from domains.text.models import GRUEncoder, QuickThoughtEncoder, build_model
-from domains.text.quickthought import train
+from domains.text.quickthought import negative_same_class_fraction, train
 from domains.text.tokenize import train_tokenizer
 
 SMALL = TextConfig(synthetic_documents=12, synthetic_sentences_per_doc=10, synthetic_eval_sentences=200,
@@ -161,3 +168,16 @@ def test_hf_encoder_reads_a_local_model_directory(tmp_path):
     assert np.allclose(out[1], enc.encode([sentences[1]])[0], atol=1e-5)  # padding does not leak into the mean
     with pytest.raises(UserError, match="hf_model_dir"):
         HFEncoder(str(tmp_path / "missing"), torch.device("cpu"), 3)
+
+
+def test_the_same_class_share_of_the_negatives_counts_by_topic_else_by_document():
+    """Two documents of three sentences in one batch, context 1: of the 36 pairs, each document's 3 self-pairs
+    and 4 neighbour pairs are positives or the anchor itself, leaving 22 negatives; 4 of them (each document's
+    first and last sentence, both ways) share the document. With the documents on one topic all 22 do."""
+    documents = [["a0", "a1", "a2"], ["b0", "b1", "b2"]]
+    assert negative_same_class_fraction(from_documents(["A", "B"], documents), [slice(0, 6)], 1) == 4 / 22
+    same_topic = from_documents(["A", "B"], documents, doc_labels=np.array([7, 7]))
+    assert negative_same_class_fraction(same_topic, [slice(0, 6)], 1) == 1.0
+    two_topics = from_documents(["A", "B"], documents, doc_labels=np.array([0, 1]))
+    assert negative_same_class_fraction(two_topics, [slice(0, 6)], 1) == 4 / 22
+    assert negative_same_class_fraction(two_topics, [slice(0, 1)], 1) is None  # one sentence: no negative

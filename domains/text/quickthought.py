@@ -22,7 +22,7 @@ from torch import Tensor
 import losses
 from domains.base import RunContext, UserError
 from domains.text.config import TextConfig
-from domains.text.corpus import Corpus
+from domains.text.corpus import Corpus, sentence_labels
 from domains.text.models import QuickThought
 from domains.text.tokenize import SentenceTokenizer, pad
 
@@ -54,11 +54,11 @@ def contiguous_batches(n_sentences: int, batch_size: int) -> list[slice]:
 
 
 def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: int) -> float | None:
-    """Of the negatives the batches hold, the fraction sharing the anchor's latent topic: the tau+ that the
-    debiased losses try to correct for, known for the synthetic corpus only."""
-    if corpus.doc_labels is None:
-        return None
-    labels = corpus.doc_labels[corpus.doc_ids]
+    """Of the negatives the batches hold, the fraction sharing the anchor's class (:func:`sentence_labels`: the
+    latent topic on the synthetic corpus, else the anchor's document, e.g. its book): the tau+ that the debiased
+    losses really face. Batches are consecutive sentences, so it is far above the label prior Σ p_c² (on books,
+    whose batches lie inside one book, near 1). None when the batches hold no negative."""
+    labels = sentence_labels(corpus)
     same = total = 0
     for sl in batches:
         pos_in = np.arange(sl.start, sl.stop)
