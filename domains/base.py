@@ -212,6 +212,8 @@ class RunContext:
     resume: bool = False
     quiet: bool = False
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
+    # the run id (its seed, config, data and code): a checkpoint is resumed only by the run that saved it
+    run_key: str = ""
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -234,7 +236,7 @@ class RunContext:
         buffer; a None is skipped, e.g. a method without a loss), the state of every random generator
         (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
         state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
-                 "rng": rng_state(), "extra": extra}
+                 "rng": rng_state(), "extra": extra, "run": self.run_key}
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
 
     def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
@@ -264,13 +266,23 @@ class RunContext:
     def _saved(self) -> dict[str, Any] | None:
         """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types
         of :func:`_checkpoint_globals` load; any other class (a tampered file) is refused, never run."""
-        if not self.resume or not self.checkpoint_path.exists():
+        path = self.checkpoint_path
+        if not self.resume or not (path.exists() or path.is_symlink()):
             return None
-        with torch.serialization.safe_globals(_checkpoint_globals()):
-            state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
-        if not isinstance(state, dict) or set(state) != {"objects", "rng", "extra"}:
-            raise UserError(f"{self.checkpoint_path} is not a checkpoint of this version of the harness; rerun "
-                            "without --resume to start over")
+        refuse_link(path, self.work_dir.parent)
+        start_over = "rerun without --resume to start over"
+        try:
+            with torch.serialization.safe_globals(_checkpoint_globals()):
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, or a class that is refused
+            kind = type(exc).__name__
+            raise UserError(f"the checkpoint {path} cannot be read ({kind}: it is damaged or not a checkpoint the "
+                            f"harness wrote); {start_over}") from None
+        if not isinstance(state, dict) or set(state) != {"objects", "rng", "extra", "run"}:
+            raise UserError(f"{path} is not a checkpoint of this version of the harness; {start_over}")
+        if state["run"] != self.run_key:
+            raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
+                            f"{start_over}")
         return state
 
     def check_loss(self, value: float, step: int, hint: str = "") -> None:
@@ -464,6 +476,21 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def refuse_link(path: Path, folder: Path) -> None:
+    """UserError when ``path``, or a folder between ``folder`` and it, is a symbolic link: the harness opens no
+    file of its own folders (records, logs, checkpoints) through a link, which could point anywhere."""
+    path, folder = Path(path), Path(folder)
+    try:
+        parts = path.relative_to(folder).parts
+    except ValueError:
+        raise UserError(f"{path} is not inside {folder}") from None
+    for depth in range(len(parts), 0, -1):
+        here = folder.joinpath(*parts[:depth])
+        if here.is_symlink():
+            raise UserError(f"{here} is a symbolic link; the harness does not read or write through links in its "
+                            "folders: replace it with the file itself, or remove it")
 
 
 def cache_dir() -> Path:

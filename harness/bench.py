@@ -24,9 +24,10 @@ import torch
 
 import domains
 from domains.base import UserError
-from harness.records import hardware_info, software_info, utc_now, write_json_atomic
+from harness.records import hardware_info, utc_now, write_json_atomic
 from harness.runner import default_data_root, resolve_device
 from harness.tables import text
+from harness.version import software_info
 
 # The batch sizes: on a GPU the loss core is timed where the 2B x 2B matrices dominate.
 DEFAULT_BATCH_SIZES = {"cuda": "512,4096,16384", "cpu": "256,512,1024"}

@@ -88,14 +88,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=PRIOR_RESULTS, help=f"records of the prior study (default: {PRIOR_RESULTS})")
     p.add_argument("--out", default=OUT)
 
-    p = sub.add_parser("compare", help="regression tracking between two result sets (exit 1 on a regression)")
-    p.add_argument("--baseline", required=True, help="a results folder, or a version with --results")
-    p.add_argument("--candidate", required=True, help="a results folder, or a version with --results")
-    p.add_argument("--results", help="one folder holding both versions")
-    p.add_argument("--tolerance", type=float, default=1.0, help="metric points a change must exceed (default 1)")
-    p.add_argument("--test", default="welch", choices=["welch", "mannwhitney"])
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    p.add_argument("--out", help="write the markdown report here too")
+    p = sub.add_parser("history", help="history.md and history.png: each setting's metric over the code versions "
+                       "that ran it, step changes marked")
+    p.add_argument("--results", default=RESULTS, help=f"records folder (default: {RESULTS})")
+    p.add_argument("--out", default=OUT, help=f"folder for history.md and history.png (default: {OUT})")
+
+    p = sub.add_parser("compare", help="regression gate between two result sets: exit 0 held, 1 regression or "
+                       "missing, 2 cannot decide")
+    side = ("a results folder, FOLDER@NAME, or with --results a NAME: a version, a commit (or its first digits), "
+            "a tag or a branch")
+    p.add_argument("--baseline", required=True, help=side)
+    p.add_argument("--candidate", required=True, help=side)
+    p.add_argument("--results", help="the folder that holds the records of both names")
+    p.add_argument("--tolerance", type=float, default=1.0,
+                   help="metric units a change must exceed to count (default 1)")
+    p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
+                   help="auto (default): paired t-test on the seeds both sides have (>= 2), else Welch's t-test")
+    p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
+                   help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default 0.05)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="pass although baseline groups are absent, failed, non-finite or short of seeds there")
+    p.add_argument("--allow-untestable", action="store_true",
+                   help="pass although a group the test cannot decide (too few seeds) changed beyond the tolerance")
+    p.add_argument("--out", help="also write the markdown report to this file")
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
@@ -196,6 +212,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "prior":
         from harness.priorpage import cmd_prior
         return cmd_prior(args.results, args.out)
+    if args.command == "history":
+        from harness.history import cmd_history
+        return cmd_history(args.results, args.out)
     if args.command == "compare":
         from harness.compare import cmd_compare
         return cmd_compare(args)

@@ -1,139 +1,294 @@
-"""``harness compare``: regression tracking between two result sets, as a CI gate.
+"""``harness compare``: regression tracking between two result sets, as a CI gate that never passes a real drop.
 
-The sets are two results folders, or two ``contrastive-harness`` versions inside one folder (``--results``).
-Runs are matched on everything but the version and the seed. A matched group *regressed* when the candidate's
-mean primary metric is worse than the baseline's by more than the tolerance **and** the test over seeds
-(Welch's t-test or Mann-Whitney U, two-sided) gives p < alpha; an *improvement* is the same in the better
-direction. The exit status is 1 when anything regressed, 0 when nothing did, and 2 when there is nothing to
-compare: a side without completed records, or no group matched (a gate that passes on nothing is a false green).
+A side is a results folder, or the records of one version, commit or tag (``--results DIR`` holding both sides, or
+``FOLDER@NAME`` on each side). Groups are matched on what the command asked for: domain, dataset, method, loss and
+its hyper-parameters, preset and ``--set`` overrides, and the primary metric (groups whose primary metrics differ
+are never compared). Each side takes per group the records of its newest code (``harness.groups``); a matched
+pair whose resolved configs differ is compared and the report shows the difference (a changed default).
+
+The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
+tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's), the p-values of all
+groups corrected together (Holm by default). A group
+
+- **regressed** when the corrected p < alpha and the change is worse than the tolerance;
+- **improved** in the same way in the better direction; is **unchanged** when the test could decide and did not;
+- is **untestable** when the test cannot reach significance at these sample sizes (one seed, a rank test on few
+  seeds: its minimum p is at or above alpha / groups) and the change is worse than the tolerance; an undecidable
+  group within the tolerance is listed as **untested**, never as unchanged;
+- is **missing** when the baseline has it and the candidate does not, or has it only failed, with a non-finite
+  metric, or without some of the baseline's seeds.
+
+Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
+folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass); 2 when
+the gate cannot decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every
+baseline group was compared and held.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import warnings
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from scipy import stats
-
 from domains.base import UserError, write_atomic
-from harness.groups import Group, completed_groups, decimals, fmt, group_records
-from harness.records import load_records
+from harness import stats
+from harness.groups import Group, command_key, decimals, fmt, group_records
+from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
+from harness.version import resolve_commit
 
-TESTS = {
-    "welch": "two-sided Welch t-test (scipy.stats.ttest_ind, equal_var=False)",
-    "mannwhitney": "two-sided Mann-Whitney U test (scipy.stats.mannwhitneyu)",
-}
+VERDICTS = ("regression", "missing", "untestable", "improvement", "unchanged", "untested")
 
 
 @dataclass
-class Match:
-    base: Group
-    cand: Group
-    p: float
+class Side:
+    """One side of a comparison: its name and every record of it (failed ones too)."""
 
-    @property
-    def change(self) -> float:
-        return self.cand.mean - self.base.mean
+    label: str
+    records: list[RunRecord]
 
-    @property
-    def gain(self) -> float:
-        """The change in the better direction (positive = the candidate is better)."""
-        return self.base.sign * self.change
+    def groups(self) -> dict[str, Group]:
+        return {command_key(g.records[-1]): g for g in group_records(self.records, key=command_key, keep_empty=True)}
 
-
-def p_value(base: Group, cand: Group, test: str) -> float:
-    """The test's p-value over the seeds of each side; NaN when either side has fewer than 2 seeds."""
-    a, b = list(cand.values.values()), list(base.values.values())
-    if min(len(a), len(b)) < 2:
-        return math.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # zero variance: scipy warns and returns nan or 0
-        if test == "welch":
-            return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
-        return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+    def failed(self) -> dict[str, set[int]]:
+        """Match key -> the seeds that only failed (no completed record of the seed)."""
+        done = {(command_key(r), r.seed) for r in self.records if r.status == "completed"}
+        out: dict[str, set[int]] = {}
+        for r in self.records:
+            if r.status == "failed" and (command_key(r), r.seed) not in done:
+                out.setdefault(command_key(r), set()).add(r.seed)
+        return out
 
 
-def load_sides(args: argparse.Namespace) -> tuple[list[Group], list[Group]]:
-    if args.results:
-        records = load_records(Path(args.results))
-        present = sorted({r.version for r in records})
-        for version in (args.baseline, args.candidate):
-            if version not in present:
-                raise UserError(f"no completed records of version {version} in {args.results}; "
-                                f"present: {', '.join(present) or 'none'}")
-        return (group_records(records, version=args.baseline), group_records(records, version=args.candidate))
-    for folder in (args.baseline, args.candidate):
-        if not Path(folder).is_dir():
-            raise UserError(f"'{folder}' is not a results folder; to compare two versions inside one folder "
-                            "pass --results DIR --baseline VERSION --candidate VERSION")
-    sides = []
-    for name, folder in (("baseline", args.baseline), ("candidate", args.candidate)):
-        # a gate that passes on nothing is a false green
-        empty = f"the {name} '{folder}' has no completed records; nothing to compare"
-        groups, _ = completed_groups(Path(folder), empty)
-        sides.append(groups)
-    return sides[0], sides[1]
+def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
+    """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, else a prefix
+    (at least 4 hex digits) of a commit or a source digest. UserError when none or several codes match."""
+    exact = [r for r in records if r.version == name]
+    if exact:
+        return exact
+    commit = resolve_commit(name)
+    if commit is not None:
+        chosen = [r for r in records if r.commit == commit]
+        if chosen:
+            return chosen
+    if len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
+        chosen = [r for r in records if (r.commit or "").startswith(name.lower())
+                  or str(r.software.get("source_digest") or "").startswith(name.lower())]
+        codes = {r.code for r in chosen}
+        if len(codes) > 1:
+            raise UserError(f"'{name}' is ambiguous in {where}: it names {len(codes)} codes; give more digits")
+        if chosen:
+            return chosen
+    versions = sorted({r.version for r in records})
+    commits = sorted({r.commit[:8] for r in records if r.commit})
+    raise UserError(f"no records of version, commit or tag '{name}' in {where}; present: versions "
+                    f"{', '.join(versions) or 'none'}; commits {', '.join(commits[:12]) or 'none'}"
+                    f"{' ...' if len(commits) > 12 else ''}")
 
 
-COLUMNS = ["domain", "dataset", "method", "loss", "hyper-parameters", "metric", "baseline (n)", "candidate (n)",
-           "change", "p"]
+def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[RunRecord]]) -> Side:
+    """A side from ``FOLDER``, ``FOLDER@NAME`` or (with ``--results``) ``NAME``."""
+    folder, _, name = text.rpartition("@") if "@" in text else (text, "", "")
+    if not Path(folder).is_dir():
+        folder, name = (results, text) if results else (folder, name)
+    if folder is None or not Path(folder).is_dir():
+        raise UserError(f"--{role} '{text}' is not a results folder (nor FOLDER@NAME); to compare two versions, "
+                        "commits or tags inside one folder pass --results DIR --baseline NAME --candidate NAME")
+    path = Path(folder)
+    if path not in cache:
+        cache[path] = [record for _, record in load_record_files(path, completed_only=False)]
+    chosen = select(cache[path], name, str(path)) if name else cache[path]
+    if not any(r.status == "completed" for r in chosen):
+        raise UserError(f"the {role} '{text}' has no completed records; nothing to compare")
+    return Side(text, chosen)
 
 
-def _row(m: Match) -> list[str]:
-    g, digits = m.base, decimals(m.base.mean)
-    p = "–" if math.isnan(m.p) else f"{m.p:.3g}"
-    return [g.domain, g.dataset, g.method, g.loss, g.hparams_label(),
-            f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})", f"{fmt(m.base.mean, digits)} ({m.base.n})",
-            f"{fmt(m.cand.mean, digits)} ({m.cand.n})", f"{m.change:+.{digits}f}", p]
+@dataclass
+class Row:
+    """One matched (or unmatched) group and its verdict."""
+
+    base: Group | None
+    cand: Group | None
+    verdict: str
+    change: stats.Change | None = None
+    p_adjusted: float = math.nan
+    problems: list[str] = field(default_factory=list)  # why a group is missing
+    config_diff: list[str] = field(default_factory=list)
 
 
-def report(args: argparse.Namespace, base: list[Group], cand: list[Group]) -> tuple[str, int, int]:
-    """The markdown report, the number of regressions and the number of matched groups."""
-    cand_by_key = {g.key: g for g in cand}
-    base_keys = {g.key for g in base}
-    matches = [Match(g, cand_by_key[g.key], p_value(g, cand_by_key[g.key], args.test))
-               for g in base if g.key in cand_by_key]
-    significant = [m for m in matches if m.p < args.alpha]
-    regressions = [m for m in significant if m.gain < -args.tolerance]
-    improvements = [m for m in significant if m.gain > args.tolerance]
-    unchanged = [m for m in matches if m not in regressions and m not in improvements]
-    lines = [
-        f"# Comparison: baseline `{args.baseline}` vs candidate `{args.candidate}`", "",
-        f"Rule: a group **regressed** when the candidate's mean primary metric is worse than the baseline's by more "
-        f"than {args.tolerance:g} (the tolerance, in metric units) and a {TESTS[args.test]} over the seeds of each "
-        f"side gives p < {args.alpha:g}; an **improvement** is the same in the better direction. Groups with fewer "
-        "than 2 seeds on a side cannot be tested (p –) and never count as regressions. Groups are matched on "
-        "domain, dataset, method, loss, hyper-parameters and config; not on version or seed. "
-        "Change = candidate − baseline (↑ higher is better, ↓ lower is better).", "",
-    ]
-    for title, rows in (("Regressions", regressions), ("Improvements", improvements), ("Unchanged", unchanged)):
-        lines += [f"## {title} ({len(rows)})", ""]
-        lines += [*markdown(COLUMNS, map(_row, rows)), ""] if rows else ["none", ""]
-    unmatched = [("baseline only", g) for g in base if g.key not in cand_by_key]
-    unmatched += [("candidate only", g) for g in cand if g.key not in base_keys]
-    lines += [f"## Unmatched ({len(unmatched)})", ""]
-    if unmatched:
-        lines += markdown(["side", "domain", "dataset", "method", "loss", "hyper-parameters"],
-                          [[side, g.domain, g.dataset, g.method, g.loss, g.hparams_label()] for side, g in unmatched])
+def _config_diff(base: Group, cand: Group) -> list[str]:
+    keys = sorted(set(base.config) | set(cand.config))
+    return [f"{k}: {base.config.get(k, '(absent)')} → {cand.config.get(k, '(absent)')}"
+            for k in keys if base.config.get(k) != cand.config.get(k)]
+
+
+def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
+    if cand is None:
+        return [f"failed on seed(s) {_seeds(failed)}" if failed else "not in the candidate"]
+    problems = []
+    if failed:
+        problems.append(f"failed on seed(s) {_seeds(failed)}")
+    if cand.nonfinite:
+        problems.append(f"non-finite {cand.primary_metric} on seed(s) {_seeds(cand.nonfinite)}")
+    lost = set(base.values) - set(cand.values) - failed - cand.nonfinite
+    if lost:
+        problems.append(f"seed(s) {_seeds(lost)} of the baseline not run")
+    return problems
+
+
+def _seeds(seeds: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(seeds)))
+
+
+def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
+    """Every baseline group's row (and the candidate's added groups), with the verdicts of the rule above."""
+    base_groups, cand_groups, failed = base.groups(), cand.groups(), cand.failed()
+    rows, tested = [], []
+    for key, b in base_groups.items():
+        c = cand_groups.get(key)
+        problems = _missing(b, c, failed.get(key, set()))
+        row = Row(b, c, "missing", problems=problems, config_diff=_config_diff(b, c) if c else [])
+        if c is not None and b.values and c.values:
+            row.change = stats.compare_values(b.values, c.values, args.test)
+            tested.append(row)
+        rows.append(row)
+    decidable = [r for r in tested if stats.decidable(r.change, args.alpha, len(tested), args.correction)]
+    for row, p in zip(decidable, stats.adjust([r.change.p for r in decidable], args.correction)):
+        row.p_adjusted = p
+    for row in tested:
+        gain = row.base.sign * row.change.change
+        if row not in decidable:
+            verdict = "untestable" if gain < -args.tolerance else "untested"
+        elif row.p_adjusted < args.alpha and abs(gain) > args.tolerance:
+            verdict = "regression" if gain < 0 else "improvement"
+        else:
+            verdict = "unchanged"
+        # Seeds missing on the candidate's side: a regression on the others is still one.
+        row.verdict = "missing" if row.problems and verdict != "regression" else verdict
+    rows += [Row(None, g, "added") for key, g in cand_groups.items() if key not in base_groups]
+    return rows
+
+
+COLUMNS = ["domain", "dataset", "method", "loss", "hyper-parameters", "setting", "metric", "baseline (n)",
+           "candidate (n)", "change [95% CI]", "effect", "test", "p (corrected)", "min p"]
+
+
+def _p(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.3g}"
+
+
+def _row(row: Row) -> list[str]:
+    g, c, ch = row.base, row.cand, row.change
+    digits = decimals(g.mean) if g.values else 2
+    base = f"{fmt(g.mean, digits)} ({g.n})" if g.values else "– (0)"
+    cand = f"{fmt(c.mean, digits)} ({c.n})" if c is not None and c.values else "– (0)"
+    if ch is None:
+        tail = ["–", "–", "–", "–", "–"]
     else:
-        lines.append("none")
-    verdict = f"FAIL: {len(regressions)} regression(s)" if regressions else "PASS: no regression"
-    lines += ["", f"**{verdict}** ({len(matches)} matched groups, {len(improvements)} improvement(s)).", ""]
-    return "\n".join(lines), len(regressions), len(matches)
+        interval = "" if math.isnan(ch.low) else f" [{ch.low:+.{digits}f}, {ch.high:+.{digits}f}]"
+        effect = "–" if math.isnan(ch.effect) else f"{ch.effect:+.2f}"
+        pairs = f", {ch.n_pairs} pairs" if ch.n_pairs else ""
+        tail = [f"{ch.change:+.{digits}f}{interval}", effect, ch.test + pairs,
+                f"{_p(ch.p)} ({_p(row.p_adjusted)})", _p(ch.min_p)]
+    return [g.domain, g.dataset, g.method, g.loss, g.hparams_label(), g.setting_label(),
+            f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})", base, cand, *tail]
+
+
+TITLES = {
+    "regression": "Regressions", "missing": "Missing, failed or non-finite in the candidate",
+    "untestable": "Untestable changes worse than the tolerance", "improvement": "Improvements",
+    "unchanged": "Unchanged", "untested": "Untested (the test cannot decide at these seeds; within the tolerance)",
+}
+
+
+def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) -> str:
+    level = f"alpha / groups = {args.alpha:g} / n" if args.correction != "none" else f"alpha = {args.alpha:g}"
+    lines = [
+        f"# Comparison: baseline `{base.label}` vs candidate `{cand.label}`", "",
+        f"Rule: per group, the change of the mean primary metric (candidate − baseline; ↑ higher is better, ↓ lower) "
+        f"is tested with {stats.TESTS[args.test]}, two-sided, and the p-values of the groups are corrected together "
+        f"with {stats.CORRECTIONS[args.correction]}. A group **regressed** when its corrected p < {args.alpha:g} and "
+        f"the change is worse than {args.tolerance:g} (the tolerance, in metric units); an **improvement** likewise "
+        f"in the better direction. A group whose test cannot reach significance at its seeds (minimum p ≥ {level}) "
+        "is **untestable** when the change is worse than the tolerance, **untested** otherwise, never unchanged. A "
+        "baseline group absent from the candidate, failed, non-finite or short of seeds is **missing**. Groups are "
+        "matched on domain, dataset, method, loss, hyper-parameters, preset, overrides and primary metric; each side "
+        "uses per group the records of its newest code. Change: mean difference (paired: mean of the per-seed "
+        "differences) with its 95% t interval; effect: standardised (paired d_z, else Cohen's d).", "",
+    ]
+    for verdict in VERDICTS:
+        chosen = [r for r in rows if r.verdict == verdict]
+        lines += [f"## {TITLES[verdict]} ({len(chosen)})", ""]
+        lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
+        if verdict == "missing" and chosen:
+            lines += [f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
+                      f"({r.base.hparams_label()}, {r.base.setting_label()}): {'; '.join(r.problems)}"
+                      for r in chosen] + [""]
+    added = [r.cand for r in rows if r.verdict == "added"]
+    lines += [f"## Added in the candidate, not in the baseline ({len(added)})", ""]
+    lines += [*markdown(["domain", "dataset", "method", "loss", "hyper-parameters", "setting"],
+                        [[g.domain, g.dataset, g.method, g.loss, g.hparams_label(), g.setting_label()]
+                         for g in added]), ""] if added else ["none", ""]
+    lines += _details(rows)
+    return "\n".join(lines)
+
+
+def _details(rows: list[Row]) -> list[str]:
+    """Config differences of matched groups, and groups whose seeds come from different code."""
+    lines = []
+    diffs = [r for r in rows if r.config_diff]
+    if diffs:
+        lines += ["## Config differences of matched groups", ""]
+        lines += [f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
+                  f"({r.base.hparams_label()}): {'; '.join(r.config_diff)}" for r in diffs] + [""]
+    mixed = [(side, g) for r in rows for side, g in (("baseline", r.base), ("candidate", r.cand))
+             if g is not None and g.mixed_code]
+    if mixed:
+        lines += ["## Groups whose seeds come from different code", ""]
+        lines += [f"- {side}: {g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}): "
+                  f"{g.code_label()}" for side, g in mixed] + [""]
+    return lines
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every option checked before anything is read."""
+    if not (math.isfinite(args.alpha) and 0 < args.alpha < 1):
+        raise UserError(f"--alpha must be a number between 0 and 1 (exclusive), got {args.alpha}")
+    if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
+        raise UserError(f"--tolerance must be a finite number >= 0 (metric units), got {args.tolerance}")
+    if args.out and Path(args.out).is_dir():
+        raise UserError(f"--out '{args.out}' is a folder; give the report's file name, e.g. {args.out}/compare.md")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """0: no regression; 1: a regression; 2 (UserError): a side without records, or no group matched."""
-    base, cand = load_sides(args)
-    text, n_regressions, n_matched = report(args, base, cand)
+    """0: every baseline group compared and held; 1: a regression or a missing group; 2: cannot decide."""
+    validate(args)
+    cache: dict[Path, list[RunRecord]] = {}
+    base = load_side(args.baseline, args.results, "baseline", cache)
+    cand = load_side(args.candidate, args.results, "candidate", cache)
+    if {id(r) for r in base.records} == {id(r) for r in cand.records}:
+        raise UserError(f"the baseline and the candidate are the same {len(base.records)} records; name two "
+                        "different versions, commits, tags or folders")
+    rows = judge(base, cand, args)
+    count = {v: sum(r.verdict == v for r in rows) for v in (*VERDICTS, "added")}
+    failing = count["regression"] + (0 if args.allow_missing else count["missing"])
+    undecided = 0 if args.allow_untestable else count["untestable"]
+    compared = sum(r.change is not None for r in rows)
+    if not compared:  # most likely the wrong folders or names: say so rather than list every group as missing
+        code, verdict = 2, "CANNOT DECIDE: no baseline group has a matching candidate group"
+    elif failing:
+        code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing"
+    elif undecided:
+        code, verdict = 2, f"CANNOT DECIDE: {undecided} untestable change(s) worse than the tolerance"
+    else:
+        code, verdict = 0, "PASS: every baseline group compared and held"
+    summary = ", ".join(f"{n} {v}" for v, n in count.items() if n)
+    text = report(args, base, cand, rows) + f"\n**{verdict}** ({summary}).\n"
     print(text)
     if args.out:
         write_atomic(Path(args.out), text)
-    if not n_matched:
-        raise UserError(f"no group of the baseline matches one of the candidate ({len(base)} vs {len(cand)} groups, "
-                        "see Unmatched above): they ran different settings, so nothing was compared")
-    return 1 if n_regressions else 0
+    if code == 2:
+        raise UserError(verdict.split(": ", 1)[1] + " (see the report above)")
+    return code

@@ -101,3 +101,30 @@ def error_curves(curves: dict[str, list[list[tuple[float, float]]]], path: Path)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def history_lines(series: list[tuple[str, list[tuple[float, float, bool]]]], path: Path) -> bool:
+    """Small multiples, one panel per setting: its mean over the versions (oldest left) with ± one std over seeds
+    as error bars, and a red ring on each version that is a step. False, with nothing written, when empty."""
+    if not series:
+        return False
+    cols = min(4, len(series))
+    rows = -(-len(series) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows), squeeze=False)
+    for ax, (title, points) in zip(axes.flat, series):
+        xs = range(1, len(points) + 1)
+        ax.errorbar(xs, [m for m, _, _ in points], yerr=[s for _, s, _ in points], marker="o", ms=3, lw=1,
+                    capsize=2)
+        steps = [(x, m) for x, (m, _, step) in zip(xs, points) if step]
+        if steps:
+            ax.scatter(*zip(*steps), s=80, facecolors="none", edgecolors="tab:red", zorder=3)
+        ax.set_title(title, fontsize=7)
+        ax.set_xticks(list(xs))
+        ax.tick_params(labelsize=6)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.supxlabel("version (oldest first); red ring: a step", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True

@@ -1,8 +1,13 @@
 """Grouping records for leaderboards, reports and comparisons.
 
-A *group* is every completed record of one (domain, dataset, method, loss, loss hyper-parameters, config):
-the same run but for the seed (and, where asked, the version). A *setting* is a group without its loss: the
-rows a loss is compared against share it (same method, same config).
+A *group* is every completed record of one (domain, dataset, method, loss, loss hyper-parameters, config) and of
+one code: the same run but for the seed. A *setting* is a group without its loss: the rows a loss is compared
+against share it (same method, same config).
+
+Code never mixes silently. Of the records of one experiment, a group takes those of the **newest code**
+(:func:`code_classes`): the newest source digest (``RunRecord.code``), ordered by commit date. Records written
+before the source digest was recorded know only their commit; they form one class per package version, older than
+any digest, and a group of them whose seeds come from several commits says so (``Group.mixed_code``).
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +45,18 @@ class Group:
     loss_used: bool = True  # False for evaluation-only methods (e.g. a bag-of-words baseline)
     values: dict[int, float] = field(default_factory=dict)  # seed -> primary metric
     secondary: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> seed -> value
+    nonfinite: set[int] = field(default_factory=set)  # seeds whose primary metric is NaN or infinite
+    codes: dict[str, str] = field(default_factory=dict)  # RunRecord.code -> its short label, of the members
+    records: list[RunRecord] = field(default_factory=list, repr=False)  # the members, oldest first
+
+    @property
+    def mixed_code(self) -> bool:
+        """Whether the seeds come from different code (only records without a source digest can: by commit)."""
+        return len(self.codes) > 1
+
+    def code_label(self) -> str:
+        labels = sorted(set(self.codes.values()))
+        return labels[0] if len(labels) == 1 else f"{len(labels)} commits ({', '.join(labels)})"
 
     @property
     def key(self) -> str:
@@ -95,6 +112,22 @@ def version_key(version: str) -> tuple:
         return (0, Version("0"), version)
 
 
+def code_class(record: RunRecord) -> str:
+    """The code a group may not mix: the source digest, or for a record without one its package version."""
+    return record.code if record.code.startswith("src:") else f"version:{record.version}"
+
+
+def code_classes(records: Iterable[RunRecord]) -> list[str]:
+    """The code classes of ``records``, newest last: digests after versions without one, then by the newest
+    commit date (else finish time) among their records, then by version."""
+    newest: dict[str, tuple] = {}
+    for record in records:
+        cls = code_class(record)
+        key = (cls.startswith("src:"), record.code_time(), version_key(record.version))
+        newest[cls] = max(newest.get(cls, key), key)
+    return sorted(newest, key=lambda c: (newest[c], c))
+
+
 def group_key(domain: str, dataset: str, method: str, loss: str, loss_params: dict[str, Any],
               config: dict[str, Any]) -> str:
     """The identity of a group: a record's ``config`` holds only experiment fields with effective values
@@ -102,26 +135,37 @@ def group_key(domain: str, dataset: str, method: str, loss: str, loss_params: di
     return hash_jsonable([domain, dataset, method, loss, loss_params, config])
 
 
-def group_records(records: Iterable[RunRecord], *, version: str | None = None) -> list[Group]:
-    """Completed records grouped on everything but seed and version, sorted deterministically.
+def command_key(record: RunRecord) -> str:
+    """What a command asked for, not how the code resolved it (domain, dataset, method, loss and its
+    hyper-parameters, preset, overrides, primary metric): a changed default keeps the key."""
+    return hash_jsonable([record.domain, record.dataset, record.method, record.loss, record.loss_params,
+                          record.preset, record.overrides, record.primary_metric, record.higher_is_better])
 
-    ``version=None`` keeps, per group, only the records of the latest version present in that group;
-    otherwise only the records of ``version``. A seed recorded twice keeps its latest record. The baseline loss
-    is the one the domain's code names now (so records written before a method got its own baseline compare
-    like new ones), the record's own field where the domain cannot be loaded.
+
+def record_key(record: RunRecord) -> str:
+    return group_key(record.domain, record.dataset, record.method, record.loss, record.loss_params, record.config)
+
+
+def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], str] = record_key,
+                  keep_empty: bool = False) -> list[Group]:
+    """Completed records grouped on ``key`` (by default everything but seed and code), sorted deterministically.
+
+    Per group only the records of the newest code class are kept (:func:`code_classes`). A seed recorded twice
+    keeps its latest record. ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
+    The baseline loss is the one the domain's code names now (so records written before a method got its own
+    baseline compare like new ones), the record's own field where the domain cannot be loaded.
     """
     by_key: dict[str, list[RunRecord]] = {}
     for record in records:
-        if record.status != "completed" or (version is not None and record.version != version):
-            continue
-        key = group_key(record.domain, record.dataset, record.method, record.loss, record.loss_params, record.config)
-        by_key.setdefault(key, []).append(record)
+        if record.status == "completed":
+            by_key.setdefault(key(record), []).append(record)
     groups = []
     loaded: dict[str, Domain | None] = {}
     for members in by_key.values():
-        latest = max((r.version for r in members), key=version_key)
-        members = sorted((r for r in members if r.version == latest), key=lambda r: (r.finished_at, r.run_id))
+        newest = code_classes(members)[-1]
+        members = sorted((r for r in members if code_class(r) == newest), key=lambda r: (r.finished_at, r.run_id))
         first = members[-1]
+        latest = max((r.version for r in members), key=version_key)
         if first.domain not in loaded:
             loaded[first.domain] = domain_or_none(first.domain)
         dom = loaded[first.domain]
@@ -130,9 +174,14 @@ def group_records(records: Iterable[RunRecord], *, version: str | None = None) -
             domain=first.domain, dataset=first.dataset, method=first.method, loss=first.loss,
             loss_params=first.loss_params, preset=first.preset, overrides=first.overrides, config=first.config,
             primary_metric=first.primary_metric, higher_is_better=first.higher_is_better, baseline_loss=baseline,
-            version=latest, loss_used=first.loss_used,
+            version=latest, loss_used=first.loss_used, records=members,
+            codes={r.code: r.code_label() for r in members},
         )
         for record in members:
+            group.values.pop(record.seed, None)
+            group.nonfinite.discard(record.seed)
+            if record.metrics.get(record.primary_metric) is None:
+                group.nonfinite.add(record.seed)
             for name, value in record.metrics.items():
                 if value is None or not math.isfinite(value):
                     continue
@@ -140,7 +189,7 @@ def group_records(records: Iterable[RunRecord], *, version: str | None = None) -
                     group.values[record.seed] = value
                 else:
                     group.secondary.setdefault(name, {})[record.seed] = value
-        if group.values:
+        if group.values or keep_empty:
             groups.append(group)
     return sorted(groups, key=Group.sort_key)
 

@@ -13,6 +13,13 @@ Schema versions:
    the runtime fields (:func:`domains.base.runtime_fields`): recorded, never hashed.
 3. ``loss_used`` (``PretrainResult.loss_used``): False for a run whose method ignores the loss (evaluation only);
    version 2 said so as ``info["loss_ignored"]``.
+
+Since version 3, ``software`` also holds the code's identity (:func:`harness.version.software_info`): the version,
+the git commit, its date, the dirty flag and ``source_digest``, the digest of the package's sources that a run's
+identity hashes. Records written before it have no digest; :func:`code_key` tells their code apart by commit.
+
+A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
+named after it), checked on load like every other field.
 """
 
 from __future__ import annotations
@@ -21,20 +28,31 @@ import json
 import math
 import os
 import platform
-import subprocess
+import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import domains
-from domains.base import Domain, RunSpec, UserError, describe_validation, hash_jsonable, split_config, write_atomic
-from harness.version import package_version
+from domains.base import (
+    Domain,
+    RunSpec,
+    UserError,
+    describe_validation,
+    hash_jsonable,
+    refuse_link,
+    split_config,
+    write_atomic,
+)
+from harness.version import source_digest
 
 SCHEMA_VERSION = 3
+# A name that may become (part of) a file name: no path separator, no leading dot, no control character.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+=@,-]*")
 
 
 class InvalidRecordError(UserError):
@@ -84,6 +102,13 @@ class RunRecord(BaseModel):
     finished_at: str
     resumed: bool
 
+    @field_validator("run_id", "domain")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if not PLAIN_NAME.fullmatch(value) or ".." in value:
+            raise ValueError(f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)")
+        return value
+
     @model_validator(mode="after")
     def _outcome(self) -> RunRecord:
         if self.status == "completed" and self.primary_metric not in self.metrics:
@@ -96,6 +121,37 @@ class RunRecord(BaseModel):
     def version(self) -> str:
         """The ``contrastive-harness`` version that wrote the record."""
         return str(self.software.get("contrastive_harness", "0+unknown"))
+
+    @property
+    def commit(self) -> str | None:
+        """The git commit of the code that wrote the record (None outside a checkout)."""
+        value = self.software.get("git_commit")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def code(self) -> str:
+        """The identity of the code that ran: ``src:<source digest>``, or for records written before the digest
+        was recorded ``git:<commit>`` (``+dirty`` when the tree was), else ``version:<version>``."""
+        digest = self.software.get("source_digest")
+        if isinstance(digest, str) and digest:
+            return f"src:{digest}"
+        if self.commit:
+            return f"git:{self.commit}{'+dirty' if self.software.get('git_dirty') else ''}"
+        return f"version:{self.version}"
+
+    def code_label(self) -> str:
+        """A short name of the code for pages: the abbreviated commit (``+dirty``, ``~<digest>`` where the
+        sources differed from it), else the version."""
+        digest = self.software.get("source_digest")
+        if self.commit:
+            dirty = "+dirty" if self.software.get("git_dirty") else ""
+            return f"{self.commit[:7]}{dirty}" + (f" (src {digest[:7]})" if dirty and digest else "")
+        return f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
+
+    def code_time(self) -> str:
+        """When the code was committed (ISO), else when the record was written: the order of code versions."""
+        date = self.software.get("git_commit_date")
+        return date if isinstance(date, str) and date else self.finished_at
 
     def to_json(self) -> dict[str, Any]:
         """The record as the JSON object written to its file."""
@@ -125,31 +181,42 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1
 
 
 def identity_hash(domain: str, method: str, dataset: str, loss: str, loss_params: dict[str, Any],
-                  config: dict[str, Any], version: str) -> str:
-    """sha256 of everything that defines a run except its seed and runtime fields, including the package version."""
+                  config: dict[str, Any]) -> str:
+    """sha256 of the experiment: everything that defines a run except its seed, runtime fields, data and code."""
     return hash_jsonable({"domain": domain, "method": method, "dataset": dataset, "loss": loss,
-                          "loss_params": loss_params, "config": config, "version": version})
+                          "loss_params": loss_params, "config": config})
 
 
-def config_hash(spec: RunSpec, version: str | None = None) -> str:
+def config_hash(spec: RunSpec) -> str:
     """The :func:`identity_hash` of a run spec (its config is resolved: effective values)."""
-    return identity_hash(spec.domain, spec.method, spec.dataset, spec.loss, spec.loss_params, spec.config_dict(),
-                         version or package_version())
+    return identity_hash(spec.domain, spec.method, spec.dataset, spec.loss, spec.loss_params, spec.config_dict())
+
+
+def _run_hash(experiment: str, data_fingerprint: dict[str, Any], code: str) -> str:
+    return hash_jsonable({"config_hash": experiment, "data_fingerprint": jsonable(data_fingerprint), "code": code})
 
 
 def run_hash(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
-    """sha256 of the config hash and the data's fingerprint: the identity of a run but for its seed.
+    """sha256 of the experiment, the data's fingerprint and the code (:func:`harness.version.source_digest`): the
+    identity of a run but for its seed. After a dataset's files or the package's sources change, neither the skip
+    of a completed record nor ``--resume`` may reuse what was computed before."""
+    return _run_hash(config_hash(spec), data_fingerprint, source_digest())
 
-    The data belongs to it: after a dataset's files change, neither the skip of a completed record nor
-    ``--resume`` may reuse what was computed on the old files.
-    """
-    return hash_jsonable({"config_hash": config_hash(spec), "data_fingerprint": jsonable(data_fingerprint)})
+
+def record_run_hash(record: RunRecord) -> str | None:
+    """The run hash of what ``record`` says it ran (None for a record without a source digest)."""
+    digest = record.software.get("source_digest")
+    if not isinstance(digest, str):
+        return None
+    return _run_hash(record.config_hash, record.data_fingerprint, digest)
 
 
 def run_id(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
-    """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the run hash>-s<seed>``."""
-    safe = [str(p).replace("/", "_").replace(" ", "_") for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
-    return "-".join([*safe, run_hash(spec, data_fingerprint)[:8], f"s{spec.seed}"])
+    """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the run hash>-s<seed>``, a plain file name
+    whatever the dataset is called (an ``hf:`` folder, a ``gym:`` id)."""
+    parts = [re.sub(r"[^A-Za-z0-9_.:+=@,-]", "_", str(p)).replace("..", "__")
+             for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
+    return "-".join([*parts, run_hash(spec, data_fingerprint)[:8], f"s{spec.seed}"])
 
 
 def utc_now() -> str:
@@ -231,12 +298,13 @@ def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:
     return record.model_copy(update={
         "config": config, "runtime": jsonable(runtime),
         "config_hash": identity_hash(record.domain, record.method, record.dataset, record.loss, record.loss_params,
-                                     config, record.version)})
+                                     config)})
 
 
 def load_record(path: Path, loaded: dict[str, Domain | None] | None = None) -> RunRecord:
     """The record at ``path``, validated, migrated and normalised. OSError when it cannot be opened,
     InvalidRecordError / NewerRecordError (naming the file) otherwise. ``loaded`` caches domains across calls."""
+    refuse_link(path, Path(path).parent)
     with open(path, "rb") as fh:
         raw = fh.read()
     try:
@@ -260,8 +328,34 @@ def read_record(path: Path) -> RunRecord | None:
 
 
 def is_completed(results: Path, rid: str) -> bool:
+    """Whether a completed record is stored under ``rid`` (whatever run it holds: see :func:`reusable`)."""
     record = read_record(record_path(results, rid))
     return record is not None and record.status == "completed"
+
+
+def reusable(results: Path, spec: RunSpec, data_fingerprint: dict[str, Any]) -> RunRecord | None:
+    """The completed record of exactly this run (seed, experiment, data and code), which a run may reuse instead
+    of running; None when there is none (absent, failed, damaged: the run runs and writes it).
+
+    The file name is not trusted: the record's own contents must give this run's hash. UserError, naming the file
+    and what differs, when it holds another run's record (copied or edited under this run's id); replacing it
+    would lose a file, reusing it would report a run that never happened."""
+    rid = run_id(spec, data_fingerprint)
+    path = record_path(results, rid)
+    record = read_record(path)
+    if record is None or record.status != "completed":
+        return None
+    expected = {"run id": rid, "seed": spec.seed, "experiment (config)": config_hash(spec),
+                "data": hash_jsonable(jsonable(data_fingerprint)), "code": source_digest(),
+                "run hash": run_hash(spec, data_fingerprint)}
+    actual = {"run id": record.run_id, "seed": record.seed, "experiment (config)": record.config_hash,
+              "data": hash_jsonable(record.data_fingerprint), "code": record.software.get("source_digest"),
+              "run hash": record_run_hash(record)}
+    differ = [name for name in expected if expected[name] != actual[name]]
+    if differ:
+        raise UserError(f"{path} holds a record that is not this run's (its {', '.join(differ)} differ): move it "
+                        "away, or rerun with --force to replace it")
+    return record
 
 
 def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[tuple[Path, RunRecord]]:
@@ -278,8 +372,9 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
             raise UserError(f"results folder '{directory}' does not exist (or is not a folder); nothing was written")
         for path in sorted(directory.glob("*.json")):
             try:
+                refuse_link(path, directory)
                 record = load_record(path, loaded)
-            except (OSError, InvalidRecordError, NewerRecordError) as exc:
+            except (OSError, UserError) as exc:
                 unreadable.append(str(exc) if isinstance(exc, UserError) else f"{path}: {exc.strerror or exc}")
                 continue
             if not completed_only or record.status == "completed":
@@ -293,22 +388,6 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
 def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[RunRecord]:
     """The records of :func:`load_record_files`, without their paths."""
     return [record for _, record in load_record_files(results, completed_only=completed_only)]
-
-
-def _git(*args: str) -> str | None:
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def software_info() -> dict[str, Any]:
-    """Package version, and the git commit (with a dirty flag) when the code is a git checkout."""
-    commit = _git("rev-parse", "HEAD")
-    dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
-    return {"contrastive_harness": package_version(), "git_commit": commit, "git_dirty": dirty}
 
 
 def hardware_info(device: torch.device) -> dict[str, Any]:

@@ -24,9 +24,10 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, RunContext, RunSpec, UserError
+from domains.base import Domain, Prepared, RunContext, RunSpec, UserError, refuse_link
 from harness import config as cfg
 from harness import records
+from harness.version import software_info
 
 LOGGER = logging.getLogger("harness")
 T = TypeVar("T")
@@ -238,8 +239,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
     data = PlanData(the_plan, data_root, device)
-    if req.force or not all(records.is_completed(Path(req.results), records.run_id(spec, data.fingerprint))
-                            for spec in the_plan.specs):
+    if req.force or not all(records.reusable(Path(req.results), spec, data.fingerprint) for spec in the_plan.specs):
         data.load()  # before any run starts: a data error leaves the results folder untouched
     results = results_folder(req.results)
     outcomes = []
@@ -268,10 +268,12 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         work_dir.mkdir(parents=True, exist_ok=True)
         return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left,
                         write=False)
-    if records.is_completed(results, rid) and not req.force:
-        return Outcome(rid, "skipped", path, records.read_record(path))
+    if not req.force and (done := records.reusable(results, spec, data.fingerprint)) is not None:
+        return Outcome(rid, "skipped", path, done)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
+    for own in (path, path.with_suffix(".log"), work_dir):
+        refuse_link(own, results)
     # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
     try:
         lock = FileLock(str(results / ".work" / f"{rid}.lock"), timeout=0)
@@ -279,8 +281,8 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
     except Timeout:
         return Outcome(rid, "busy", path, error="another process is running it")
     try:
-        if records.is_completed(results, rid) and not req.force:  # finished while we waited for the lock
-            return Outcome(rid, "skipped", path, records.read_record(path))
+        if not req.force and (done := records.reusable(results, spec, data.fingerprint)) is not None:
+            return Outcome(rid, "skipped", path, done)  # finished while we waited for the lock
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
@@ -309,13 +311,13 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "primary_metric": domain.primary_metric, "higher_is_better": domain.higher_is_better,
         "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
-        "software": records.software_info(),
+        "software": software_info(),
         "started_at": records.utc_now(), "resumed": req.resume, "data_fingerprint": data.fingerprint,
     }
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
-                            seeds=seeds_left if estimate else 0)
+                            run_key=rid, seeds=seeds_left if estimate else 0)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)

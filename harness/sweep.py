@@ -24,7 +24,7 @@ import losses
 from domains import get
 from domains.base import UserError, hash_jsonable, require
 from harness import config as cfg
-from harness.records import is_completed, run_id
+from harness.records import reusable
 from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
 
 
@@ -129,11 +129,11 @@ def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunReque
                 # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
                 fingerprints[key] = fingerprint(the_plan, data_root, torch.device("cpu"))
             data = fingerprints[key]
+            exists = not request.force and reusable(Path(request.results), spec, data) is not None
         except UserError as exc:
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
-        exists = is_completed(Path(request.results), run_id(spec, data))
-        (done if exists and not request.force else todo).append(request)
+        (done if exists else todo).append(request)
     return todo, done, invalid
 
 

@@ -34,6 +34,7 @@ def stale_pages(board: Path, work: Path) -> list[str]:
         shutil.copy(board / "results" / name, results / name)
     assert main(["leaderboard", "--results", str(results), "--out", str(out), "--bench", str(board / "bench")]) == 0
     assert main(["report", "--results", str(results), "--out", str(out)]) == 0
+    assert main(["history", "--results", str(results), "--out", str(out)]) == 0
     # prior.md comes from another folder of records (harness prior, leaderboards/prior/)
     assert main(["prior", "--results", str(board / "prior"), "--out", str(out)]) == 0
     generated = {p.name: p.read_text() for p in [*out.glob("*.md"), out / MANIFEST]}

@@ -157,7 +157,7 @@ def test_compare_with_nothing_to_compare_fails(tmp_path, candidate):
     write_records(tmp_path / "other", [synthetic_record("infonce", s, 80.0, dataset="blobs_hard") for s in range(2)])
     proc = harness("compare", "--baseline", str(results), "--candidate", str(tmp_path / candidate))
     assert proc.returncode == 2 and "PASS" not in proc.stderr
-    assert ("has no completed records" if candidate == "empty" else "no group of the baseline matches") in proc.stderr
+    assert ("has no completed records" if candidate == "empty" else "no baseline group has a matching") in proc.stderr
 
 
 def test_a_truncated_record_of_a_run_is_run_again(tmp_path):
@@ -237,7 +237,7 @@ def test_a_tampered_checkpoint_is_refused_and_a_real_one_loads(tmp_path):
     with pytest.raises(UserError, match="holds no head; rerun without --resume"):
         ctx.restore_checkpoint({"model": model, "head": torch.nn.Linear(1, 1)})
     torch.save({"evil": _Exploit()}, ctx.checkpoint_path)
-    with pytest.raises(Exception, match="Weights only load failed|Unsupported global"):
+    with pytest.raises(UserError, match=r"checkpoint.pt cannot be read \(UnpicklingError.*rerun without --resume"):
         ctx.restore_checkpoint({"model": model})
     torch.save({"model": model.state_dict()}, ctx.checkpoint_path)  # an older layout, or another program's file
     with pytest.raises(UserError, match="not a checkpoint of this version"):

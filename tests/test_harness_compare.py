@@ -1,51 +1,173 @@
-"""``harness compare``: a planted regression exits 1, equal results exit 0; folders and versions."""
+"""``harness compare`` as a CI gate: planted regressions at 1, 3 and 10 seeds, mixed code, changed settings, NaN
+and failed seeds, versions and commits by name, the correction for many groups, and honest reruns that pass."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
+from harness.stats import adjust, compare_values, min_p
 
-BASE = {"infonce": [80.0, 81.0, 82.0, 81.5], "dcl": [85.0, 86.0, 85.5, 85.2]}
 DCL = {"tau_plus": 0.1}
 
 
-def _records(values: dict[str, list[float]], version: str = "0.1.0") -> list[dict]:
-    return [synthetic_record(loss, seed, v, version=version, loss_params=DCL if loss == "dcl" else None)
-            for loss, vs in values.items() for seed, v in enumerate(vs)]
+def _group(loss: str, values: list[float], version: str = "0.1.0", seeds: list[int] | None = None, **kw) -> list[dict]:
+    seeds = list(range(len(values))) if seeds is None else seeds
+    params = DCL if loss == "dcl" else None
+    return [synthetic_record(loss, s, v, version=version, loss_params=params, **kw) for s, v in zip(seeds, values)]
 
 
-def test_planted_regression_exits_1(tmp_path):
-    write_records(tmp_path / "a", _records(BASE))
-    worse = {"infonce": BASE["infonce"], "dcl": [80.0, 80.5, 79.8, 80.2]}
-    write_records(tmp_path / "b", _records(worse) + [synthetic_record("pucl", 0, 70.0)])
-    out = harness("compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"),
-                  "--out", str(tmp_path / "report.md"))
-    assert out.returncode == 1, out.stderr
-    text = (tmp_path / "report.md").read_text()
-    assert text in out.stdout
-    regressions = text.split("## Regressions (1)")[1].split("## Improvements")[0]
-    assert "| dcl | tau_plus=0.1 |" in regressions and "-5.30" in regressions
-    assert "## Unchanged (1)" in text and "| candidate only | tiny | blobs | linear | pucl |" in text
-    assert "worse than the baseline's by more than 1 " in text and "Welch t-test" in text
-    assert "FAIL: 1 regression(s)" in text
+def _noisy(mean: float, n: int, seed: int, sd: float = 0.5) -> list[float]:
+    rng = random.Random(seed)
+    return [mean + rng.gauss(0, sd) for _ in range(n)]
 
 
-def test_equal_results_exit_0(tmp_path, capsys):
-    write_records(tmp_path / "a", _records(BASE))
-    write_records(tmp_path / "b", _records(BASE))
-    assert main(["compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b")]) == 0
-    assert "**PASS: no regression** (2 matched groups, 0 improvement(s))" in capsys.readouterr().out
+def _compare(tmp_path, base: list[dict], cand: list[dict], *extra: str) -> tuple[int, str]:
+    """``harness compare`` of two folders (in-process: the CLI's parser and exit codes), and its report."""
+    for side in ("a", "b"):
+        for old in (tmp_path / side).glob("*.json"):
+            old.unlink()
+    write_records(tmp_path / "a", base)
+    write_records(tmp_path / "b", cand)
+    code = main(["compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "report.md"), *extra])
+    return code, (tmp_path / "report.md").read_text()
 
 
-def test_versions_in_one_folder_tolerance_and_mann_whitney(tmp_path, capsys):
-    better = {"infonce": BASE["infonce"], "dcl": [86.0, 87.0, 86.5, 86.2]}  # +1.0 on dcl: at the tolerance
-    write_records(tmp_path, _records(BASE, "0.1.0") + _records(better, "0.2.0"))
-    assert main(["compare", "--results", str(tmp_path), "--baseline", "0.1.0", "--candidate", "0.2.0"]) == 0
-    assert "## Improvements (0)" in capsys.readouterr().out  # a change of exactly the tolerance is not counted
-    args = ["compare", "--results", str(tmp_path), "--baseline", "0.2.0", "--candidate", "0.1.0"]
-    assert main([*args, "--tolerance", "0.5"]) == 1
-    assert main([*args, "--tolerance", "0.5", "--test", "mannwhitney"]) == 1  # 4 vs 4 seeds: p = 2/70
-    assert "Mann-Whitney U" in capsys.readouterr().out
-    assert main([*args[:-4], "--baseline", "0.3.0", "--candidate", "0.1.0"]) == 2
-    assert "present: 0.1.0, 0.2.0" in capsys.readouterr().err
+def _section(report: str, title: str) -> str:
+    return report.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_a_planted_regression_at_10_seeds_fails_with_its_interval_and_effect(tmp_path):
+    base = _group("infonce", _noisy(80, 10, 0)) + _group("dcl", _noisy(85, 10, 1))
+    cand = _group("infonce", _noisy(80, 10, 0)) + _group("dcl", [v - 5 for v in _noisy(85, 10, 1)])
+    code, report = _compare(tmp_path, base, cand)
+    assert code == 1
+    regressions = _section(report, "Regressions (1)")
+    assert "| dcl | tau_plus=0.1 |" in regressions and "-5.00 [-5.00, -5.00]" in regressions
+    assert "paired-t, 10 pairs" in regressions
+    assert "## Unchanged (1)" in report and "Holm" in report and "FAIL: 1 regression(s)" in report
+
+
+def test_a_planted_regression_at_3_seeds_fails_with_the_default_test(tmp_path):
+    write_records(tmp_path / "a", _group("dcl", [85.0, 86.0, 85.5]))
+    write_records(tmp_path / "b", _group("dcl", [80.1, 80.8, 80.6]))  # paired: the drop differs a little per seed
+    out = harness("compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"))
+    assert out.returncode == 1 and "## Regressions (1)" in out.stdout
+
+
+def test_mann_whitney_at_3_seeds_cannot_decide_so_a_drop_is_untestable_not_unchanged(tmp_path):
+    assert min_p("mannwhitney", 3, 3, 0) == pytest.approx(0.1)
+    base, cand = _group("dcl", [85.0, 86.0, 85.5]), _group("dcl", [80.1, 80.8, 80.6])
+    code, report = _compare(tmp_path, base, cand, "--test", "mannwhitney")
+    assert code == 2 and "## Untestable changes worse than the tolerance (1)" in report
+    assert "## Unchanged (0)" in report and "0.1 |" in report  # the minimum p is shown
+    code, _ = _compare(tmp_path, base, cand, "--test", "mannwhitney", "--allow-untestable")
+    assert code == 0
+
+
+def test_a_one_seed_group_never_passes_a_drop(tmp_path):
+    code, report = _compare(tmp_path, _group("dcl", [85.0]), _group("dcl", [65.0]))
+    assert code == 2 and "## Untestable changes worse than the tolerance (1)" in report
+    assert "CANNOT DECIDE" in report and "-20.00" in report
+    # Within the tolerance it is listed as untested, not unchanged, and passes.
+    code, report = _compare(tmp_path, _group("dcl", [85.0]), _group("dcl", [84.5]))
+    assert code == 0 and "## Untested" in report and "## Unchanged (0)" in report
+
+
+def test_failed_nonfinite_and_vanished_seeds_and_groups_fail_the_gate(tmp_path):
+    base = _group("infonce", [80.0, 81.0, 82.0]) + _group("dcl", [85.0, 86.0, 85.5]) + _group("hcl", [84.0, 84.5])
+    cand = (_group("infonce", [80.0, 81.0]) + _group("dcl", [85.1, 86.0, 85.4])
+            + [synthetic_record("dcl", 2, 0.0, loss_params=DCL, status="failed")])
+    cand[-2]["metrics"]["accuracy"] = None  # seed 2 of dcl: a completed record with a NaN metric
+    cand[-2]["run_id"] += "-nan"
+    code, report = _compare(tmp_path, base, cand)
+    assert code == 1
+    missing = _section(report, "Missing, failed or non-finite in the candidate (3)")
+    assert "seed(s) 2 of the baseline not run" in missing  # infonce
+    assert "non-finite accuracy on seed(s) 2" in missing  # dcl
+    assert "hcl" in missing and "not in the candidate" in missing
+    code, _ = _compare(tmp_path, base, cand, "--allow-missing")
+    assert code == 0
+
+
+def test_changed_settings_show_removed_added_and_config_differences(tmp_path):
+    base = _group("dcl", [85.0, 86.0, 85.5], config={"epochs": 3, "knn_t": 0.1})
+    # The same command whose resolved config changed (a default), and a group run with another override.
+    cand = (_group("dcl", [85.0, 86.0, 85.5], config={"epochs": 3, "knn_t": 0.07})
+            + _group("infonce", [80.0, 81.0], overrides={"epochs": 5}))
+    code, report = _compare(tmp_path, base + _group("infonce", [80.0, 81.0]), cand)
+    assert code == 1
+    assert "knn_t: 0.1 → 0.07" in _section(report, "Config differences of matched groups")
+    assert "not in the candidate" in _section(report, "Missing")  # the removed setting (infonce, quick)
+    assert "| infonce |" in _section(report, "Added in the candidate")
+
+
+def test_two_honest_reruns_of_many_groups_pass(tmp_path):
+    """30 groups rerun with fresh noise: without the correction some would 'regress' by chance."""
+    losses = [f"l{i}" for i in range(30)]
+    base = [r for i, loss in enumerate(losses) for r in _group(loss, _noisy(80, 5, i, sd=1.5))]
+    cand = [r for i, loss in enumerate(losses) for r in _group(loss, _noisy(80, 5, 100 + i, sd=1.5))]
+    code, report = _compare(tmp_path, base, cand, "--tolerance", "0")
+    assert code == 0, report
+    assert "## Unchanged (30)" in report
+
+
+def test_mixed_code_uses_the_newest_code_so_a_drop_is_not_diluted(tmp_path):
+    base = _group("dcl", _noisy(85, 7, 3), seeds=list(range(7)))
+    old = _group("dcl", _noisy(85, 7, 3), software={"source_digest": "a" * 64, "git_commit_date": "2026-01-01"})
+    new = _group("dcl", [v - 20 for v in _noisy(85, 3, 4)], seeds=[7, 8, 9],
+                 software={"source_digest": "b" * 64, "git_commit_date": "2026-02-01"})
+    code, report = _compare(tmp_path, base, old + new, "--allow-missing")
+    regressions = _section(report, "Regressions (1)")
+    assert code == 1 and "| – (0) |" not in regressions and "(3) |" in regressions  # only the 3 new seeds
+    # Legacy records (no source digest) of several commits: compared, and the report says they mix code.
+    legacy = [synthetic_record("dcl", s, 85.0 + s, loss_params=DCL, software={"git_commit": c * 40})
+              for s, c in enumerate("aab")]
+    code, report = _compare(tmp_path, base, legacy, "--allow-missing")
+    assert "3 commits" not in report and "2 commits (aaaaaaa, bbbbbbb)" in report
+
+
+def test_versions_and_commits_by_name_from_one_folder(tmp_path, capsys):
+    a = _group("dcl", [85.0, 86.0, 85.5, 85.2], version="0.1.dev5+gaaaa", software={"git_commit": "a" * 40})
+    b = _group("dcl", [80.0, 80.5, 79.8, 80.2], version="0.1.dev6+gbbbb", software={"git_commit": "b" * 40})
+    write_records(tmp_path, a + b)
+    args = ["compare", "--results", str(tmp_path)]
+    assert main([*args, "--baseline", "0.1.dev5+gaaaa", "--candidate", "bbbbbbbb"]) == 1
+    assert main([*args, "--baseline", "bbbb", "--candidate", "aaaa"]) == 0  # an improvement passes
+    assert main(["compare", "--baseline", f"{tmp_path}@aaaa", "--candidate", f"{tmp_path}@bbbb"]) == 1
+    capsys.readouterr()
+    assert main([*args, "--baseline", "aaaa", "--candidate", "0.1.dev5+gaaaa"]) == 2  # the same records
+    assert "the same 4 records" in capsys.readouterr().err
+    assert main([*args, "--baseline", "0.3.0", "--candidate", "aaaa"]) == 2
+    err = capsys.readouterr().err
+    assert "present: versions 0.1.dev5+gaaaa, 0.1.dev6+gbbbb; commits aaaaaaaa, bbbbbbbb" in err
+
+
+@pytest.mark.parametrize("option", [["--alpha", "nan"], ["--alpha", "1.5"], ["--tolerance", "-1"],
+                                    ["--tolerance", "inf"], ["--out", "."]])
+def test_every_option_is_validated_before_anything_is_read(tmp_path, option, capsys):
+    missing = str(tmp_path / "absent")
+    assert main(["compare", "--baseline", missing, "--candidate", missing, *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --") and err.count("\n") == 1
+
+
+def test_a_bad_choice_exits_2_through_the_cli(tmp_path):
+    out = harness("compare", "--baseline", str(tmp_path), "--candidate", str(tmp_path), "--test", "ttest")
+    assert out.returncode == 2 and "invalid choice: 'ttest'" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_statistics_against_known_answers():
+    # Wilcoxon at n pairs cannot go below 2/2^n; the exact Mann-Whitney U at 4 vs 4 reaches 2/70.
+    assert min_p("wilcoxon", 5, 5, 5) == pytest.approx(1 / 16)
+    assert min_p("mannwhitney", 4, 4, 0) == pytest.approx(2 / 70)
+    change = compare_values({0: 1.0, 1: 2.0, 2: 3.0, 3: 4.0}, {0: 2.0, 1: 4.0, 2: 3.0, 3: 6.0}, "paired-t")
+    # differences 1, 2, 0, 2: mean 1.25, sd 0.9574, t = 2.611 on 3 df
+    assert change.change == pytest.approx(1.25) and change.effect == pytest.approx(1.25 / 0.957427, rel=1e-5)
+    assert change.p == pytest.approx(0.07955, abs=1e-4)
+    # Holm on (0.01, 0.04, 0.03): 0.03, 0.06, 0.06
+    assert adjust([0.01, 0.04, 0.03], "holm") == pytest.approx([0.03, 0.06, 0.06])

@@ -174,24 +174,28 @@ def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def synthetic_record(loss: str, seed: int, value: float, *, dataset: str = "blobs", method: str = "linear",
                      loss_params: dict | None = None, version: str = "0.1.0", config: dict | None = None,
                      domain: str = "tiny", status: str = "completed", higher_is_better: bool = True,
-                     baseline_loss: str = "infonce", preset: str = "quick", metric: str = "accuracy") -> dict:
+                     baseline_loss: str = "infonce", preset: str = "quick", metric: str = "accuracy",
+                     software: dict | None = None, overrides: dict | None = None,
+                     finished_at: str = "2026-01-01T00:00:00+00:00") -> dict:
     """A hand-written record of the current schema (harness.records.RunRecord); what the leaderboard, report and
     compare read is set from the arguments, the rest is filler."""
     params = loss_params or {}
     tag = "-".join(f"{k}{v}" for k, v in sorted(params.items()))
     config = config or {"epochs": 3}
     failed = {} if status == "completed" else {"error": "RuntimeError: planted failure"}
+    code = hash_jsonable([config, software])[:6]
     return {
         "schema": SCHEMA_VERSION,
-        "run_id": f"{domain}-{dataset}-{method}-{loss}{tag}-{version}-{hash_jsonable(config)[:6]}-s{seed}",
+        "run_id": f"{domain}-{dataset}-{method}-{loss}{tag}-{version}-{code}-s{seed}",
         "status": status, **failed, "domain": domain, "dataset": dataset, "method": method, "loss": loss,
-        "loss_params": params, "seed": seed, "preset": preset, "overrides": {}, "config": config, "runtime": {},
+        "loss_params": params, "seed": seed, "preset": preset, "overrides": overrides or {}, "config": config,
+        "runtime": {},
         "config_hash": hash_jsonable(config), "primary_metric": metric, "higher_is_better": higher_is_better,
         "baseline_loss": baseline_loss, "metrics": {metric: value} if status == "completed" else {},
         "details": {}, "curve": [], "timings": {}, "throughput": {}, "info": {}, "hardware": {},
-        "software": {"contrastive_harness": version}, "data_fingerprint": {"dataset": dataset},
+        "software": {"contrastive_harness": version, **(software or {})}, "data_fingerprint": {"dataset": dataset},
         "command": ["harness", "run", "--domain", domain, "--loss", loss], "resumed": False,
-        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": "2026-01-01T00:00:00+00:00",
+        "started_at": "2026-01-01T00:00:00+00:00", "finished_at": finished_at,
     }
 
 

@@ -1,0 +1,145 @@
+"""The statistics of a change between two groups of seeds: the test, the smallest p it can reach, the interval of the
+change and its standardised effect, and the correction for testing many groups at once.
+
+Used by ``harness compare`` (the gate) and ``harness history`` (step changes between versions). Every test is
+scipy's; this module only chooses one, and says when it cannot decide: a rank test on few seeds cannot reach a
+small p whatever the data (Mann-Whitney U at 3 seeds a side: p >= 0.1), which asv reports as the minimum p
+reachable, and which makes a group *untestable* rather than "unchanged".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from dataclasses import dataclass
+
+from scipy import stats
+
+TESTS = {
+    "auto": "a paired t-test on the seeds both sides have where they share at least 2, else Welch's t-test",
+    "paired-t": "a paired t-test (scipy.stats.ttest_rel) on the seeds both sides have",
+    "wilcoxon": "a Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact) on the seeds both sides have",
+    "welch": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
+    "mannwhitney": "a Mann-Whitney U test (scipy.stats.mannwhitneyu, exact)",
+}
+PAIRED = ("paired-t", "wilcoxon")
+CORRECTIONS = {
+    "holm": "Holm's step-down correction (family-wise error rate)",
+    "bh": "the Benjamini-Hochberg correction (false discovery rate, scipy.stats.false_discovery_control)",
+    "none": "no correction for the number of groups",
+}
+
+
+@dataclass(frozen=True)
+class Change:
+    """The change ``candidate - baseline`` of one group, and what the test says of it (two-sided)."""
+
+    test: str  # the test actually used (auto resolved)
+    n_base: int
+    n_cand: int
+    n_pairs: int  # seeds used in pairs (paired tests), else 0
+    change: float  # difference of the means (paired: mean of the differences)
+    low: float  # 95% interval of the change (t-based; NaN where it cannot be computed)
+    high: float
+    effect: float  # standardised: paired d_z = mean(d)/sd(d); unpaired Cohen's d (pooled sd); NaN if undefined
+    p: float  # NaN: the test cannot run (fewer than 2 seeds)
+    min_p: float  # the smallest p the test can reach at these sample sizes (1.0 when it cannot run)
+
+
+def _constant_p(a: list[float], b: list[float]) -> float | None:
+    """Where neither side varies (a deterministic run), any difference is real: p = 0, else 1."""
+    if len(set(a)) <= 1 and len(set(b)) <= 1:
+        return 1.0 if statistics.fmean(a) == statistics.fmean(b) else 0.0
+    return None
+
+
+def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
+    """The smallest two-sided p the test can give at these sizes: 0 for the t-tests (continuous) with at least 2
+    values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs, 2/C(n1+n2, n1) for the exact
+    Mann-Whitney U test; 1 where the test cannot run."""
+    if test in PAIRED:
+        if n_pairs < 2:
+            return 1.0
+        return 0.0 if test == "paired-t" else min(1.0, 2.0 / 2 ** n_pairs)
+    if min(n_base, n_cand) < 2:
+        return 1.0
+    return 0.0 if test == "welch" else min(1.0, 2.0 / math.comb(n_base + n_cand, n_base))
+
+
+def compare_values(base: dict[int, float], cand: dict[int, float], test: str = "auto") -> Change:
+    """The change between two groups' per-seed values (seed -> metric) under ``test`` (see :data:`TESTS`)."""
+    pairs = len(set(base) & set(cand))
+    if test == "auto":
+        test = "paired-t" if pairs >= 2 else "welch"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zero variance, small samples: scipy warns and returns nan
+        if test in PAIRED:
+            return _paired_change(base, cand, test)
+        return _unpaired_change(base, cand, test)
+
+
+def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) -> Change:
+    seeds = sorted(set(base) & set(cand))
+    a, b = [base[s] for s in seeds], [cand[s] for s in seeds]
+    diffs = [y - x for x, y in zip(a, b)]
+    change = statistics.fmean(diffs) if diffs else math.nan
+    floor = min_p(test, len(base), len(cand), len(seeds))
+    if len(seeds) < 2:
+        return Change(test, len(base), len(cand), len(seeds), change, math.nan, math.nan, math.nan, math.nan, floor)
+    sd = statistics.stdev(diffs)
+    result = stats.ttest_rel(b, a)
+    interval = result.confidence_interval(0.95)
+    low, high = float(interval.low), float(interval.high)
+    if sd == 0:  # the same shift on every seed
+        p, low, high = (1.0 if change == 0 else 0.0), change, change
+    elif test == "paired-t":
+        p = float(result.pvalue)
+    else:
+        p = float(stats.wilcoxon(b, a, method="exact" if 0 not in diffs else "auto").pvalue)
+    effect = change / sd if sd > 0 else math.nan
+    return Change(test, len(base), len(cand), len(seeds), change, low, high, effect, p, floor)
+
+
+def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) -> Change:
+    a, b = list(base.values()), list(cand.values())
+    n1, n2 = len(a), len(b)
+    change = statistics.fmean(b) - statistics.fmean(a) if a and b else math.nan
+    floor = min_p(test, n1, n2, 0)
+    if min(n1, n2) < 2:
+        return Change(test, n1, n2, 0, change, math.nan, math.nan, math.nan, math.nan, floor)
+    pooled = math.sqrt(((n1 - 1) * statistics.variance(a) + (n2 - 1) * statistics.variance(b)) / (n1 + n2 - 2))
+    welch = stats.ttest_ind(b, a, equal_var=False)
+    interval = welch.confidence_interval(0.95)
+    low, high = float(interval.low), float(interval.high)
+    constant = _constant_p(a, b)
+    if constant is not None:
+        p, low, high = constant, change, change
+    elif test == "welch":
+        p = float(welch.pvalue)
+    else:
+        p = float(stats.mannwhitneyu(b, a, alternative="two-sided", method="exact").pvalue)
+    effect = change / pooled if pooled > 0 else math.nan
+    return Change(test, n1, n2, 0, change, low, high, effect, p, floor)
+
+
+def adjust(p_values: list[float], correction: str) -> list[float]:
+    """The p-values adjusted for testing them together (:data:`CORRECTIONS`), in the given order."""
+    m = len(p_values)
+    if correction == "none" or m == 0:
+        return list(p_values)
+    if correction == "bh":
+        return [float(v) for v in stats.false_discovery_control(p_values, method="bh")]
+    order = sorted(range(m), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * m, 0.0
+    for rank, i in enumerate(order):  # Holm: the k-th smallest p times (m - k + 1), kept monotone
+        running = max(running, min(1.0, (m - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def decidable(change: Change, alpha: float, n_tests: int, correction: str) -> bool:
+    """Whether the test could call this group significant at all: its smallest reachable p is below the level a
+    lone significant group needs after the correction (alpha / n_tests for Holm and Benjamini-Hochberg)."""
+    level = alpha if correction == "none" else alpha / max(1, n_tests)
+    return not math.isnan(change.p) and change.min_p < level

@@ -1,0 +1,39 @@
+"""``harness history``: a setting's metric over the code versions that ran it, steps marked, regenerated identically."""
+
+from __future__ import annotations
+
+from tiny_domain import synthetic_record, write_records
+
+from harness.cli import main
+
+
+def _version(loss: str, values: list[float], digest: str, date: str, **kw) -> list[dict]:
+    software = {"source_digest": digest * 64, "git_commit": digest * 40, "git_commit_date": date}
+    return [synthetic_record(loss, seed, v, software=software, **kw) for seed, v in enumerate(values)]
+
+
+def test_history_marks_a_real_step_and_only_it(tmp_path, capsys):
+    records = (_version("dcl", [85.0, 85.4, 84.8, 85.2, 85.1], "a", "2026-01-01T00:00:00+00:00")
+               + _version("dcl", [85.2, 85.1, 84.9, 85.3, 85.0], "b", "2026-02-01T00:00:00+00:00")
+               + _version("dcl", [75.1, 75.6, 74.7, 75.3, 75.0], "c", "2026-03-01T00:00:00+00:00")
+               + _version("infonce", [80.0, 81.0], "a", "2026-01-01T00:00:00+00:00"))  # one version: not shown
+    write_records(tmp_path / "results", records)
+    out = tmp_path / "out"
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    page = (out / "history.md").read_text()
+    assert "1 settings ran with more than one version (1 with one only, not shown)" in page
+    rows = [line for line in page.splitlines() if line.startswith("| aaaaaaa") or line.startswith("| bbbbbbb")
+            or line.startswith("| ccccccc")]
+    assert [r.split(" | ")[0] for r in rows] == ["| aaaaaaa (2026-01-01)", "| bbbbbbb (2026-02-01)",
+                                                "| ccccccc (2026-03-01)"]
+    assert "**step**" not in rows[1] and "**step**" in rows[2] and "-9.96" in rows[2]
+    assert (out / "history.png").stat().st_size > 1000
+    first = page
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    assert (out / "history.md").read_text() == first
+
+
+def test_history_with_nothing_to_show_fails_loudly(tmp_path, capsys):
+    write_records(tmp_path, _version("dcl", [85.0, 85.4], "a", "2026-01-01T00:00:00+00:00"))
+    assert main(["history", "--results", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
+    assert "no setting" in capsys.readouterr().err and not (tmp_path / "out").exists()

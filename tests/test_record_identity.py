@@ -1,0 +1,120 @@
+"""A record is reused only for the very run that wrote it (seed, config, data and code), never because of its file
+name; the harness opens nothing through a link in its folders; a damaged or foreign checkpoint is named."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+from tiny_domain import synthetic_record, write_records
+
+from harness import records, version
+from harness.cli import main
+from harness.records import load_record_files
+
+TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=2", "--quiet"]
+
+
+def _records(results: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def _run(results: Path, *extra: str) -> int:
+    return main([*TINY, "--results", str(results), *extra])
+
+
+def test_the_record_names_its_code_and_a_run_of_other_code_is_another_run(tmp_path, monkeypatch, capsys):
+    assert _run(tmp_path, "--seeds", "0") == 0
+    [(rid, record)] = _records(tmp_path).items()
+    software = record["software"]
+    assert software["source_digest"] == version.source_digest() and len(software["source_digest"]) == 64
+    assert software["git_commit"] and software["git_dirty"] in (True, False) and software["git_commit_date"]
+    assert software["contrastive_harness"] == version.package_version() != "0.1.0"
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0") == 0
+    assert "[skipped]" in capsys.readouterr().out  # the same code: reused
+    for where in ("harness.records.source_digest", "harness.version.source_digest"):  # as if the sources changed
+        monkeypatch.setattr(where, lambda: "f" * 64)
+    assert _run(tmp_path, "--seeds", "0") == 0
+    assert "[completed]" in capsys.readouterr().out
+    after = _records(tmp_path)
+    assert len(after) == 2 and after[rid] == record  # the old record is kept, the new run has its own id
+    [new] = [r for k, r in after.items() if k != rid]
+    assert new["software"]["source_digest"] == "f" * 64
+
+
+def test_another_runs_record_copied_under_a_run_id_is_refused_not_skipped(tmp_path, capsys):
+    assert _run(tmp_path, "--seeds", "0,1") == 0
+    (a, _), (b, record_b) = sorted(_records(tmp_path).items())
+    shutil.copy(tmp_path / f"{b}.json", tmp_path / f"{a}.json")  # seed 1's record under seed 0's id
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0") == 2
+    err = capsys.readouterr().err
+    assert f"{a}.json holds a record that is not this run's" in err and "run id, seed" in err
+    assert err.count("\n") == 1 and _records(tmp_path)[a] == record_b  # nothing overwritten
+    # An edited config is caught the same way, also by a sweep, which lists it as invalid.
+    edited = dict(record_b, run_id=a, seed=0, config={**record_b["config"], "epochs": 7})
+    (tmp_path / f"{a}.json").write_text(json.dumps(edited))
+    assert _run(tmp_path, "--seeds", "0") == 2
+    assert "experiment (config)" in capsys.readouterr().err
+    assert main(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set", "epochs=2",
+                 "--results", str(tmp_path), "--dry-run"]) == 2
+    captured = capsys.readouterr()
+    assert "[invalid]" in captured.out and "holds a record that is not this run's" in captured.out
+    assert _run(tmp_path, "--seeds", "0", "--force") == 0  # --force replaces it, on purpose
+
+
+def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, capsys):
+    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 0
+    [rid] = _records(tmp_path)
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("precious\n")
+    log = tmp_path / f"{rid}.log"
+    log.unlink()
+    log.symlink_to(outside)
+    (tmp_path / f"{rid}.json").unlink()
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 2
+    assert f"{log} is a symbolic link" in capsys.readouterr().err
+    assert outside.read_text() == "precious\n"
+    # A record that is a link is named by the readers too.
+    log.unlink()
+    (tmp_path / "linked.json").symlink_to(outside)
+    with pytest.raises(Exception, match="linked.json is a symbolic link"):
+        load_record_files(tmp_path)
+
+
+def _leave_a_checkpoint(results: Path, seed: int, monkeypatch) -> Path:
+    """A run whose record cannot be written keeps its checkpoint in .work/<run id>/, as a killed run would."""
+    with monkeypatch.context() as patch:
+        patch.setattr(records, "write_json_atomic", lambda path, data: (_ for _ in ()).throw(OSError(28, "full")))
+        assert _run(results, "--seeds", str(seed)) == 2
+    [checkpoint] = (results / ".work").glob(f"*-s{seed}/checkpoint.pt")
+    return checkpoint
+
+
+def test_a_damaged_or_foreign_checkpoint_on_resume_names_the_file(tmp_path, monkeypatch, capsys):
+    checkpoint = _leave_a_checkpoint(tmp_path, 0, monkeypatch)
+    other = _leave_a_checkpoint(tmp_path / "other", 5, monkeypatch)
+    for plant, problem in ((lambda: checkpoint.write_bytes(b"\x80\x02garbage"), "cannot be read"),
+                           (lambda: shutil.copy(other, checkpoint), "saved by another run")):
+        plant()
+        capsys.readouterr()
+        assert _run(tmp_path, "--seeds", "0", "--resume") == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and str(checkpoint) in err and problem in err and "rerun without --resume" in err
+    assert _run(tmp_path, "--seeds", "0") == 0  # without --resume it starts over and completes
+
+
+def test_a_record_field_never_names_a_path(tmp_path, capsys):
+    out = tmp_path / "pages"
+    for evil in ("../escaped", "/tmp/escaped", "a/b"):
+        folder = tmp_path / f"results{len(evil)}"
+        write_records(folder, [{**synthetic_record("infonce", 0, 80.0, domain=evil), "run_id": "planted-s0"}])
+        assert main(["leaderboard", "--results", str(folder), "--out", str(out)]) == 2
+        assert "is not a plain name" in capsys.readouterr().err
+    assert not (tmp_path / "escaped.md").exists() and not Path("/tmp/escaped.md").exists()
+    assert not out.exists() or not list(out.glob("*.md"))
