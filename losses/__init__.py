@@ -42,6 +42,7 @@ from losses.scores import (
     membership_scores,
     multiview_scores,
     pair_scores,
+    pairwise_scores,
 )
 from losses.supcon import eps_supcon, eps_supinfonce, supcon
 from losses.unbiased import unbiased
@@ -50,6 +51,6 @@ __all__ = [
     "CLASS", "CLASSMATES", "LOGITS", "POSITIVES", "PROBABILITIES", "SCORINGS", "VIEWS", "HParam", "Loss", "LossSpec",
     "NonFiniteError", "Scores", "available", "bank_scores", "ce", "class_scores", "dcl", "debiased_pos", "eps_supcon",
     "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "label_scores", "membership_scores",
-    "multiview_scores", "pair_scores", "pucl", "register", "register_loss", "set_sync_checks", "spec", "supcon",
-    "unbiased",
+    "multiview_scores", "pair_scores", "pairwise_scores", "pucl", "register", "register_loss", "set_sync_checks",
+    "spec", "supcon", "unbiased",
 ]

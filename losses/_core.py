@@ -300,6 +300,10 @@ def contrast_with_negative_term(p: Prepared, log_neg_term: Tensor) -> Tensor:
 def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str, n_neg: Tensor) -> Tensor:
     """Mean of ``per_anchor`` over the anchors that qualify; ValueError if none does.
 
+    The spec's mean, not every authors' one: Barbano et al.'s supervised losses count an anchor without a
+    classmate as 0 in a mean over all anchors, which is this mean times the share of anchors that qualify
+    (losses/supcon.py).
+
     One rule for every loss: a batch in which no anchor has a negative is refused, even by the losses
     whose anchors need only a positive (their value would be a constant 0, and no gradient at all).
     Without boolean indexing (its shape depends on the data): the anchors that do not qualify are

@@ -4,12 +4,29 @@ The positive term itself is debiased: ``P_a`` estimates the positive density fro
 and the sample itself (``s_a = exp(max_logit)``, the logit of a sample with itself), with
 ``tau_minus = 1 - tau_plus``:
 
-    P_a = (Σ_n e_an + Σ_p e_ap + s_a) / (N_a + M_a + 1)
+    P_a = (Σ_n e_an + pos_mean_a + s_a) / (N_a + 2)
     L_a = -log( max(P_a - tau_minus·neg_mean_a, tau_plus·floor) / (P_a + (N_a·tau_plus - tau_minus)·neg_mean_a) )
 
 ``aggregation="grouping"`` builds ``P_a`` from all positives at once; ``"combination"`` averages the
-loss over positives, each building ``P_a`` from itself alone (``M_a = 1``). They agree for M_a = 1.
-Where ``max_logit`` is None, ``s_a = exp(max_k logits[a, k])`` (detached).
+loss over positives, each building ``P_a`` from itself alone (``pos_mean_a = e_ap``). They agree for
+M_a = 1. Where ``max_logit`` is None, ``s_a = exp(max_k logits[a, k])`` (detached).
+
+Where we follow the authors' code rather than the spec (``shared/specs/losses.md``):
+
+- **grouping with M_a > 1.** The spec sums the positives, ``P_a = (Σ_n e_an + Σ_p e_ap + s_a) /
+  (N_a + M_a + 1)``. The authors' code (intsystems/2023-Project-123, ``code/loss.py``,
+  ``DebiasedPosLossV3`` under ``m_agg_mode=pos_grouping``) puts the mean of the positives in the one
+  entry of the positive, ``P_a = full.mean(-1)`` over its N + 2 columns: ``(Σ_n e_an + pos_mean_a +
+  s_a) / (N_a + 2)``, the form above. For M_a = 1 the two are the same. Their grouping scores only the
+  first two views as anchors and negatives, the extra views being positives alone; our vision domain
+  scores grouping on :func:`losses.multiview_scores`, where every view is an anchor and a negative.
+- **combination with V > 2 views.** The authors' "loss combination" (``code/main.py``, their default
+  ``m_agg_mode``) is not a per-positive mean on pooled negatives: it averages the two-view loss over
+  the pairs of views, each pair's negatives drawn from that pair alone. That is this loss (M_a = 1) on
+  :func:`losses.pairwise_scores`, which the vision domain's SimCLR builds for ``aggregation=combination``
+  with more than 2 views. On any other layout ``combination`` keeps the spec's per-positive mean.
+- **the floor and the guard** are ours (the spec's): their V3 takes ``-log(o1 / o2)`` as it comes, a
+  NaN where ``o1`` or ``o2`` is not positive.
 
 For very few negatives (``N_a·tau_plus`` well below ``tau_minus``) the denominator can reach 0 or
 below, where the ratio is undefined; there the ratio is taken as 1 (loss 0) instead of taking the
@@ -18,8 +35,9 @@ the formula says.
 
 Behaviour to expect: the self term ``s_a`` sits in ``P_a``, so when ``exp(max_logit)`` dwarfs the other
 entries of a row (a small temperature, e.g. cosine / 0.1 on quick-thought) the ratio tends to 1 and the loss
-and its gradient vanish (the synthetic text task reached 69.4 against infonce's 89.9). With raw logits the
-detached row-maximum fallback moved training towards uniform logits (loss rising to ``log(N_a + M_a + 1)``;
+and its gradient vanish (the synthetic text task reached 69.4 against infonce's 89.9; that record, M_a = 2,
+predates the authors' grouping and was trained with the spec's sum over N + M + 1). With raw logits the
+detached row-maximum fallback moved training towards uniform logits (loss rising to ``log(N_a + 2)``;
 chance accuracy). At SimCLR's temperature 0.5 and on InfoGraph's pairs it trains like the other losses.
 """
 
@@ -53,20 +71,19 @@ def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grou
     neg_sum = torch.exp(p.lse[0] - shift)  # Σ_n e_an / s_a
     e_pos = torch.exp(p.pos_logit - p.row(shift))  # e_ap / s_a per positive pair
     log_floor = math.log(tau_plus) + p.log_floor - shift  # log(tau_plus·floor / s_a)
-    if aggregation == "grouping":  # P_a from all of the anchor's positives: every term is per anchor
-        per_anchor = _loss(neg_sum, p.per_anchor_sum(e_pos), p.n_neg, p.n_pos, log_floor, tau_plus)
-    else:  # each positive builds P_a from itself alone (M_a = 1)
-        per_anchor = p.per_anchor_mean(_loss(p.row(neg_sum), e_pos, p.row(p.n_neg), 1.0, p.row(log_floor),
-                                             tau_plus))
+    if aggregation == "grouping":  # P_a from the mean of the anchor's positives: every term is per anchor
+        per_anchor = _loss(neg_sum, p.per_anchor_mean(e_pos), p.n_neg, log_floor, tau_plus)
+    else:  # each positive builds P_a from itself alone
+        per_anchor = p.per_anchor_mean(_loss(p.row(neg_sum), e_pos, p.row(p.n_neg), p.row(log_floor), tau_plus))
     return reduce_anchors(per_anchor, valid, "debiased_pos", "both a positive and a negative", n_neg=p.n_neg)
 
 
-def _loss(neg_sum: Tensor, pos_sum: Tensor, n_neg: Tensor, n_pos: Tensor | float, log_floor: Tensor,
-          tau_plus: float) -> Tensor:
-    """``L`` from the sums of the negatives' and the positives' exponentials (divided by ``s_a``),
-    their counts, and the log of the numerator's floor; any broadcastable shapes."""
+def _loss(neg_sum: Tensor, pos_term: Tensor, n_neg: Tensor, log_floor: Tensor, tau_plus: float) -> Tensor:
+    """``L`` from the sum of the negatives' exponentials, the positives' term of ``P_a`` (their mean, or one
+    positive), each divided by ``s_a``, the negatives' count, and the log of the numerator's floor; any
+    broadcastable shapes."""
     tau_minus = 1.0 - tau_plus
-    density = (neg_sum + pos_sum + 1.0) / (n_neg + n_pos + 1.0)
+    density = (neg_sum + pos_term + 1.0) / (n_neg + 2.0)
     n_neg = n_neg.clamp_min(1.0)
     neg_mean = neg_sum / n_neg
     estimate = density - tau_minus * neg_mean

@@ -13,6 +13,7 @@ as "every entry but these few" instead of passing over a bool matrix.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -149,33 +150,76 @@ def multiview_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
                      gather: bool = False) -> Scores:
     """V views of B samples (a list of [B, d] or a [V, B, d] tensor). Anchors and candidates are
     all V·B rows, view-major; positives are the other V-1 views of the same sample, negatives every
-    view of every other sample."""
+    view of every other sample.
+
+    This pooled layout is the better-defined choice for a loss that reads several positives at once
+    (DCL's ``pos_mean`` over M = V - 1 positives, Chuang et al. Fig. 4c; ``debiased_pos`` grouping):
+    each anchor's row holds all its positives and every view of every other sample, so its estimates
+    use the whole batch, and every view is an anchor. For the average of two-view losses over the pairs
+    of views (negatives from the pair alone) see :func:`pairwise_scores`."""
+    views, batch = _check_views("multiview_scores", views, temperature)
+    anchors, candidates, offset, global_batch = _view_rows(views, normalize, gather)
+    positives, ignored, pos, neg = _multiview_layout(len(views), batch, global_batch, offset, anchors.device)
+    anchor_labels, cand_labels = _view_labels(labels, batch, len(views), len(views), gather)
+    return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels,
+                   positives, ignored)
+
+
+def pairwise_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
+                    labels: Tensor | None = None, normalize: bool = True,
+                    gather: bool = False) -> Scores:
+    """The SimCLR layout of every pair of V views, stacked: for each pair ``(v, w)``, ``v < w`` in
+    order, the 2B anchors ``cat(views[v], views[w])``, each with its other view in the pair as its one
+    positive and views v and w of every other sample as its negatives; the other V - 2 views are
+    ignored. Candidates are the V·B rows of :func:`multiview_scores`.
+
+    Every row has M = 1 and N = 2B - 2, and every pair holds 2B anchors, so the mean over anchors is
+    the mean over pairs of the loss on ``pair_scores(views[v], views[w])``: the "loss combination" of
+    Troeshestova & Isachenko's code (intsystems/2023-Project-123, ``code/main.py``, the default
+    ``m_agg_mode``), whose extra views never serve as another pair's negatives. For V = 2 it is
+    ``pair_scores``. It costs V(V-1)/2·2B anchor rows against V·B candidates (twice the pooled layout's
+    rows at V = 3)."""
+    views, batch = _check_views("pairwise_scores", views, temperature)
+    rows, candidates, offset, global_batch = _view_rows(views, normalize, gather)
+    local, positives, ignored, pos, neg = _pairwise_layout(len(views), batch, global_batch, offset, rows.device)
+    n_pairs = len(views) * (len(views) - 1) // 2
+    anchor_labels, cand_labels = _view_labels(labels, batch, 2 * n_pairs, len(views), gather)
+    return _finish(rows.index_select(0, local), candidates, pos, neg, temperature, normalize, anchor_labels,
+                   cand_labels, positives, ignored)
+
+
+def _check_views(name: str, views: Sequence[Tensor] | Tensor, temperature: float) -> tuple[list[Tensor], int]:
+    """The views as a list (at least 2, of one shape), and their batch size B."""
     _check_temperature(temperature)
     views = list(views)
     if len(views) < 2:
-        raise ValueError(f"multiview_scores needs at least 2 views, got {len(views)}")
+        raise ValueError(f"{name} needs at least 2 views, got {len(views)}")
     for i, v in enumerate(views):
         _check_embeddings(f"views[{i}]", v, views[0].shape[1])
         if v.shape[0] != views[0].shape[0]:
             raise ValueError(f"views[{i}] has {v.shape[0]} rows, views[0] has {views[0].shape[0]}")
-    batch = views[0].shape[0]
-    anchors = _prepare(torch.cat(views), normalize)
-    device = anchors.device
-    if gather:
-        # Gather per view so the global layout is view-major too.
-        gathered = [gather_with_grad(_prepare(v, normalize)) for v in views]
-        candidates = torch.cat([g for g, _ in gathered])
-        offset, global_batch = gathered[0][1], gathered[0][0].shape[0]
-    else:
-        candidates, offset, global_batch = anchors, 0, batch
-    positives, ignored, pos, neg = _multiview_layout(len(views), batch, global_batch, offset, device)
-    anchor_labels = cand_labels = None
-    if labels is not None:
-        _check_labels(labels, batch)
-        anchor_labels = labels.repeat(len(views))
-        cand_labels = (gather_with_grad(labels)[0] if gather else labels).repeat(len(views))
-    return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels,
-                   positives, ignored)
+    return views, views[0].shape[0]
+
+
+def _view_rows(views: list[Tensor], normalize: bool, gather: bool) -> tuple[Tensor, Tensor, int, int]:
+    """The V·B local rows (view-major), the candidates (every rank's rows, view-major), the offset of this
+    rank's samples among a view's candidates, and the global batch size."""
+    rows = _prepare(torch.cat(views), normalize)
+    if not gather:
+        return rows, rows, 0, views[0].shape[0]
+    # Gather per view so the global layout is view-major too.
+    gathered = [gather_with_grad(_prepare(v, normalize)) for v in views]
+    return rows, torch.cat([g for g, _ in gathered]), gathered[0][1], gathered[0][0].shape[0]
+
+
+def _view_labels(labels: Tensor | None, batch: int, anchor_repeats: int, n_views: int, gather: bool
+                 ) -> tuple[Tensor | None, Tensor | None]:
+    """The labels of the anchors (``anchor_repeats`` blocks of the batch) and of the candidates (V blocks of
+    every rank's batch)."""
+    if labels is None:
+        return None, None
+    _check_labels(labels, batch)
+    return labels.repeat(anchor_repeats), (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,6 +240,35 @@ def _multiview_layout(n_views: int, batch: int, global_batch: int, offset: int, 
                      (other * global_batch + sample[:, None]).reshape(-1))
         pos, neg = _masks_from((n_views * batch, n_views * global_batch), positives, ignored, device)
     return positives, ignored, pos, neg
+
+
+@functools.lru_cache(maxsize=4)
+def _pairwise_layout(n_views: int, batch: int, global_batch: int, offset: int, device: torch.device
+                     ) -> tuple[Tensor, Entries, Entries, Tensor, Tensor]:
+    """The local row (in ``cat(views)``) of each anchor, and the positives, ignored entries and masks of the
+    pairwise layout, built once per size as :func:`_multiview_layout` (from ``arange`` and fills alone: no
+    copy from the host).
+
+    Anchors are pair-major, then side, then sample: the rows of pair ``(v, w)`` are its views v and w. Each
+    ignores itself and every candidate of the V - 2 views outside its pair."""
+    with torch.inference_mode(False):
+        sample = torch.arange(batch, device=device)
+        span = torch.arange(global_batch, device=device)
+        local, positive_cols, self_cols, away_rows, away_cols = [], [], [], [], []
+        for p, (v, w) in enumerate(itertools.combinations(range(n_views), 2)):  # v < w, in order
+            for view, other in ((v, w), (w, v)):
+                local.append(view * batch + sample)
+                positive_cols.append(other * global_batch + offset + sample)
+                self_cols.append(view * global_batch + offset + sample)
+            pair_rows = torch.arange(2 * batch * p, 2 * batch * (p + 1), device=device)
+            for u in (u for u in range(n_views) if u not in (v, w)):
+                away_rows.append(pair_rows[:, None].expand(-1, global_batch).reshape(-1))
+                away_cols.append((u * global_batch + span).repeat(2 * batch))
+        rows = torch.arange(sum(x.shape[0] for x in local), device=device)
+        positives = (rows, torch.cat(positive_cols))
+        ignored = (torch.cat([rows, *away_rows]), torch.cat(self_cols + away_cols))
+        pos, neg = _masks_from((rows.shape[0], n_views * global_batch), positives, ignored, device)
+    return torch.cat(local), positives, ignored, pos, neg
 
 
 def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,

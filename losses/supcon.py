@@ -15,6 +15,25 @@ margin ``epsilon`` in logit units:
 
 ``eps_supcon(epsilon=0)`` is ``supcon``; ``eps_supinfonce(epsilon=0)`` is ``infonce`` when M_a = 1.
 All three need labels in the Scores (``label_scores``, or ``labels=`` in the other constructors).
+
+Conventions in which the authors' code (EIDOSLAB/unbiased-contrastive-learning, ``src/losses.py``:
+``EpsilonSupCon``, ``EpsilonSupInfoNCE``, ``form="out"``; their SupCon is ``EpsilonSupCon`` at epsilon 0)
+differs from the spec, which we keep; none changes what training does in their setting
+(tests/test_losses_authors.py checks each relation against a naive loop of their code):
+
+- **The constant epsilon.** Their eps_supcon leaves out the leading ``epsilon``: their value is ours minus
+  ``epsilon``, with the same gradient.
+- **1e-6 inside the log.** Their losses shift each row by its maximum ``m_a`` (the anchor with itself,
+  ``max_logit = 1/t`` for cosine) and take ``log(Σ + 1e-6)`` of the shifted denominator; ours adds nothing. In our
+  terms their denominator ``D`` gains ``1e-6·exp(m_a)``: each positive's term grows by
+  ``log(1 + 1e-6·exp(m_a) / D)``, negligible unless every candidate sits far below ``m_a``: at t = 0.1 with 255
+  candidates all orthogonal to the anchor it is 9e-5, and it reaches 1 only when nearly all are opposite to it (a
+  classmate near the anchor keeps it about 1e-6); at t = 0.04 it exceeds 1e-2 on 8 random embeddings.
+- **Anchors without a classmate.** Theirs count such an anchor as 0 in a mean over all anchors; ours average
+  over the anchors that have one (``_core.reduce_anchors``, the spec's rule for every loss): their value is ours
+  (less epsilon) times the share of anchors with a classmate, 1 in practice at batch 256 on 10 classes.
+- **The scale ``temperature / 0.07``** of their loss (SupContrast's ``base_temperature``) is the vision
+  domain's, not the loss's: ``objective=authors`` (domains/vision/biased.py).
 """
 
 from __future__ import annotations

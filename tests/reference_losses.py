@@ -136,11 +136,13 @@ def dcl_floor_rows(r: Ref, tau_plus: float) -> list[bool]:
 
 def _debiased_pos_parts(r: Ref, a: int, pos: list[float], neg: list[float],
                         tau_plus: float) -> tuple[float, float, float]:
-    """The estimate ``P_a - tau_minus·neg_mean_a``, its floor ``tau_plus·floor`` and the denominator."""
+    """The estimate ``P_a - tau_minus·neg_mean_a``, its floor ``tau_plus·floor`` and the denominator.
+    ``P_a`` as the authors' code builds it (losses/debiased_pos.py): the mean of the positives in one entry,
+    ``(Σ_n e_an + pos_mean_a + s_a) / (N_a + 2)``, where the spec has ``(... + Σ_p e_ap ...) / (N_a + M_a + 1)``."""
     tau_minus = 1 - tau_plus
-    n, m = len(neg), len(pos)
+    n = len(neg)
     neg_mean = _mean([math.exp(x) for x in neg])
-    density = (sum(math.exp(x) for x in neg) + sum(math.exp(p) for p in pos) + r.self_term(a)) / (n + m + 1)
+    density = (sum(math.exp(x) for x in neg) + _mean([math.exp(p) for p in pos]) + r.self_term(a)) / (n + 2)
     return density - tau_minus * neg_mean, tau_plus * r.floor(a), density + (n * tau_plus - tau_minus) * neg_mean
 
 
@@ -255,6 +257,73 @@ REFERENCES: dict[str, Callable[..., float]] = {
 }
 
 
+# ---------------------------------------------------------------- the authors' own code, as naive loops
+# What the authors' code computes, written from reading it, where it departs from the spec: the loss files
+# state each difference and tests/test_losses_authors.py checks it.
+
+def _dot(x: list[float], y: list[float]) -> float:
+    return sum(a * b for a, b in zip(x, y))
+
+
+def authors_debiased_pos(v1: Matrix, v2: Matrix, extra: list[Matrix], t: float, tau_plus: float) -> float:
+    """``DebiasedPosLossV3`` of Troeshestova & Isachenko (intsystems/2023-Project-123, ``code/loss.py``) with
+    the extra views ``extra`` (``out_m``, their ``pos_grouping``). The 2B rows ``cat(v1, v2)`` (L2-normalised)
+    are the anchors and the only columns: ``full[a][k] = exp(z_a·z_k / t)``, itself included, with the entry
+    of its other view replaced by the mean of its positives (that view and the anchor's sample in each extra
+    view); ``P = mean(full[a])`` over the 2B = N + 2 columns, ``g`` the mean over the N = 2B - 2 other
+    samples' columns, and ``-log(o1 / o2)`` as it comes (no floor, no guard), averaged over the 2B anchors."""
+    rows, extras, b, tau_minus = _unit(v1) + _unit(v2), [_unit(e) for e in extra], len(v1), 1 - tau_plus
+    n = 2 * b - 2
+    out = []
+    for a, x in enumerate(rows):
+        i, other = a % b, (a + b) % (2 * b)
+        full = [math.exp(_dot(x, y) / t) for y in rows]
+        full[other] = _mean([full[other]] + [math.exp(_dot(x, e[i]) / t) for e in extras])
+        p_est = _mean(full)
+        g = _mean([full[k] for k in range(2 * b) if k % b != i])
+        out.append(-math.log((p_est - tau_minus * g) / (p_est + (n * tau_plus - tau_minus) * g)))
+    return _mean(out)
+
+
+def authors_loss_combination(views: list[Matrix], t: float, tau_plus: float) -> float:
+    """Their ``loss_combination`` (``code/main.py``, the default ``m_agg_mode``): the two-view loss of every
+    pair of views ``(v, w)``, ``v < w``, each on its own 2B rows, averaged over the pairs."""
+    pairs = [(v, w) for v in range(len(views)) for w in range(v + 1, len(views))]
+    return _mean([authors_debiased_pos(views[v], views[w], [], t, tau_plus) for v, w in pairs])
+
+
+def _authors_supervised(r: Ref, log_den: Callable[[float, float, list[float], list[float]], float]) -> float:
+    """The frame of Barbano et al.'s ``EpsilonSupInfoNCE`` / ``EpsilonSupCon.forward_out``
+    (EIDOSLAB/unbiased-contrastive-learning, ``src/losses.py``): each row shifted by its maximum ``m_a`` (the
+    anchor's similarity with itself included), per positive ``log_den(p - m_a, m_a, shifted positives,
+    shifted negatives) - (p - m_a)``, their mean over the anchor's positives (0 for an anchor without one), and
+    the mean over all anchors. Their ``temperature / base_temperature`` factor is left out (the vision domain
+    applies it: ``objective=authors``)."""
+    out = []
+    for a in range(r.n_anchors):
+        m = max(r.logits[a])
+        pos, neg = [p - m for p in r.positives(a)], [x - m for x in r.negatives(a)]
+        out.append(_mean([log_den(p, m, pos, neg) - p for p in pos]) if pos else 0.0)
+    return _mean(out)
+
+
+def authors_eps_supcon(r: Ref, epsilon: float = 0.0, stab: float = 1e-6) -> float:
+    """``EpsilonSupCon`` (``form="out"``): ``-log(e_ap / (exp(-epsilon)·Σ_p' e_ap' + Σ_n e_an + stab))`` on the
+    shifted exponentials, without the spec's ``+ epsilon``; ``stab`` is their 1e-6. With ``epsilon = 0`` it is
+    their SupCon."""
+    def log_den(p: float, m: float, pos: list[float], neg: list[float]) -> float:
+        return math.log(math.exp(-epsilon) * sum(math.exp(x) for x in pos) + sum(math.exp(x) for x in neg) + stab)
+    return _authors_supervised(r, log_den)
+
+
+def authors_eps_supinfonce(r: Ref, epsilon: float = 0.0, stab: float = 1e-6) -> float:
+    """``EpsilonSupInfoNCE`` (``form="out"``): ``-log(e_ap / (exp(-epsilon)·e_ap + Σ_n e_an + stab))`` on the
+    shifted exponentials; ``stab`` is their 1e-6."""
+    def log_den(p: float, m: float, pos: list[float], neg: list[float]) -> float:
+        return math.log(math.exp(-epsilon) * math.exp(p) + sum(math.exp(x) for x in neg) + stab)
+    return _authors_supervised(r, log_den)
+
+
 # ---------------------------------------------------------------- FairKL
 
 def fairkl(z: Matrix, labels: list[int], bias: list[int], moments: str = "full") -> float:
@@ -328,6 +397,36 @@ def ref_multiview(views: list[Matrix], t: float, normalize: bool = True) -> Ref:
     neg = [[i % b != j % b for j in range(n)] for i in range(n)]
     bound = 1 / t if normalize else None
     return Ref(_logits(rows, rows, t), pos, neg, -bound if normalize else None, bound)
+
+
+def ref_pairwise(views: list[Matrix], t: float, normalize: bool = True) -> Ref:
+    """For each pair of views (v, w), v < w, in order, the anchors cat(views[v], views[w]) against the V·B rows
+    (view-major): positive the anchor's sample in the pair's other view, negatives the other samples in views
+    v and w; the other views are in neither mask."""
+    b = len(views[0])
+    rows = [row for view in views for row in view]
+    rows = _unit(rows) if normalize else rows
+    anchors, pos, neg = [], [], []
+    for v in range(len(views)):
+        for w in range(v + 1, len(views)):
+            for view, other in ((v, w), (w, v)):
+                for i in range(b):
+                    anchors.append(rows[view * b + i])
+                    pos.append([k == other * b + i for k in range(len(rows))])
+                    neg.append([k // b in (v, w) and k % b != i for k in range(len(rows))])
+    bound = 1 / t if normalize else None
+    return Ref(_logits(anchors, rows, t), pos, neg, -bound if normalize else None, bound)
+
+
+def ref_extra_positives(v1: Matrix, v2: Matrix, extra: list[Matrix], t: float) -> Ref:
+    """The layout of the authors' ``pos_grouping`` (:func:`authors_debiased_pos`): anchors cat(v1, v2) against
+    cat(v1, v2, *extra) (normalised); positives the anchor's sample in the other of v1, v2 and in every extra
+    view; negatives the other samples in v1 and v2; the other samples' extra views in neither mask."""
+    b, n_views = len(v1), 2 + len(extra)
+    rows = _unit([row for view in [v1, v2, *extra] for row in view])
+    pos = [[k != a and k % b == a % b for k in range(n_views * b)] for a in range(2 * b)]
+    neg = [[k < 2 * b and k % b != a % b for k in range(n_views * b)] for a in range(2 * b)]
+    return Ref(_logits(rows[:2 * b], rows, t), pos, neg, -1 / t, 1 / t)
 
 
 def ref_bank(query: Matrix, key: Matrix, bank: Matrix, t: float, normalize: bool = True) -> Ref:

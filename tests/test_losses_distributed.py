@@ -63,6 +63,20 @@ def _multiview_case():
     return full, local, compute, ("v0", "v1", "v2")
 
 
+def _pairwise_case():
+    def full() -> dict[str, torch.Tensor]:
+        return {f"v{i}": _randn(6, 4, seed=50 + i) for i in range(3)}
+
+    def local(d: dict, rank: int) -> dict[str, torch.Tensor]:
+        return {k: _rows(v, rank) for k, v in d.items()}
+
+    def compute(d: dict, gather: bool) -> torch.Tensor:
+        scores = losses.pairwise_scores([d["v0"], d["v1"], d["v2"]], 0.5, gather=gather)
+        return losses.debiased_pos(scores, aggregation="combination")
+
+    return full, local, compute, ("v0", "v1", "v2")
+
+
 def _label_case():
     def full() -> dict[str, torch.Tensor]:
         return {"z": _randn(10, 4, seed=20), "y": torch.tensor([0, 1, 2, 0, 1, 2, 3, 3, 0, 1])}
@@ -115,6 +129,7 @@ CASES = {
     "pair-debiased_pos": _pair_case(losses.get("debiased_pos")),
     "pair-unbiased": _pair_case(losses.get("unbiased"), labelled=True),
     "multiview-dcl": _multiview_case(),
+    "pairwise-debiased_pos": _pairwise_case(),
     "label-supcon": _label_case(),
     "bank-dcl": _bank_case(),
     "membership-infonce": _membership_case(),

@@ -62,6 +62,8 @@ def _layouts(t: float) -> dict[str, tuple[list[torch.Tensor], Build]]:
                      lambda x: losses.pair_scores(x[0], x[1], t, labels=x[2], normalize=False)),
         "multiview": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
                       lambda x: losses.multiview_scores(x[:3], t, labels=x[3])),
+        "pairwise": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
+                     lambda x: losses.pairwise_scores(x[:3], t, labels=x[3])),
         "bank": ([base, base + 0.3 * z(24, 16), z(40, 16), y, bank_y],
                  lambda x: losses.bank_scores(x[0], x[1], x[2], t, labels=x[3], bank_labels=x[4])),
         "label": ([base, y], lambda x: losses.label_scores(x[0], x[1], t)),

@@ -74,6 +74,7 @@ def test_constructors_list_their_positives_and_ignored_entries():
     z, q, bank = torch.randn(5, 4), torch.randn(3, 4), torch.randn(6, 4)
     member_of = torch.tensor([0, 2, 1, 1, 0, 2])
     built = [losses.pair_scores(z, z.flip(0), 0.5), losses.multiview_scores([z, z, z], 0.5),
+             losses.pairwise_scores([z, z, z, z], 0.5),
              losses.bank_scores(q, q, bank, 0.5), losses.membership_scores(q, bank, member_of, 0.5),
              losses.membership_scores(bank, q, member_of, 0.5, members="anchors"),
              losses.label_scores(z, torch.tensor([0, 1, 0, 1, 2]), 0.5)]

@@ -1,9 +1,9 @@
 """Every loss against the naive float64 loops of ``reference_losses`` on every layout.
 
 Layouts: ``pair_scores`` on several batch sizes and temperatures, ``multiview_scores`` with V = 2, 3, 4,
-``label_scores`` (singletons have no positive), ``membership_scores`` both ways, ``bank_scores``,
-hand-built Scores with rows without positives, rows without negatives, entries in neither mask and
-varying M_a, and ``normalize=False`` (no known bounds: the floor is the row min, ``s_a`` the row max).
+``pairwise_scores`` with V = 3, ``label_scores`` (singletons have no positive), ``membership_scores`` both
+ways, ``bank_scores``, hand-built Scores with rows without positives, rows without negatives, entries in
+neither mask and varying M_a, and ``normalize=False`` (no known bounds: the floor is the row min, ``s_a`` the row max).
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def _cases() -> dict[str, losses.Scores]:
     for n_views in (2, 3, 4):
         views = _views(n_views, 4, 3, 0.7, seed=10 + n_views)
         cases[f"multiview-V{n_views}"] = losses.multiview_scores(views, 0.4, labels=_labels(4, 2, seed=n_views))
+    cases["pairwise-V3"] = losses.pairwise_scores(_views(3, 4, 3, 0.7, seed=13), 0.4, labels=_labels(4, 2, seed=3))
     z = torch.randn(10, 4, generator=_g(20), dtype=torch.float64)
     cases["label"] = losses.label_scores(z, torch.tensor([0, 1, 0, 2, 1, 0, 3, 1, 2, 4]), 0.3)
     graphs, nodes = torch.randn(3, 4, generator=_g(21)), torch.randn(9, 4, generator=_g(22))

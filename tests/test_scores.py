@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference_losses import Ref, ref_bank, ref_label, ref_membership, ref_multiview
+from reference_losses import Ref, ref_bank, ref_label, ref_membership, ref_multiview, ref_pairwise
 
 import losses
 
@@ -42,6 +42,42 @@ def test_multiview_scores(n_views, normalize):
     _check(losses.multiview_scores(views, 0.3, normalize=normalize), ref)
     _check(losses.multiview_scores(torch.stack(views), 0.3, normalize=normalize), ref)
     assert losses.multiview_scores(views, 0.3).pos_mask.sum(1).tolist() == [n_views - 1] * (4 * n_views)
+
+
+@pytest.mark.parametrize("n_views", [2, 3, 4])
+@pytest.mark.parametrize("normalize", [True, False])
+def test_pairwise_scores(n_views, normalize):
+    views = [_z(4, 3, seed=v) for v in range(n_views)]
+    scores = losses.pairwise_scores(views, 0.3, normalize=normalize)
+    _check(scores, ref_pairwise([v.tolist() for v in views], 0.3, normalize))
+    pairs = n_views * (n_views - 1) // 2
+    assert scores.pos_mask.sum(1).tolist() == [1] * (pairs * 8)  # M = 1, N = 2B - 2 on every row
+    assert scores.neg_mask.sum(1).tolist() == [6] * (pairs * 8)
+
+
+def test_pairwise_scores_of_two_views_is_pair_scores():
+    z1, z2, y = _z(5, 4, seed=1), _z(5, 4, seed=2), torch.tensor([0, 1, 0, 2, 1])
+    paired, pair = losses.pairwise_scores([z1, z2], 0.5, labels=y), losses.pair_scores(z1, z2, 0.5, labels=y)
+    for field in ("logits", "pos_mask", "neg_mask", "anchor_labels", "candidate_labels"):
+        assert torch.equal(getattr(paired, field), getattr(pair, field)), field
+
+
+@pytest.mark.parametrize("name", ["infonce", "dcl", "debiased_pos", "unbiased"])
+def test_a_loss_on_pairwise_scores_is_its_mean_over_the_pairs_of_views(name):
+    """Every pair holds 2B anchors that see only that pair's rows: the mean over anchors is the mean of the
+    two-view losses (Troeshestova & Isachenko's loss combination)."""
+    views, y = [_z(5, 4, seed=10 + v) for v in range(4)], torch.tensor([0, 1, 0, 2, 1])
+    loss = losses.get(name)
+    pairs = [(v, w) for v in range(4) for w in range(v + 1, 4)]
+    expected = sum(loss(losses.pair_scores(views[v], views[w], 0.5, labels=y)).item() for v, w in pairs) / len(pairs)
+    assert loss(losses.pairwise_scores(views, 0.5, labels=y)).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_pairwise_labels_follow_the_anchors():
+    views, y = [_z(3, 4, seed=v) for v in range(3)], torch.tensor([2, 0, 1])
+    scores = losses.pairwise_scores(views, 0.5, labels=y)
+    assert scores.anchor_labels.tolist() == [2, 0, 1] * 6  # 3 pairs of 2 views
+    assert scores.candidate_labels.tolist() == [2, 0, 1] * 3
 
 
 def test_labels_are_put_on_every_view():

@@ -143,6 +143,17 @@ def test_simclr_multiview_layout_and_oracle_labels(monkeypatch):
     assert scores.pos_mask.sum(1).eq(2).all()  # M = V - 1 positives per anchor
 
 
+@pytest.mark.parametrize(("aggregation", "layout"), [("combination", "pairwise_scores"),
+                                                    ("grouping", "multiview_scores")])
+def test_simclr_debiased_pos_combination_scores_each_pair_of_views(monkeypatch, aggregation, layout):
+    """The authors' loss combination averages the two-view loss over the pairs of views (losses/debiased_pos.py)."""
+    torch.manual_seed(0)
+    calls = {name: _capture(monkeypatch, name) for name in ("pairwise_scores", "multiview_scores")}
+    simclr = SimCLR(_cfg("simclr", n_views=3), _info(), losses.get("debiased_pos", aggregation=aggregation), False)
+    assert torch.isfinite(simclr(_batch(list(range(8)))))
+    assert {name: len(c) for name, c in calls.items()} == {name: int(name == layout) for name in calls}
+
+
 def test_simclr_pair_scores_get_no_labels_unless_the_loss_needs_them(monkeypatch):
     calls = _capture(monkeypatch, "pair_scores")
     simclr = SimCLR(_cfg("simclr"), _info(), losses.get("dcl"), False)

@@ -91,7 +91,8 @@ class VisionDomain(Domain):
     description = "SimCLR, CMC and MoCo v2 with every unsupervised loss; the biased-data track with FairKL"
     config_class = VisionConfig
     methods = {
-        "simclr": "SimCLR with in-batch negatives (pair_scores; multiview_scores for n_views > 2)",
+        "simclr": "SimCLR with in-batch negatives (pair_scores; multiview_scores for n_views > 2, pairwise_scores "
+                   "for debiased_pos with aggregation=combination)",
         "cmc": "CMC on Lab L/ab views: per-view encoders, momentum memory banks, K sampled negatives",
         "moco": "MoCo v2: momentum key encoder and a queue of K keys as negatives",
         "biased": "biased-data track: supcon / eps_supcon / eps_supinfonce / ce, + FairKL (fairkl_lambda)",

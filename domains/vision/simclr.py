@@ -3,7 +3,9 @@
 Each image gives ``n_views`` augmented views; the encoder and the projection head map all of them in
 one forward pass. With 2 views the scores are ``pair_scores`` (the positive of a row is its other
 view, every other row of the 2B a negative); with V > 2 ``multiview_scores`` (M = V - 1 positives,
-Chuang et al. Fig. 4c). The unbiased oracle gets the class labels through ``labels=``.
+Chuang et al. Fig. 4c), except for ``debiased_pos`` with ``aggregation=combination``: its authors' "loss
+combination" is the two-view loss averaged over the pairs of views, ``pairwise_scores``. The unbiased oracle
+gets the class labels through ``labels=``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class SimCLR(Method):
         self.loss.observe(z[0])  # for an estimated class prior (else a no-op)
         if len(z) == 2:
             scores = losses.pair_scores(z[0], z[1], t, labels=labels, gather=self.gather)
+        elif self.loss.hparams.get("aggregation") == "combination":  # debiased_pos (losses/debiased_pos.py)
+            scores = losses.pairwise_scores(z, t, labels=labels, gather=self.gather)
         else:
             scores = losses.multiview_scores(z, t, labels=labels, gather=self.gather)
         return self.loss(scores)
