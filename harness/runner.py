@@ -26,7 +26,7 @@ from filelock import FileLock, Timeout
 import domains
 from domains.base import Domain, Prepared, RunContext, RunSpec, UserError
 from harness import config as cfg
-from harness import records
+from harness import records, tracking
 
 LOGGER = logging.getLogger("harness")
 T = TypeVar("T")
@@ -52,6 +52,7 @@ class RunRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    trackers: list[str] = field(default_factory=lambda: list(tracking.DEFAULT))  # live logs: a runtime option
 
 
 @dataclass
@@ -235,6 +236,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts.
     ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
+    tracking.check(req.trackers)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
     data = PlanData(the_plan, data_root, device)
@@ -297,6 +299,8 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain
+    trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, announce=not req.quiet) \
+        if write else []
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)
@@ -315,10 +319,13 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
-                            seeds=seeds_left if estimate else 0)
+                            seeds=seeds_left if estimate else 0, trackers=trackers)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
+        if trackers:  # where the live logs are (the record's schema is unchanged)
+            outcome.record.info["tracking"] = tracking.finish(
+                trackers, outcome.record.metrics if outcome.status == "completed" else None)
         keep_earlier = outcome.status == "failed" and records.is_completed(path.parent, rid)
         if write and keep_earlier:
             # A --force rerun that fails keeps the completed record; the failure is in the log.
@@ -331,6 +338,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                                 f"kept in {work_dir}: free the space or fix the permission, then rerun with "
                                 "--resume") from None
     finally:
+        tracking.close(trackers)  # after an interruption too: what was logged stays readable
         LOGGER.removeHandler(handler)
         handler.close()
     if outcome.status == "completed" and write:

@@ -549,10 +549,13 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
         if not (terminated or truncated):
             continue
         episode_returns.append(episode_return)
+        ctx.log_scalars(env.env_steps, {"train_return": episode_return})
         episode_return = 0.0
         if env.env_steps >= next_eval and env.env_steps < cfg.num_env_steps:
             returns = evaluate_agent(agent, eval_env, cfg.eval_episodes, eval_seed(ctx.seed, env.env_steps))
             curve.append(_curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
+            ctx.log_scalars(env.env_steps, {**curve[-1], "env_steps_per_s": env.env_steps / max(env_time, 1e-9),
+                                            "updates_per_s": updates / max(update_time, 1e-9)})
             recent = {}
             ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
             next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
