@@ -19,6 +19,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tiny_domain import harness
 
 from domains.base import RunContext, RunSpec, UserError
+from domains.rl.curl import _means_since
 from harness import tracking
 
 
@@ -97,6 +98,13 @@ def test_a_resumed_run_keeps_one_value_per_step_and_a_fresh_start_clears_the_log
     fresh.log(1, {"loss": 3.0})
     fresh.close()
     assert _scalars(tmp_path / "tb" / "r-s0")["loss"] == [(1, 3.0)]
+
+
+def test_curl_logs_each_episodes_mean_update_statistics_once():
+    recent = {"critic_loss": [torch.tensor(1.0), torch.tensor(3.0), torch.tensor(5.0)], "alpha": [torch.tensor(2.0)]}
+    assert _means_since(recent, {}) == {"critic_loss": 3.0, "alpha": 2.0}
+    assert _means_since(recent, {"critic_loss": 1, "alpha": 1}) == {"critic_loss": 4.0}
+    assert _means_since(recent, {"critic_loss": 3, "alpha": 1}) == {}
 
 
 class _Recorder:
@@ -224,3 +232,8 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
     assert run.data.metrics["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
+    failed = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
+                     "--results", str(tmp_path), "--tracker", "mlflow")
+    assert failed.returncode == 1
+    statuses = {r.info.run_name: r.info.status for r in client.search_runs([run.info.experiment_id])}
+    assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
