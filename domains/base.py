@@ -23,11 +23,12 @@ import importlib
 import json
 import logging
 import math
+import numbers
 import os
 import random
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -214,6 +215,8 @@ class RunContext:
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
     # the run id (its seed, config, data and code): a checkpoint is resumed only by the run that saved it
     run_key: str = ""
+    # live trackers (harness.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
+    trackers: Sequence[Any] = ()
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -225,6 +228,30 @@ class RunContext:
 
     def log(self, message: str) -> None:
         self.logger.info(message)
+
+    def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+        """Hand the scalars of training ``step`` (the domain's own unit, increasing: an optimizer step, an
+        environment step) to the run's live trackers (``--tracker``) as the run trains; a no-op without any.
+
+        Pass values already on the host (a loss read with ``.item()``, a curve point): a tensor is refused, since
+        reading it would wait for the device. Whatever is not a number (None, a list, text) is left out, so a curve
+        point goes as it is. On CUDA the memory the caching allocator holds for tensors is added (host counters,
+        no synchronisation)."""
+        if not self.trackers:
+            return
+        values = {}
+        for key, value in scalars.items():
+            if isinstance(value, torch.Tensor):
+                raise TypeError(f"log_scalars: '{key}' is a tensor; pass a number already on the host")
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                values[key] = float(value)
+        if not values:
+            return
+        if self.device.type == "cuda":
+            values["gpu_memory_gib"] = torch.cuda.memory_allocated(self.device) / 2**30
+            values["gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        for tracker in self.trackers:
+            tracker.log(step, values)
 
     @property
     def checkpoint_path(self) -> Path:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TextIO
 
 from domains.base import UserError
+from harness import tracking
 
 RESULTS = "leaderboards/results"
 OUT = "leaderboards"
@@ -36,7 +37,14 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_tracker(p)
     _add_verbose(p)
+
+
+def _add_tracker(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tracker", dest="trackers", action="append", choices=[*tracking.TRACKERS, tracking.NONE],
+                   help="log each run live, beside the records: tensorboard (default; RESULTS/tb/RUN_ID), wandb "
+                        "(offline, RESULTS/wandb), mlflow (file:RESULTS/mlruns) or none (repeatable)")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -73,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
+    _add_tracker(p)
     _add_verbose(p)
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records, bench.md from the benchmarks")

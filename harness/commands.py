@@ -8,6 +8,7 @@ import statistics
 import sys
 
 from harness import config as cfg
+from harness import tracking
 from harness.runner import Outcome, RunRequest, execute
 
 
@@ -17,6 +18,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         seeds=cfg.parse_seeds(args.seeds) if args.seeds else None, preset=args.preset,
         sets=cfg.parse_assignments(args.sets), device=args.device, data_root=args.data_root,
         results=args.results, resume=args.resume, force=args.force, quiet=args.quiet,
+        trackers=tracking.resolve(args.trackers),
     )
 
 

@@ -26,7 +26,7 @@ from filelock import FileLock, Timeout
 import domains
 from domains.base import Domain, Prepared, RunContext, RunSpec, UserError, refuse_link
 from harness import config as cfg
-from harness import records
+from harness import records, tracking
 from harness.version import software_info
 
 LOGGER = logging.getLogger("harness")
@@ -53,6 +53,7 @@ class RunRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False
+    trackers: list[str] = field(default_factory=lambda: list(tracking.DEFAULT))  # live logs: a runtime option
 
 
 @dataclass
@@ -236,6 +237,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts.
     ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
+    tracking.check(req.trackers)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
     data = PlanData(the_plan, data_root, device)
@@ -272,7 +274,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         return Outcome(rid, "skipped", path, done)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
-    for own in (path, path.with_suffix(".log"), work_dir):
+    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid):
         refuse_link(own, results)
     # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
     try:
@@ -299,6 +301,8 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain
+    trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, announce=not req.quiet) \
+        if write else []
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)
@@ -317,10 +321,13 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
-                            run_key=rid, seeds=seeds_left if estimate else 0)
+                            run_key=rid, seeds=seeds_left if estimate else 0, trackers=trackers)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
+        if trackers:  # where the live logs are (the record's schema is unchanged)
+            outcome.record.info["tracking"] = tracking.finish(
+                trackers, outcome.record.metrics if outcome.status == "completed" else None)
         keep_earlier = outcome.status == "failed" and records.is_completed(path.parent, rid)
         if write and keep_earlier:
             # A --force rerun that fails keeps the completed record; the failure is in the log.
@@ -333,6 +340,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                                 f"kept in {work_dir}: free the space or fix the permission, then rerun with "
                                 "--resume") from None
     finally:
+        tracking.close(trackers)  # after an interruption too: what was logged stays readable
         LOGGER.removeHandler(handler)
         handler.close()
     if outcome.status == "completed" and write:

@@ -24,6 +24,7 @@ import losses
 from domains import get
 from domains.base import UserError, hash_jsonable, require
 from harness import config as cfg
+from harness import tracking
 from harness.records import reusable
 from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
 
@@ -54,6 +55,7 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
 def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
     grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets)
+    trackers = tracking.resolve(args.trackers)
     wanted = {"dataset": _csv(args.datasets), "method": _csv(args.methods), "loss": _csv(args.losses)}
     used: dict[str, set[str]] = {k: set() for k in wanted}
     used_grid: set[str] = set()
@@ -78,7 +80,7 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
                     requests.append(RunRequest(
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
                         sets={**fixed, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
-                        results=args.results, force=args.force, quiet=True))
+                        results=args.results, force=args.force, quiet=True, trackers=trackers))
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
@@ -225,6 +227,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if not todo:
         return 0
+    tracking.check(todo[0].trackers)
+    if "tensorboard" in todo[0].trackers:
+        print(f"tracking: tensorboard --logdir {Path(args.results) / 'tb'}")
     results = None
     if args.executor == "slurm":
         results = run_slurm(todo, args.workers, args)

@@ -126,6 +126,7 @@ class TinyDomain(Domain):
             loss.backward()
             opt.step()
             curve.append({"epoch": epoch + 1, "loss": loss.item()})
+            ctx.log_scalars(epoch + 1, curve[-1])
             ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
             ctx.log(f"epoch {epoch + 1}: loss {loss.item():.4f}")
             time.sleep(c.sleep_s)

@@ -93,6 +93,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
                 raise
             value = loss.item()
             ctx.check_loss(value, step, hint)
+            ctx.log_scalars(step, {"step_loss": value})
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -102,6 +103,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         seen, train_seconds = seen + count, train_seconds + seconds
         curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds,
                       **loss_fn.refresh_prior(epoch + 1)})
+        ctx.log_scalars((epoch + 1) * len(batches), {**curve[-1], "lr": optimizer.param_groups[0]["lr"]})
         ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
     throughput = {"graphs_per_s": seen / train_seconds} if train_seconds > 0 else {}
     info = {"anchor": cfg.anchor, "normalize": normalize, "temperature": temperature if normalize else None,

@@ -508,6 +508,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     start, updates, curve, episode_returns = 0, 0, [], []
     update_time = env_time = 0.0
     recent: dict[str, list[Tensor]] = {}  # the update statistics since the last evaluation, on the device
+    tracked: dict[str, int] = {}  # how many of each the live trackers have had (a mean per episode)
 
     # The action sampler's and the environment's generators are their own: saved as extras.
     training = {"agent": agent, "buffer": buffer, "loss": loss_fn}
@@ -549,11 +550,16 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
         if not (terminated or truncated):
             continue
         episode_returns.append(episode_return)
+        if ctx.trackers:  # the episode's return and mean update statistics: one wait for the device an episode
+            ctx.log_scalars(env.env_steps, {"train_return": episode_return, **_means_since(recent, tracked)})
+            tracked = {key: len(values) for key, values in recent.items()}
         episode_return = 0.0
         if env.env_steps >= next_eval and env.env_steps < cfg.num_env_steps:
             returns = evaluate_agent(agent, eval_env, cfg.eval_episodes, eval_seed(ctx.seed, env.env_steps))
             curve.append(_curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
-            recent = {}
+            ctx.log_scalars(env.env_steps, {**curve[-1], "env_steps_per_s": env.env_steps / max(env_time, 1e-9),
+                                            "updates_per_s": updates / max(update_time, 1e-9)})
+            recent, tracked = {}, {}
             ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
             next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
         if next_ckpt is not None and env.env_steps >= next_ckpt and step + 1 < total_agent_steps:
@@ -583,6 +589,15 @@ def _curve_point(env_steps: int, agent_steps: int, updates: int, returns: list[f
              "train_return": float(train_returns[-1]) if train_returns else None}
     point.update({key: float(np.mean(torch.stack(values).tolist())) for key, values in recent.items()})
     return point
+
+
+def _means_since(recent: dict[str, list[Tensor]], done: dict[str, int]) -> dict[str, float]:
+    """The mean of each update statistic over its values past the first ``done[key]``, read in one transfer."""
+    keys = [key for key, values in recent.items() if len(values) > done.get(key, 0)]
+    if not keys:
+        return {}
+    means = torch.stack([torch.stack(recent[key][done.get(key, 0):]).float().mean() for key in keys]).tolist()
+    return dict(zip(keys, means))
 
 
 def final_evaluation(trained: Trained, cfg: CurlConfig) -> list[float]:

@@ -151,6 +151,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             seen += window_sentences
             curve.append({"step": step, "epoch": round(step / per_epoch, 4), "loss": loss_total / window_steps,
                           "sentences_per_s": window_sentences / max(seconds, 1e-9)})
+            ctx.log_scalars(step, {**curve[-1], "lr": optimizer.param_groups[0]["lr"]})
             if cfg.log_every < step - first_step <= 2 * cfg.log_every:  # the second window: past the warm-up
                 ctx.log(f"quick-thought: {seconds / window_steps:.3f} s per step, about "
                         f"{(total - step) * seconds / window_steps / 60:.1f} min for the {total - step} steps left")
@@ -159,6 +160,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             tic = time.perf_counter()
         if step % per_epoch == 0:
             estimate = loss_fn.refresh_prior(step // per_epoch)
+            ctx.log_scalars(step, estimate)
             if estimate:
                 if curve and curve[-1]["step"] == step:
                     curve[-1].update(estimate)

@@ -196,6 +196,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         if rank == 0:
             point.update(method.monitor(data.test, device))
         curve.append(point)
+        ctx.log_scalars((epoch + 1) * steps, {**point, "images_per_s": steps * local_batch * size / elapsed})
         ctx.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()))
         if rank == 0:
             ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, seen=seen, train_time=train_time)

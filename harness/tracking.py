@@ -1,0 +1,240 @@
+"""Live tracking: a run's scalars go to TensorBoard (the default), W&B or MLflow as it trains.
+
+A domain hands what it already has on the host (a step's loss, a curve point) to
+:meth:`domains.base.RunContext.log_scalars`, which passes it to the trackers the harness opened for the run
+(``--tracker``, repeatable; ``none`` for none). The records and progress bars are the same with or without them,
+and the trackers are no part of a run's identity. Each tracker writes beside the records:
+
+- ``tensorboard``: event files in ``<results>/tb/<run id>/`` (``tensorboard --logdir <results>/tb``);
+- ``wandb``: an offline run in ``<results>/wandb/`` (``wandb sync`` uploads it; ``WANDB_MODE`` overrides);
+- ``mlflow``: MLflow's file store ``file:<results>/mlruns`` (``MLFLOW_TRACKING_URI`` overrides).
+
+Each library is imported when its tracker is checked or opened; a missing one is a :class:`UserError` naming the
+install command, raised by :func:`check` before any run starts. W&B and MLflow are optional extras.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from domains.base import RunSpec, UserError, require
+
+TRACKERS = ("tensorboard", "wandb", "mlflow")
+DEFAULT = ("tensorboard",)
+NONE = "none"
+PROJECT = "contrastive-harness"  # the W&B project and the MLflow experiment, unless the environment names one
+FINAL = "final/"  # the prefix of the evaluation's metrics, logged once at the run's last step
+
+
+class Tracker(Protocol):
+    """One run's live log in one library."""
+
+    name: str  # as --tracker names it
+    location: str  # where the run's log is: a path relative to the results folder, or the library's URI
+    hint: str  # the command that shows or uploads it
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        """Log ``scalars`` (plain floats) at training ``step``."""
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        """Log ``summary`` (the evaluation's metrics; None: the run failed or was interrupted) and close; a second
+        call does nothing."""
+
+
+def resolve(names: Sequence[str] | None) -> list[str]:
+    """The trackers a ``--tracker`` list asks for: the default when it names none, nothing for ``none``."""
+    if not names:
+        return list(DEFAULT)
+    unknown = sorted(set(names) - {*TRACKERS, NONE})
+    if unknown:
+        raise UserError(f"unknown --tracker {', '.join(unknown)}; choose from {', '.join([*TRACKERS, NONE])}")
+    if NONE in names and len(set(names)) > 1:
+        raise UserError("--tracker none cannot be combined with another tracker")
+    return [] if NONE in names else list(dict.fromkeys(names))
+
+
+def _library(name: str) -> Any:
+    """The module a tracker writes with; UserError naming the install command when it is missing."""
+    if name == "tensorboard":
+        try:
+            from torch.utils import tensorboard
+        except ImportError as exc:
+            raise UserError(f"--tracker tensorboard needs the Python package 'tensorboard' ({exc}); install it "
+                            "with: pip install tensorboard (or run with --tracker none)") from exc
+        return tensorboard
+    return require(name, name)
+
+
+def check(names: Sequence[str]) -> None:
+    """Import each tracker's library now, so that a missing one stops the command before any run starts."""
+    for name in names:
+        if name not in KINDS:
+            raise UserError(f"unknown tracker '{name}'; choose from {', '.join(TRACKERS)}")
+        _library(name)
+
+
+def _params(spec: RunSpec) -> dict[str, Any]:
+    """What W&B's config and MLflow's params show of a run: its identity, flat."""
+    return {"domain": spec.domain, "method": spec.method, "dataset": spec.dataset, "loss": spec.loss,
+            "preset": spec.preset, "seed": spec.seed, **spec.config_dict(),
+            **{f"loss.{k}": v for k, v in spec.loss_params.items()}}
+
+
+class TensorBoardTracker:
+    """``torch.utils.tensorboard`` event files in ``<results>/tb/<run id>/``. A fresh start clears the folder;
+    a resumed run purges what its interrupted attempt logged from the step it goes on at (the writer opens at the
+    first step logged: TensorBoard's ``purge_step``), so each step keeps one value."""
+
+    name = "tensorboard"
+
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+        self._module = _library("tensorboard")
+        self.folder = results / "tb" / run_id
+        self.location = f"tb/{run_id}"
+        self.hint = f"tensorboard --logdir {self.folder}"
+        if not resume:
+            shutil.rmtree(self.folder, ignore_errors=True)
+        self._resume, self._writer, self._step, self._closed = resume, None, 0, False
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        if self._writer is None:
+            self._writer = self._module.SummaryWriter(str(self.folder), flush_secs=10,
+                                                      purge_step=step if self._resume else None)
+        for key, value in scalars.items():
+            self._writer.add_scalar(key, value, step)
+        self._step = step
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        if self._closed:
+            return
+        if summary:
+            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
+        if self._writer is not None:
+            self._writer.close()
+        self._closed = True
+
+
+class WandbTracker:
+    """A W&B run, offline unless ``WANDB_MODE`` says otherwise, in ``<results>/wandb/``; its name is the run id,
+    its config the run's identity. The evaluation's metrics go to its summary."""
+
+    name = "wandb"
+
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+        wandb = _library("wandb")
+        self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=run_id, dir=str(results),
+                               mode=os.environ.get("WANDB_MODE", "offline"), config=_params(spec),
+                               group=run_id.rsplit("-s", 1)[0], tags=[spec.domain, spec.loss],
+                               reinit="create_new", settings=wandb.Settings(console="off", silent=True))
+        folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>/files
+        self.location = os.path.relpath(folder, results)
+        self.hint = f"wandb sync {folder}" if self._run.settings.mode == "offline" else str(self._run.url)
+        self._closed = False
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self._run.log(scalars, step=step)
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        if self._closed:
+            return
+        for key, value in (summary or {}).items():
+            self._run.summary[FINAL + key] = value
+        self._run.finish(exit_code=0 if summary is not None else 1)
+        self._closed = True
+
+
+class MlflowTracker:
+    """An MLflow run named by the run id, in the file store ``file:<results>/mlruns`` unless
+    ``MLFLOW_TRACKING_URI`` names another store (MLflow 3 keeps its file store only behind
+    ``MLFLOW_ALLOW_FILE_STORE``, which this sets for it); params are the run's identity."""
+
+    name = "mlflow"
+
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+        mlflow = _library("mlflow")
+        from mlflow.entities import Param
+
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"file:{(results / 'mlruns').resolve()}"
+        if uri.startswith("file:"):
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self._client = mlflow.tracking.MlflowClient(tracking_uri=uri)
+        experiment = _experiment(self._client, os.environ.get("MLFLOW_EXPERIMENT_NAME", PROJECT))
+        self._run_id = self._client.create_run(experiment, run_name=run_id,
+                                               tags={"harness.run_id": run_id}).info.run_id
+        params = [Param(k, str(v)[:6000]) for k, v in _params(spec).items()]
+        for first in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+            self._client.log_batch(self._run_id, params=params[first:first + 100])
+        local = uri.removeprefix("file:")
+        self.location = (os.path.relpath(Path(local) / experiment / self._run_id, results)
+                         if uri.startswith("file:") else f"{uri} run {self._run_id}")
+        self.hint = f"mlflow ui --backend-store-uri {uri}"
+        self._step, self._closed = 0, False
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self._client.log_batch(self._run_id, metrics=[Metric(k, v, now, step) for k, v in scalars.items()])
+        self._step = step
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        if self._closed:
+            return
+        if summary:
+            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
+        self._client.set_terminated(self._run_id, "FINISHED" if summary is not None else "FAILED")
+        self._closed = True
+
+
+def _experiment(client: Any, name: str) -> str:
+    """The id of the experiment ``name``, created on first use (by whichever of a sweep's workers is first)."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # noqa: BLE001 - another process created it in between (MlflowException)
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+KINDS: dict[str, type] = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MlflowTracker}
+
+
+def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpec, resume: bool,
+                  announce: bool = True) -> list[Tracker]:
+    """The run's trackers, opened; ``announce`` prints on stderr how to watch each as the run trains."""
+    trackers: list[Tracker] = []
+    try:
+        for name in names:
+            trackers.append(KINDS[name](results, run_id, spec, resume))
+    except BaseException:
+        close(trackers)
+        raise
+    for tracker in trackers if announce else []:
+        print(f"tracking: {tracker.hint}", file=sys.stderr, flush=True)
+    return trackers
+
+
+def finish(trackers: Sequence[Tracker], metrics: dict[str, float | None] | None) -> dict[str, str]:
+    """Log the evaluation's ``metrics`` (None: the run failed) and close each tracker; where each log is, for the
+    record's ``info["tracking"]``."""
+    summary = None if metrics is None else {k: v for k, v in metrics.items() if v is not None}
+    for tracker in trackers:
+        tracker.close(summary)
+    return {tracker.name: tracker.location for tracker in trackers}
+
+
+def close(trackers: Sequence[Tracker]) -> None:
+    """Close every tracker that :func:`finish` did not (an interrupted or crashed run): what was logged stays."""
+    for tracker in trackers:
+        tracker.close()
+

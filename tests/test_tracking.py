@@ -1,0 +1,239 @@
+"""Live tracking (``--tracker``): what a run logs as it trains, read back through each library's own reader
+(TensorBoard's EventAccumulator, MLflow's client on its file store, W&B's record protobuf in the offline run's
+``.wandb`` file), against the run's record."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tiny_domain
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tiny_domain import harness
+
+from domains.base import RunContext, RunSpec, UserError
+from domains.rl.curl import _means_since
+from harness import tracking
+
+
+def _record(results: Path) -> dict:
+    [path] = sorted(results.glob("*.json"))
+    return json.loads(path.read_text())
+
+
+def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of a TensorBoard log folder as (step, value) pairs, through TensorBoard's own reader."""
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def _tiny(results: Path, *args: str):
+    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(results), *args)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_tensorboard_is_on_by_default_and_holds_the_curve_and_the_metrics(tmp_path):
+    out = _tiny(tmp_path)
+    record = _record(tmp_path)
+    rid = record["run_id"]
+    assert record["info"]["tracking"] == {"tensorboard": f"tb/{rid}"}
+    assert out.stderr.count("tracking: ") == 1
+    assert f"tracking: tensorboard --logdir {tmp_path / 'tb' / rid}" in out.stderr
+    logged = _scalars(tmp_path / "tb" / rid)
+    assert logged["loss"] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
+    assert logged["final/accuracy"] == [(3, pytest.approx(record["metrics"]["accuracy"]))]
+
+
+def test_trackers_change_neither_the_run_id_nor_the_record_otherwise(tmp_path):
+    _tiny(tmp_path / "tb-on")
+    out = _tiny(tmp_path / "none", "--tracker", "none")
+    on, off = _record(tmp_path / "tb-on"), _record(tmp_path / "none")
+    assert on["run_id"] == off["run_id"] and on["curve"] == off["curve"] and on["metrics"] == off["metrics"]
+    assert "tracking" not in off["info"] and "tracking: " not in out.stderr
+    assert not (tmp_path / "none" / "tb").exists()
+
+
+def test_a_real_domain_logs_its_step_losses_and_class_prior_estimates(tmp_path):
+    out = harness("run", "--domain", "graph", "--loss", "dcl", "--set", "loss.tau_plus=auto", "--set", "epochs=1",
+                  "--seeds", "0", "--results", str(tmp_path), "--quiet")
+    assert out.returncode == 0, out.stderr
+    record = _record(tmp_path)
+    logged = _scalars(tmp_path / record["info"]["tracking"]["tensorboard"])
+    [point] = record["curve"]
+    steps = [step for step, _ in logged["step_loss"]]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) > 1  # one value per optimizer step
+    mean = np.mean([value for _, value in logged["step_loss"]])
+    # the epoch's loss is the mean over its graphs (a smaller last batch weighs less): close to the steps' mean
+    assert mean == pytest.approx(point["loss"], rel=0.05)
+    for key in ("loss", "prior", "prior_raw", "graphs_per_s"):
+        assert logged[key] == [(steps[-1], pytest.approx(point[key], rel=1e-6))], key
+    assert logged["lr"] == [(steps[-1], pytest.approx(record["config"]["lr"]))]
+
+
+def _spec() -> RunSpec:
+    return RunSpec(domain="tiny", method="linear", dataset="blobs", loss="infonce", loss_params={}, preset="quick",
+                   seed=0, config=tiny_domain.TinyConfig())
+
+
+def test_a_resumed_run_keeps_one_value_per_step_and_a_fresh_start_clears_the_log(tmp_path):
+    first = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False)
+    for step in range(1, 5):
+        first.log(step, {"loss": 1.0})
+    first.close()  # interrupted after step 4; its checkpoint was at step 2
+    resumed = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=True)
+    for step in range(3, 6):
+        resumed.log(step, {"loss": 2.0})
+    resumed.close()
+    assert _scalars(tmp_path / "tb" / "r-s0")["loss"] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0), (5, 2.0)]
+    fresh = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False)
+    fresh.log(1, {"loss": 3.0})
+    fresh.close()
+    assert _scalars(tmp_path / "tb" / "r-s0")["loss"] == [(1, 3.0)]
+
+
+def test_curl_logs_each_episodes_mean_update_statistics_once():
+    recent = {"critic_loss": [torch.tensor(1.0), torch.tensor(3.0), torch.tensor(5.0)], "alpha": [torch.tensor(2.0)]}
+    assert _means_since(recent, {}) == {"critic_loss": 3.0, "alpha": 2.0}
+    assert _means_since(recent, {"critic_loss": 1, "alpha": 1}) == {"critic_loss": 4.0}
+    assert _means_since(recent, {"critic_loss": 3, "alpha": 1}) == {}
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, dict[str, float]]] = []
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self.calls.append((step, scalars))
+
+
+def test_log_scalars_passes_numbers_on_leaves_the_rest_out_and_refuses_tensors(tmp_path):
+    recorder = _Recorder()
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, trackers=[recorder])
+    ctx.log_scalars(7, {"loss": 1, "lr": np.float32(0.5), "returns": [1.0], "train_return": None, "amp": True,
+                        "arch": "resnet18"})
+    ctx.log_scalars(8, {"train_return": None})  # nothing left to log: no call
+    assert recorder.calls == [(7, {"loss": 1.0, "lr": 0.5})]
+    with pytest.raises(TypeError, match="'loss' is a tensor"):
+        ctx.log_scalars(9, {"loss": torch.tensor(1.0)})
+    RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path).log_scalars(1, {"a": 1})
+
+
+def test_tracker_choices_and_a_missing_library(tmp_path):
+    assert tracking.resolve(None) == ["tensorboard"]
+    assert tracking.resolve(["none"]) == []
+    assert tracking.resolve(["mlflow", "tensorboard", "mlflow"]) == ["mlflow", "tensorboard"]
+    with pytest.raises(UserError, match="cannot be combined"):
+        tracking.resolve(["none", "wandb"])
+    # A W&B that cannot be imported: one error line naming the install command, before anything is written.
+    fake = tmp_path / "fake"
+    (fake / "wandb").mkdir(parents=True)
+    (fake / "wandb" / "__init__.py").write_text("raise ImportError('planted: no wandb here')\n")
+    env = tiny_domain.harness_env()
+    env["PYTHONPATH"] = f"{fake}:{env['PYTHONPATH']}"
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--domain", "tiny", "--loss", "infonce",
+                          "--seeds", "0", "--results", str(tmp_path / "results"), "--tracker", "wandb"],
+                         cwd=tiny_domain.REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "error: this needs the Python package 'wandb' (planted: no wandb here); install it with: "
+        "pip install 'contrastive-harness[wandb]'"]
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_sweep_logs_each_job(tmp_path):
+    out = harness("sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0", "--results",
+                  str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"tracking: tensorboard --logdir {tmp_path / 'tb'}" in out.stdout
+    for path in tmp_path.glob("*.json"):
+        record = json.loads(path.read_text())
+        logged = _scalars(tmp_path / record["info"]["tracking"]["tensorboard"])
+        assert [v for _, v in logged["loss"]] == pytest.approx([p["loss"] for p in record["curve"]])
+
+
+def _wandb_records(path: Path) -> list:
+    """The records of an offline run's ``.wandb`` file, parsed by wandb's own protobuf (``Record``). The file is
+    a LevelDB-style log (wandb no longer ships a Python reader for it): a 7-byte header, then 32 KiB blocks of
+    chunks, each a 7-byte header (checksum, length, type: 1 whole, 2 first, 3 middle, 4 last) and its bytes."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B"
+    pos, part, records = 7, b"", []
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (length == 0 and kind == 0):  # the zero padding at a block's end
+            pos += left
+            continue
+        part += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(part)
+            records.append(record)
+            part = b""
+    return records
+
+
+def _items(items) -> dict:
+    """The key/value items of a W&B record (config, history row, summary update) as a dict; a key may come as a
+    path (``nested_key``)."""
+    return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
+def test_wandb_writes_an_offline_run_with_the_curve_and_the_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    out = _tiny(tmp_path, "--tracker", "wandb")
+    record = _record(tmp_path)
+    folder = tmp_path / record["info"]["tracking"]["wandb"]
+    assert f"tracking: wandb sync {folder}" in out.stderr
+    [log] = folder.glob("run-*.wandb")
+    found = _wandb_records(log)
+    kinds = [r.WhichOneof("record_type") for r in found]
+    [run] = [r.run for r in found if r.HasField("run")]
+    assert run.display_name == record["run_id"]
+    config = _items(run.config.update)
+    assert config["seed"] == 0 and config["loss"] == "infonce" and config["epochs"] == 3
+    history = [_items(r.history.item) for r in found if r.HasField("history")]
+    assert [(row["_step"], row["loss"]) for row in history] == [
+        (p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
+    summary = {k: v for r in found if r.HasField("summary") for k, v in _items(r.summary.update).items()}
+    assert summary["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
+    assert "exit" in kinds and [r.exit.exit_code for r in found if r.HasField("exit")] == [0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
+def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only with this set
+    out = _tiny(tmp_path, "--tracker", "mlflow", "--tracker", "tensorboard")
+    record = _record(tmp_path)
+    assert set(record["info"]["tracking"]) == {"mlflow", "tensorboard"}
+    uri = f"file:{tmp_path / 'mlruns'}"
+    assert f"tracking: mlflow ui --backend-store-uri {uri}" in out.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
+    assert run.info.run_name == record["run_id"] and run.info.status == "FINISHED"
+    assert record["info"]["tracking"]["mlflow"] == f"mlruns/{run.info.experiment_id}/{run.info.run_id}"
+    assert run.data.params["seed"] == "0" and run.data.params["epochs"] == "3"
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
+    assert run.data.metrics["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
+    failed = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
+                     "--results", str(tmp_path), "--tracker", "mlflow")
+    assert failed.returncode == 1
+    statuses = {r.info.run_name: r.info.status for r in client.search_runs([run.info.experiment_id])}
+    assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
