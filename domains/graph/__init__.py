@@ -34,7 +34,7 @@ from domains.base import (
 )
 from domains.graph import synthetic
 from domains.graph.config import C_GRID, GraphConfig
-from domains.graph.data import TU_NAME, GraphSet, check_tu_name, load_tu, tu_files
+from domains.graph.data import TU_CATALOGUE, TU_NAME, GraphSet, check_tu_name, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
 from losses import LOGITS, PROBABILITIES
@@ -56,7 +56,9 @@ def _is_tu_name(name: str) -> bool:
 
 
 def _unlisted_tu(name: str) -> DatasetSpec:
-    return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)")
+    """A TU name not listed: a set of the TU collection is downloaded when missing, any other one only read."""
+    return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)",
+                       needs_download=name in TU_CATALOGUE)
 
 
 _INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
