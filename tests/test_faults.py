@@ -463,3 +463,17 @@ def test_compare_with_a_folder_for_its_report_exits_2_not_1_the_code_of_a_regres
     proc = harness("compare", "--baseline", str(results), "--candidate", str(results), "--out", str(tmp_path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr == f"error: --out '{tmp_path}' is a folder; compare needs a file, the markdown report\n"
+
+
+def test_a_cuda_device_must_be_one_this_machine_has(monkeypatch):
+    """CUDA stands in for two GPUs: cuda, cuda:0 and cuda:1 are devices; cuda:2, cuda:x and meta are named."""
+    from harness.runner import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [str(resolve_device(n)) for n in ("auto", "cuda", "cuda:1", "cpu")] == ["cuda", "cuda", "cuda:1", "cpu"]
+    with pytest.raises(UserError, match=r"--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
+        resolve_device("cuda:2")
+    for name in ("cuda:x", "meta", "cuda:", "xla"):
+        with pytest.raises(UserError, match=f"unknown --device '{name}'; this machine offers auto, cpu, cuda, cuda:N"):
+            resolve_device(name)

@@ -121,3 +121,40 @@ def test_the_cache_holds_the_graphs_pyg_gives(tmp_path, cache):
     assert cached.info == {"raw_dir": str(raw), "sha256": files.sha256}
     with np.load(tucache.cache_path("TOY", files.sha256), allow_pickle=False) as npz:
         assert all(npz[key].dtype != object for key in npz.files)
+
+
+def test_a_download_goes_through_a_private_folder_and_replaces_an_incomplete_one(tmp_path, cache, monkeypatch):
+    """PyG's TUDataset stands in for the network: it writes the raw files where PyG would; a processed file planted
+    beside the download, and an earlier download that stopped half-way, are never used."""
+    import shutil
+
+    import torch_geometric.datasets
+
+    roots = []
+
+    def fake_pyg(root, name, **kwargs):
+        roots.append(Path(root))
+        shutil.move(toy_tu(Path(root) / "zip", name), Path(root) / name / "raw")
+
+    monkeypatch.setattr(torch_geometric.datasets, "TUDataset", fake_pyg)
+    fetched = cache / "TU" / "download" / "MUTAG" / "raw"
+    fetched.mkdir(parents=True)
+    (fetched / "MUTAG_A.txt").write_text("1, 2\n")  # the rest never arrived
+    marker = tmp_path / "pwned"
+    (fetched.parent / "processed").mkdir()
+    torch.save({"data": _Planted(marker)}, fetched.parent / "processed" / "data.pt")
+    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=True) == fetched
+    assert roots and roots[0].parent == fetched.parent and not roots[0].exists()  # private, and removed
+    assert sorted(p.name for p in fetched.iterdir()) == ["MUTAG_A.txt", "MUTAG_graph_indicator.txt",
+                                                        "MUTAG_graph_labels.txt"]
+    assert len((fetched / "MUTAG_A.txt").read_text().splitlines()) > 1 and not marker.exists()
+    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=True) == fetched and len(roots) == 1
+
+
+def test_an_unwritable_cache_is_named(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "file" / "cache"))
+    raw = toy_tu(tmp_path / "data")
+    files = graph_data.TUFiles("TOY", raw, tuple(graph_data.raw_files(raw, "TOY")), "0" * 64)
+    with pytest.raises(graph_data.UserError, match=f"cannot create the cache folder {tmp_path / 'file'}/.*CACHE_DIR"):
+        _load(files)

@@ -148,10 +148,6 @@ def add_featureless(data: GraphSet, cfg: GraphConfig) -> GraphSet:
     return data
 
 
-def _has_raw(raw: Path, name: str) -> bool:
-    return all((raw / f"{name}_{part}.txt").is_file() for part in ("A", "graph_indicator", "graph_labels"))
-
-
 def raw_files(raw: Path, name: str) -> list[Path]:
     return sorted(raw.glob(f"{name}_*.txt"))
 
@@ -170,7 +166,7 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     raw = Path(data_root) / "TU" / name / "raw"
     fetched = cache_dir() / "TU" / "download" / name / "raw"
     for candidate in (raw, fetched):
-        if _has_raw(candidate, name):
+        if tucache.has_raw(candidate, name):
             return candidate
     if name not in TU_CATALOGUE:
         raise DatasetMissingError(
@@ -183,7 +179,7 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
         tucache.download(name, fetched)
     except Exception as exc:  # noqa: BLE001 - any failure of the download means the same to the user
         raise _missing(name, data_root, f"download failed: {type(exc).__name__}: {exc}") from exc
-    if not _has_raw(fetched, name):
+    if not tucache.has_raw(fetched, name):
         raise _missing(name, data_root, "the download did not contain the expected files")
     return fetched
 
@@ -215,7 +211,7 @@ def load_tu(tu: TUFiles, cfg: GraphConfig) -> GraphSet:
     when it holds a sound copy of these raw files, else processed from them and cached."""
     filelock = require("filelock", "graph")
     path = tucache.cache_path(tu.name, tu.sha256)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    tucache.writable(path.parent)
     with filelock.FileLock(str(path.with_suffix(".lock"))):  # one process builds it, the others then read it
         cached = tucache.read(path, tu.sha256)
         if cached is None:

@@ -12,6 +12,8 @@ the raw files, never trusted.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 import warnings
 import zipfile
@@ -21,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from domains.base import cache_dir, require, write_atomic
+from domains.base import UserError, cache_dir, require, write_atomic
 
 CACHE_FORMAT = 1  # bump when the cached arrays of the same raw files would change
 _TENSORS = {"x": np.float32, "edge_index": np.int64, "node_ptr": np.int64, "edge_ptr": np.int64, "y": np.int64}
@@ -84,7 +86,6 @@ def process(raw: Path, name: str) -> tuple[list, int]:
     them in a fresh private folder (only there does it read a processed file, the one it has just written)."""
     tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
     work = cache_dir() / "TU"
-    work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work, prefix=".process-") as tmp:
         (Path(tmp) / name).mkdir()
         (Path(tmp) / name / "raw").symlink_to(raw.resolve(), target_is_directory=True)
@@ -92,13 +93,35 @@ def process(raw: Path, name: str) -> tuple[list, int]:
         return list(dataset), dataset.num_node_features
 
 
+def has_raw(raw: Path, name: str) -> bool:
+    """Whether ``raw`` holds the files every TU set has."""
+    return all((raw / f"{name}_{part}.txt").is_file() for part in ("A", "graph_indicator", "graph_labels"))
+
+
 def download(name: str, target: Path) -> None:
     """PyG's download of TU set ``name`` into ``target`` (its raw folder), through a fresh private folder: a
-    processed file left in the cache is never read."""
+    processed file left in the cache is never read. One process downloads at a time; an incomplete earlier download
+    is replaced."""
+    filelock = require("filelock", "graph")
     tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-        tu_dataset(tmp, name)
-        fetched = Path(tmp) / name / "raw"
-        if fetched.is_dir() and not target.exists():
-            fetched.rename(target)
+    writable(target.parent)
+    with filelock.FileLock(f"{target.parent}.lock"):
+        if has_raw(target, name):
+            return  # another process downloaded it meanwhile
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
+            tu_dataset(tmp, name)
+            if target.exists():
+                shutil.rmtree(target)
+            (Path(tmp) / name / "raw").rename(target)
+
+
+def writable(folder: Path) -> None:
+    """Create the cache folder ``folder``; UserError naming it when it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the cache folder {folder}: {exc.strerror or exc}; set HARNESS_CACHE_DIR "
+                        "to a writable folder") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into the cache folder {folder} (permission denied); set HARNESS_CACHE_DIR "
+                        "to a writable folder")
