@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(sub.add_parser("run", help="run (domain, method, dataset, loss, seeds) and write records"))
 
     p = sub.add_parser("list", help="list domains, datasets, losses or presets")
-    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets"], help="(default: all)")
+    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets"],
+                   help="what to list (default: all four)")
 
     p = sub.add_parser("sweep", help="run a grid of domains x datasets x losses x hyper-parameters x seeds")
     p.add_argument("--domains", required=True, help="comma-separated domains")

@@ -84,7 +84,7 @@ def test_a_planted_pickle_never_runs_and_the_run_rebuilds_the_cache(tmp_path, ca
     assert _quietly(files).num_graphs == 24 and not marker.exists()  # rebuilt: read again without a warning
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "another set's", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "another set's", "empty", "one array"])
 def test_a_damaged_or_foreign_cache_is_named_and_rebuilt(tmp_path, cache, damage):
     toy_tu(tmp_path / "data")
     toy_tu(tmp_path / "data", "OTHER")
@@ -101,8 +101,11 @@ def test_a_damaged_or_foreign_cache_is_named_and_rebuilt(tmp_path, cache, damage
     elif damage == "another set's":
         _load(other)
         path.write_bytes(tucache.cache_path("OTHER", other.sha256).read_bytes())
-    else:
+    elif damage == "empty":
         path.write_bytes(b"")
+    else:
+        with open(path, "wb") as fh:
+            np.save(fh, np.arange(3))
     with pytest.warns(UserWarning, match=f"the TU cache {path} is damaged or was not written by the harness"):
         again = _load(files)
     assert _same_graphs(again, fresh)

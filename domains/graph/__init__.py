@@ -119,7 +119,7 @@ class GraphDomain(Domain):
 
     def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> Prepared:
         """The graphs of ``dataset`` (on the CPU) and their fingerprint; a TU set's files are hashed once, for
-        both (the hash keys PyG's processed files in the cache)."""
+        both (the hash keys the processed graphs in the cache)."""
         if dataset == synthetic.NAME:
             classes = cfg.synthetic_classes
             return Prepared(synthetic.load_synthetic(classes), synthetic.fingerprint(classes))

@@ -41,9 +41,10 @@ def read(path: Path, raw_sha256: str) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise ValueError("not a zip of arrays")
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("one array, not a zip of arrays")
+        with npz:
             arrays = {key: npz[key] for key in npz.files}
         return _checked(arrays, raw_sha256)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
