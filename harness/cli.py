@@ -11,6 +11,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 from domains.base import UserError
@@ -19,6 +20,8 @@ from harness import tracking
 RESULTS = "leaderboards/results"
 OUT = "leaderboards"
 PRIOR_RESULTS = "leaderboards/prior"  # the prior study's records, apart from the leaderboards' (harness prior)
+DEVICE_HELP = "auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps where available (default: auto)"
+DATA_ROOT_HELP = "data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrastive-harness/data)"
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -31,9 +34,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="quick (about 5 minutes on a laptop CPU), paper, ... (harness list presets; default: quick)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, or a loss hyper-parameter as loss.NAME=VALUE (repeatable)")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda (default: auto)")
-    p.add_argument("--data-root", help="data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrastive-harness/data)")
-    p.add_argument("--results", default=RESULTS, help=f"records folder (default: {RESULTS})")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data-root", help=DATA_ROOT_HELP)
+    p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -60,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(sub.add_parser("run", help="run (domain, method, dataset, loss, seeds) and write records"))
 
     p = sub.add_parser("list", help="list domains, datasets, losses or presets")
-    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets"], help="(default: all)")
+    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets"],
+                   help="what to list (default: all four)")
 
     p = sub.add_parser("sweep", help="run a grid of domains x datasets x losses x hyper-parameters x seeds")
     p.add_argument("--domains", required=True, help="comma-separated domains")
@@ -71,13 +75,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a swept key (config field or loss.NAME; the latter only for losses that have it)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a fixed override")
     p.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
-    p.add_argument("--preset", default="quick")
-    p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"])
+    p.add_argument("--preset", default="quick", help="the preset of every job (harness list presets; default: quick)")
+    p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
+                   help="local: a pool of --workers processes; slurm: a job array through submitit (local when no "
+                   "Slurm cluster is found); ray: ray tasks (default: local)")
     p.add_argument("--workers", type=int, default=1, help="parallel jobs (local pool size / Slurm array width)")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--data-root")
-    p.add_argument("--results", default=RESULTS)
-    p.add_argument("--force", action="store_true")
+    p.add_argument("--device", default="auto", help=DEVICE_HELP)
+    p.add_argument("--data-root", help=DATA_ROOT_HELP)
+    p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
+    p.add_argument("--force", action="store_true", help="run every job again, even those with a completed record")
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
@@ -85,17 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_verbose(p)
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records, bench.md from the benchmarks")
-    p.add_argument("--results", default=RESULTS)
-    p.add_argument("--out", default=OUT)
+    p.add_argument("--results", default=RESULTS, help=f"folder of records to read (default: {RESULTS})")
+    p.add_argument("--out", default=OUT, help=f"folder the pages are written to: README.md, one page per domain, "
+                   f"bench.md (default: {OUT})")
     p.add_argument("--bench", help="folder of `harness bench` JSON files for bench.md (default: OUT/bench)")
 
     p = sub.add_parser("report", help="cross-modality report: ranks, win rates, Friedman test, figures")
-    p.add_argument("--results", default=RESULTS)
-    p.add_argument("--out", default=OUT)
+    p.add_argument("--results", default=RESULTS, help=f"folder of records to read (default: {RESULTS})")
+    p.add_argument("--out", default=OUT, help=f"folder report.md and its figures are written to (default: {OUT})")
 
     p = sub.add_parser("prior", help="the class-prior page (prior.md): auto estimates against the label prior, gains")
     p.add_argument("--results", default=PRIOR_RESULTS, help=f"records of the prior study (default: {PRIOR_RESULTS})")
-    p.add_argument("--out", default=OUT)
+    p.add_argument("--out", default=OUT, help=f"folder prior.md and its figure are written to (default: {OUT})")
 
     p = sub.add_parser("history", help="history.md and history.png: each setting's metric over the code versions "
                        "that ran it, step changes marked")
@@ -120,17 +127,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pass although baseline groups are absent, failed, non-finite or short of seeds there")
     p.add_argument("--allow-untestable", action="store_true",
                    help="pass although a group the test cannot decide (too few seeds) changed beyond the tolerance")
-    p.add_argument("--out", help="also write the markdown report to this file")
+    p.add_argument("--out", help="also write the markdown report to this file (it is always printed)")
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
     p.add_argument("--targets", help="with 'all': comma-separated targets (default: losses and every domain)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-sizes", help="for 'losses' (default: 512,4096,16384 on cuda, 256,512,1024 on cpu)")
     p.add_argument("--dim", type=int, default=128, help="embedding size for 'losses'")
     p.add_argument("--quick", action="store_true", help="for a domain: a short benchmark")
-    p.add_argument("--data-root")
-    p.add_argument("--out", default=f"{OUT}/bench")
+    p.add_argument("--data-root", help=DATA_ROOT_HELP)
+    p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to "
+                   f"(default: {OUT}/bench)")
     return parser
 
 
@@ -200,6 +208,25 @@ def output_settings(verbose: bool) -> Iterator[None]:
                 lg.setLevel(level)
 
 
+# What each command writes at --out: a folder of pages or benchmarks, or compare's one report file.
+OUT_FOLDERS = ("leaderboard", "report", "prior", "history", "bench")
+
+
+def check_out(command: str, out: str | None) -> None:
+    """UserError, before any work, when ``--out`` cannot be what ``command`` writes there: a folder (an existing
+    file is in the way) or compare's report file (an existing folder is), or a path under a file."""
+    if not out:
+        return
+    path = Path(out)
+    folder = command in OUT_FOLDERS
+    if path.exists() and path.is_dir() != folder:
+        what = "a folder, where it writes its pages" if folder else "a file, the markdown report"
+        raise UserError(f"--out '{out}' is {'a file' if folder else 'a folder'}; {command} needs {what}")
+    above = next(p for p in path.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise UserError(f"--out '{out}' lies under the file '{above}'")
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         from harness.commands import cmd_run
@@ -236,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint after an interruption
     settings = output_settings(args.verbose) if args.command in ("run", "sweep") else contextlib.nullcontext()
     try:
+        check_out(args.command, getattr(args, "out", None))
         with settings:
             return _dispatch(args)
     except UserError as exc:

@@ -258,8 +258,6 @@ def validate(args: argparse.Namespace) -> None:
         raise UserError(f"--alpha must be a number between 0 and 1 (exclusive), got {args.alpha}")
     if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
         raise UserError(f"--tolerance must be a finite number >= 0 (metric units), got {args.tolerance}")
-    if args.out and Path(args.out).is_dir():
-        raise UserError(f"--out '{args.out}' is a folder; give the report's file name, e.g. {args.out}/compare.md")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ import math
 import typing
 from typing import Annotated, Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 import losses
 from domains.base import Domain, UserError, describe_validation, did_you_mean
@@ -98,11 +98,19 @@ def _wire(text: str, tp: Any) -> Any:
     return text
 
 
+# A float read from the command line is finite: ``inf``, ``nan`` and an overflow (``1e309``) would pass pydantic's
+# float and make a run diverge at once, or complete with a value JSON cannot hold (``null`` in the record). A
+# field that means infinity to be a value says so itself: ``Annotated[float, Field(allow_inf_nan=True)]``.
+_FINITE = ConfigDict(allow_inf_nan=False)
+
+
 def parse_value(text: str, tp: Any) -> Any:
-    """The command-line string ``text`` validated as type ``tp``; ValidationError when it does not fit."""
+    """The command-line string ``text`` validated as type ``tp`` (floats finite: :data:`_FINITE`); ValidationError
+    when it does not fit."""
+    adapter = TypeAdapter(tp, config=_FINITE)
     if typing.get_origin(_bare(tp)[0]) is dict:
-        return TypeAdapter(tp).validate_json(text)
-    return TypeAdapter(tp).validate_python(_wire(text, tp))
+        return adapter.validate_json(text)
+    return adapter.validate_python(_wire(text, tp))
 
 
 def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[Any, dict[str, Any]]:
@@ -154,10 +162,14 @@ def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[s
         raise UserError(f"bad hyper-parameter for loss '{loss}': {exc}") from None
 
 
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which every domain calls (np.random.seed), takes no larger seed
+MAX_SEEDS = 10_000  # seeds in one range: more is a typo, and would be listed in memory before anything runs
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds (non-negative, duplicates dropped)."""
+    """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds (0..:data:`MAX_SEED`, duplicates dropped)."""
     seeds: list[int] = []
-    usage = "--seeds expects comma-separated non-negative integers like 0,1,2 or a range like 0-9"
+    usage = f"--seeds expects comma-separated integers in 0..{MAX_SEED} like 0,1,2 or a range like 0-9"
     for part in filter(None, (p.strip() for p in text.split(","))):
         low, dash, high = part.partition("-")
         try:
@@ -166,6 +178,10 @@ def parse_seeds(text: str) -> list[int]:
             raise UserError(f"{usage}, got '{part}' in '{text}'") from None
         if last < first:
             raise UserError(f"--seeds range '{part}' is empty: it ends before it starts; write {last}-{first}")
+        if last > MAX_SEED:
+            raise UserError(f"--seeds {part}: a seed must be at most {MAX_SEED} (2**32 - 1, numpy's limit)")
+        if last - first >= MAX_SEEDS:
+            raise UserError(f"--seeds range '{part}' holds {last - first + 1} seeds; at most {MAX_SEEDS} a range")
         seeds.extend(range(first, last + 1))
     if not seeds:
         raise UserError(f"{usage}; got nothing")

@@ -34,12 +34,15 @@ def _baselines(domain: Domain) -> str:
 
 
 def dataset_lines(loaded: list[Domain]) -> list[str]:
+    """One line per named data set: ``[download]`` for a set the harness downloads when it is missing (where the
+    domain's config allows it), ``[no download]`` for one it generates, that ships with a package or that must be
+    put under the data root (its description says where), ``[default, embedded]`` for the domain's default."""
     rows = []
     for d in loaded:
         for name, ds in d.datasets.items():
-            tags = ["default, embedded" if name == d.default_dataset else
-                    ("download" if ds.needs_download else "embedded")]
-            rows.append((f"{d.name}/{name}", f"{ds.description} [{', '.join(tags)}]"))
+            tag = ("default, embedded" if name == d.default_dataset else
+                   ("download" if ds.needs_download else "no download"))
+            rows.append((f"{d.name}/{name}", f"{ds.description} [{tag}]"))
     return pairs(rows)
 
 

@@ -129,14 +129,23 @@ def default_data_root(cli_value: str | None) -> Path:
 
 
 def resolve_device(name: str) -> torch.device:
+    """``--device``: auto, cpu, cuda, cuda:N (a device this machine has) or mps (where available); UserError
+    otherwise, before anything runs (torch knows more device types, e.g. meta, on which no run computes)."""
+    usable = "auto, cpu" + (", cuda, cuda:N" if torch.cuda.is_available() else "") + \
+        (", mps" if torch.backends.mps.is_available() else "")
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    kind, colon, index = name.partition(":")
+    if kind == "cuda" and not torch.cuda.is_available():
         raise UserError(f"--device {name} but no CUDA device is available; use --device cpu or auto")
-    try:
+    if kind == "cuda" and (not colon or (index.isdecimal() and int(index) < torch.cuda.device_count())):
         return torch.device(name)
-    except RuntimeError:
-        raise UserError(f"unknown --device '{name}'; use auto, cpu or cuda") from None
+    if kind == "cuda" and index.isdecimal():
+        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                        f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if name == "cpu" or (name == "mps" and torch.backends.mps.is_available()):
+        return torch.device(name)
+    raise UserError(f"unknown --device '{name}'; this machine offers {usable}")
 
 
 def plan(req: RunRequest) -> Plan:

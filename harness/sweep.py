@@ -26,7 +26,7 @@ from domains.base import UserError, hash_jsonable, require
 from harness import config as cfg
 from harness import tracking
 from harness.records import reusable
-from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
+from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan, resolve_device
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -215,6 +215,7 @@ def _report(job_results: list[dict[str, Any]], bar) -> list[dict[str, Any]]:
 def cmd_sweep(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
+    resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
     todo, done, invalid = pending(build_requests(args))
     for line in invalid:
         print(f"[invalid] {line}")

@@ -379,3 +379,101 @@ def test_a_diverging_run_stops_with_a_failed_record_that_says_so(tmp_path, graph
     assert "the loss is nan at training step" in err and "lower learning rate (now --set lr=1e+08)" in err
     [record] = _records(tmp_path / "results")
     assert record["status"] == "failed" and "training diverged" in record["error"]
+
+
+# --- values that would fail late: refused before any work, in one line, exit 2 ---------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "lr=1e309"], "--set lr=1e309: must be a finite number"),  # overflows to inf: diverges at once
+    (["--set", "temperature=inf"], "--set temperature=inf: must be a finite number"),  # completes as null
+    (["--set", "lr=nan"], "--set lr=nan: must be a finite number"),
+    (["--set", "loss.tau_plus=inf"], "tau_plus must be a finite number in [0, 1) or auto, got inf"),
+    (["--seeds", "4294967296"], "--seeds 4294967296: a seed must be at most 4294967295"),  # numpy's seed limit
+    (["--seeds", "0,5-4294967300"], "--seeds 5-4294967300: a seed must be at most 4294967295"),
+    (["--seeds", "0-99999"], "--seeds range '0-99999' holds 100000 seeds"),
+    (["--device", "meta"], "unknown --device 'meta'; this machine offers auto, cpu"),
+    (["--device", "cuda:99"], "cuda:99"),
+])
+def test_values_that_would_fail_late_are_refused_up_front(tmp_path, capsys, args, message):
+    assert main(["run", "--domain", "tiny", "--loss", "dcl", "--quiet", *args, "--results", str(tmp_path / "r")]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "r").exists()  # nothing ran, nothing was written
+
+
+def test_the_largest_seed_numpy_takes_runs(tmp_path):
+    proc = harness(*TINY[:-2], "4294967295", "--set", "epochs=1", "--results", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert [r["seed"] for r in _records(tmp_path)] == [4294967295]
+
+
+def test_every_float_field_of_every_domain_is_finite_unless_it_says_otherwise():
+    """``--set`` reads every float field (alone, optional or in a tuple) of every domain's config as finite; a
+    field annotated ``allow_inf_nan=True`` takes inf."""
+    import typing
+    from typing import Annotated
+
+    from pydantic import Field, ValidationError
+
+    import domains
+    from harness.config import _bare, config_fields, parse_value
+
+    def floats(tp) -> bool:
+        inner = _bare(tp)[0]
+        return inner is float or any(floats(a) for a in typing.get_args(inner) if a is not Ellipsis)
+
+    checked = 0
+    for name in domains.available():
+        for tp in config_fields(domains.get(name).config_class).values():
+            if floats(tp):
+                for text in ("inf", "-inf", "nan", "1e309"):
+                    with pytest.raises(ValidationError, match="finite number"):
+                        parse_value(text, tp)
+                checked += 1
+    assert checked >= 20  # lr, temperature, momentum ... of the five domains
+
+    assert parse_value("inf", Annotated[float, Field(allow_inf_nan=True)]) == float("inf")
+
+
+@pytest.mark.parametrize("command, out, message", [
+    (["leaderboard"], "file", "is a file; leaderboard needs a folder"),
+    (["report"], "file", "is a file; report needs a folder"),
+    (["prior"], "file", "is a file; prior needs a folder"),
+    (["bench", "losses"], "file", "is a file; bench needs a folder"),
+    (["leaderboard"], "file/pages", "lies under the file"),
+    (["compare", "--baseline", "RESULTS", "--candidate", "RESULTS"], "folder", "is a folder; compare needs a file"),
+])
+def test_an_out_that_cannot_be_written_is_refused_before_any_work(tmp_path, capsys, command, out, message):
+    results, board, pages = _board(tmp_path)
+    (tmp_path / "file").write_text("kept")
+    (tmp_path / "folder").mkdir()
+    command = [str(results) if part == "RESULTS" else part for part in command]
+    own_results = command[0] not in ("compare", "bench")
+    args = [*command, *(["--results", str(results)] if own_results else []), "--out", str(tmp_path / out)]
+    capsys.readouterr()
+    assert main(args) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --out '{tmp_path / out}' ") and message in line
+    assert (tmp_path / "file").read_text() == "kept" and not any((tmp_path / "folder").iterdir())
+    assert {p.name: p.read_text() for p in board.iterdir() if p.is_file()} == pages
+
+
+def test_compare_with_a_folder_for_its_report_exits_2_not_1_the_code_of_a_regression(tmp_path):
+    results, _, _ = _board(tmp_path)
+    proc = harness("compare", "--baseline", str(results), "--candidate", str(results), "--out", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == f"error: --out '{tmp_path}' is a folder; compare needs a file, the markdown report\n"
+
+
+def test_a_cuda_device_must_be_one_this_machine_has(monkeypatch):
+    """CUDA stands in for two GPUs: cuda, cuda:0 and cuda:1 are devices; cuda:2, cuda:x and meta are named."""
+    from harness.runner import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [str(resolve_device(n)) for n in ("auto", "cuda", "cuda:1", "cpu")] == ["cuda", "cuda", "cuda:1", "cpu"]
+    with pytest.raises(UserError, match=r"--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
+        resolve_device("cuda:2")
+    for name in ("cuda:x", "meta", "cuda:", "xla"):
+        with pytest.raises(UserError, match=f"unknown --device '{name}'; this machine offers auto, cpu, cuda, cuda:N"):
+            resolve_device(name)

@@ -10,7 +10,6 @@ training), ``evaluate`` (the SVM protocol), ``bench`` (speed).
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from domains.base import (
 )
 from domains.graph import synthetic
 from domains.graph.config import C_GRID, GraphConfig
-from domains.graph.data import GraphSet, load_tu, tu_files
+from domains.graph.data import TU_CATALOGUE, TU_NAME, GraphSet, check_tu_name, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
 from losses import LOGITS, PROBABILITIES
@@ -50,15 +49,16 @@ _TU = {
     "IMDB-BINARY": "1,000 actor ego-networks, action or romance (2 classes, no node features)",
     "REDDIT-BINARY": "2,000 discussion threads, Q&A or discussion (2 classes, no node features; large graphs)",
 }
-_TU_NAME = re.compile(r"[A-Za-z0-9_\-]+")
 
 
 def _is_tu_name(name: str) -> bool:
-    return bool(_TU_NAME.fullmatch(name))
+    return bool(TU_NAME.fullmatch(name))
 
 
 def _unlisted_tu(name: str) -> DatasetSpec:
-    return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)")
+    """A TU name not listed: a set of the TU collection is downloaded when missing, any other one only read."""
+    return DatasetSpec(name, "TU data set (not listed: read from <data root>/TU/ or downloaded)",
+                       needs_download=name in TU_CATALOGUE)
 
 
 _INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
@@ -111,15 +111,15 @@ class GraphDomain(Domain):
     def validate(self, spec: RunSpec) -> None:
         if spec.loss not in self.losses:
             raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")
-        if spec.dataset not in self.datasets:
-            raise UserError(f"graph domain: '{spec.dataset}' is not a TU dataset name (letters, digits, '_', '-')")
+        if spec.dataset != synthetic.NAME:
+            check_tu_name(spec.dataset)
         if spec.dataset != synthetic.NAME and spec.config.synthetic_classes != 2:
             raise UserError(f"graph domain: synthetic_classes applies to {synthetic.NAME} only; {spec.dataset} has "
                             "its own classes")
 
     def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> Prepared:
         """The graphs of ``dataset`` (on the CPU) and their fingerprint; a TU set's files are hashed once, for
-        both (the hash keys PyG's processed files in the cache)."""
+        both (the hash keys the processed graphs in the cache)."""
         if dataset == synthetic.NAME:
             classes = cfg.synthetic_classes
             return Prepared(synthetic.load_synthetic(classes), synthetic.fingerprint(classes))

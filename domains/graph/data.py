@@ -2,9 +2,10 @@
 held as one flat :class:`GraphSet` from which batches are cut with tensor ops only.
 
 TU layout: ``<data root>/TU/<NAME>/raw/<NAME>_A.txt``, ``..._graph_indicator.txt``, ... (the files of
-https://chrsmrrs.github.io/datasets/). The data folder is only read: PyG's ``processed/`` files are
-written to a cache (``$HARNESS_CACHE_DIR`` or ``~/.cache/contrastive-harness``) under a key made of
-the raw files' hash, whose ``raw`` entry is a symlink to the data folder's ``raw/``.
+https://chrsmrrs.github.io/datasets/). The data folder is only read: the processed graphs are kept in a
+cache (``$HARNESS_CACHE_DIR`` or ``~/.cache/contrastive-harness``) under a key made of the raw files' hash,
+in a format that cannot run code (:mod:`domains.graph.tucache`). A name is letters, digits, ``_`` and ``-``
+(:func:`check_tu_name`): it names a folder and files, and never reaches outside them.
 
 Sets without node features (IMDB-BINARY, REDDIT-BINARY) get, with ``featureless="degree"``, the rule
 of the InfoGraph code of HCL (Robinson et al. 2021) and GraphCL (You et al. 2020): one-hot degree when
@@ -14,6 +15,7 @@ nodes; with ``featureless="constant"``, InfoGraph's own single constant feature.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import torch
 from torch import Tensor
 
 from domains.base import DatasetMissingError, UserError, cache_dir, did_you_mean, hash_files, require
+from domains.graph import tucache
 from domains.graph.config import GraphConfig
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
@@ -41,6 +44,13 @@ TU_CATALOGUE = frozenset("""
     REDDIT-MULTI-5K REDDIT-MULTI-12K reddit_threads tumblr_ct1 tumblr_ct2 twitch_egos TWITTER-Real-Graph-Partial
     COLORS-3 SYNTHETIC SYNTHETICnew Synthie TRIANGLES
 """.split()) | {f"Tox21_{t}_{part}" for t in _TOX21 for part in ("training", "testing", "evaluation")}
+TU_NAME = re.compile(r"[A-Za-z0-9_\-]+")  # every name of the catalogue; no path separator, no '..'
+
+
+def check_tu_name(name: str) -> None:
+    """UserError unless ``name`` can be a TU set's name: it becomes a folder and the prefix of file names."""
+    if not TU_NAME.fullmatch(name):
+        raise UserError(f"'{name}' is not a TU dataset name (letters, digits, '_' and '-' only): a name, not a path")
 
 
 @dataclass
@@ -138,10 +148,6 @@ def add_featureless(data: GraphSet, cfg: GraphConfig) -> GraphSet:
     return data
 
 
-def _has_raw(raw: Path, name: str) -> bool:
-    return all((raw / f"{name}_{part}.txt").is_file() for part in ("A", "graph_indicator", "graph_labels"))
-
-
 def raw_files(raw: Path, name: str) -> list[Path]:
     return sorted(raw.glob(f"{name}_*.txt"))
 
@@ -156,10 +162,11 @@ def _missing(name: str, data_root: Path, why: str) -> DatasetMissingError:
 def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     """The raw folder of TU set ``name``: the data root's, else an earlier download in the cache,
     else PyG's download into the cache (if ``download``); DatasetMissingError when all fail."""
+    check_tu_name(name)
     raw = Path(data_root) / "TU" / name / "raw"
     fetched = cache_dir() / "TU" / "download" / name / "raw"
     for candidate in (raw, fetched):
-        if _has_raw(candidate, name):
+        if tucache.has_raw(candidate, name):
             return candidate
     if name not in TU_CATALOGUE:
         raise DatasetMissingError(
@@ -168,12 +175,11 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
             f"{name}_graph_indicator.txt, {name}_graph_labels.txt, ...)")
     if not download:
         raise _missing(name, data_root, f"no files in {raw}, download disabled")
-    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
     try:
-        tu_dataset(str(fetched.parent.parent), name)
+        tucache.download(name, fetched)
     except Exception as exc:  # noqa: BLE001 - any failure of the download means the same to the user
         raise _missing(name, data_root, f"download failed: {type(exc).__name__}: {exc}") from exc
-    if not _has_raw(fetched, name):
+    if not tucache.has_raw(fetched, name):
         raise _missing(name, data_root, "the download did not contain the expected files")
     return fetched
 
@@ -201,31 +207,36 @@ def tu_files(name: str, data_root: Path, download: bool) -> TUFiles:
 
 
 def load_tu(tu: TUFiles, cfg: GraphConfig) -> GraphSet:
-    """The TU set of ``tu`` as a GraphSet, node features as PyG gives them (one-hot node labels)."""
+    """The TU set of ``tu`` as a GraphSet, node features as PyG gives them (one-hot node labels): from the cache
+    when it holds a sound copy of these raw files, else processed from them and cached."""
     filelock = require("filelock", "graph")
-    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
-    name, raw, digest = tu.name, tu.raw, tu.sha256
-    # PyG processes <root>/<name>/raw into <root>/<name>/processed: a private root per raw content.
-    root = cache_dir() / "TU" / digest[:16]
-    link = root / name / "raw"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(root / f"{name}.lock")):
-        if not link.exists():
-            link.symlink_to(raw.resolve(), target_is_directory=True)
-        problem = count_mismatch(raw, name)
-        if problem:
-            raise UserError(f"TU dataset '{name}' cannot be read: {problem}; restore its files in {raw}/ "
-                            f"(from {TU_URL}/{name}.zip)")
-        try:
-            dataset = tu_dataset(str(root), name)
-        except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
-            raise UserError(f"TU dataset '{name}' cannot be read: {damaged_file(raw, name) or exc}; "
-                            f"restore its files in {raw}/ (from {TU_URL}/{name}.zip)") from exc
-        graphs = list(dataset)
-    n_feat = dataset.num_node_features
+    path = tucache.cache_path(tu.name, tu.sha256)
+    tucache.writable(path.parent)
+    with filelock.FileLock(str(path.with_suffix(".lock"))):  # one process builds it, the others then read it
+        cached = tucache.read(path, tu.sha256)
+        if cached is None:
+            built = _process(tu)
+            tucache.write(path, vars(built), built.node_features, tu.sha256)
+            cached = vars(built)
+    info = {"raw_dir": str(tu.raw), "sha256": tu.sha256}
+    tensors = {k: cached[k] for k in ("x", "edge_index", "node_ptr", "edge_ptr", "y")}
+    return add_featureless(GraphSet(tu.name, **tensors, node_features=cached["node_features"], info=info), cfg)
+
+
+def _process(tu: TUFiles) -> GraphSet:
+    """The graphs of the raw files of ``tu``, processed by PyG; UserError naming the damaged raw file."""
+    name, raw = tu.name, tu.raw
+    problem = count_mismatch(raw, name)
+    if problem:
+        raise UserError(f"TU dataset '{name}' cannot be read: {problem}; restore its files in {raw}/ "
+                        f"(from {TU_URL}/{name}.zip)")
+    try:
+        graphs, n_feat = tucache.process(raw, name)
+    except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
+        raise UserError(f"TU dataset '{name}' cannot be read: {damaged_file(raw, name) or exc}; "
+                        f"restore its files in {raw}/ (from {TU_URL}/{name}.zip)") from exc
     features = f"one-hot node labels ({n_feat})" if n_feat else "none"
-    data = from_data_list(name, graphs, features, {"raw_dir": str(raw), "sha256": digest})
-    return add_featureless(data, cfg)
+    return from_data_list(name, graphs, features)
 
 
 # Files of a TU set that hold one line per edge, per node and per graph: their line counts must agree.

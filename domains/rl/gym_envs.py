@@ -12,6 +12,7 @@ A dataset ``gym:<id>`` is ``gymnasium.make(<id>, render_mode="rgb_array")`` put 
 from __future__ import annotations
 
 import os
+import re
 
 import gymnasium as gym
 
@@ -69,8 +70,16 @@ def task_of(dataset: str) -> TaskSpec:
     return task_spec(dataset)
 
 
+# [<module>:][<namespace>/]<name>[-v<N>], as Gymnasium spells ids; the module (a dotted Python name) is one Gymnasium
+# imports to register the id. Nothing else: the id is no path, and names no file.
+GYM_ID = re.compile(r"(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:)?(?:[\w-]+/)?\w[\w.-]*")
+
+
 def make_gym(env_id: str) -> gym.Env:
     """``gymnasium.make(env_id, render_mode="rgb_array")``, with a user error naming what is wrong."""
+    if not GYM_ID.fullmatch(env_id):
+        raise UserError(f"'{GYM_PREFIX}{env_id}' is not a Gymnasium id ([module:][namespace/]name[-vN]: letters, "
+                        "digits, '_', '-' and '.')")
     if env_id.startswith("dmc/"):
         register_suite()
     # Off-screen frames need no video driver. SDL's own (pygame renders classic control) would open an EGL
@@ -78,7 +87,7 @@ def make_gym(env_id: str) -> gym.Env:
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         return gym.make(env_id, render_mode="rgb_array")
-    except gym.error.Error as exc:  # unknown id, a missing extra (DependencyNotInstalled), a bad version ...
+    except (gym.error.Error, ImportError) as exc:  # unknown id or module, a missing extra, a bad version ...
         hint = did_you_mean(env_id, list(gym.registry), prefix=GYM_PREFIX)
         raise UserError(f"cannot make Gymnasium environment '{env_id}'{hint} {exc}") from exc
 

@@ -65,7 +65,7 @@ class TextDomain(Domain):
                                         "sentences from a small grammar; evaluated on a topic task with a known "
                                         "prior", needs_download=False),
         "books": DatasetSpec("books", "plain-text books under <data root>/books (one document per file); "
-                             "evaluated on the SentEval tasks under <data root>/senteval"),
+                             "evaluated on the SentEval tasks under <data root>/senteval", needs_download=False),
         "hf-text": DatasetSpec("hf-text", "a Hugging Face text dataset through `datasets` (--set hf_dataset=...); "
                                "evaluated on SentEval"),
     }

@@ -51,12 +51,15 @@ DATASETS = {
                          "or the hub's parquet shards in <data root>/stl10"),
     "mnist": DatasetSpec("mnist", "MNIST as RGB, <data root>/MNIST/raw (torchvision) or the hub's parquet shards "
                          "in <data root>/mnist"),
-    "imagenet100": DatasetSpec("imagenet100", "ImageNet-100 (CMC class list), <data root>/imagenet100/{train,val}"),
+    "imagenet100": DatasetSpec("imagenet100", "ImageNet-100 (CMC class list), <data root>/imagenet100/{train,val}",
+                               needs_download=False),
     "biased-mnist": DatasetSpec("biased-mnist", "Biased-MNIST (Bahng et al. 2020) from <data root>/MNIST/raw or the "
                                 "hub's parquet shards in <data root>/mnist"),
     "corrupted-cifar10": DatasetSpec("corrupted-cifar10", "Corrupted CIFAR-10 with bias labels, "
-                                     "<data root>/cifar10c/<bias_percent>/{align,conflict} and test"),
-    "bffhq": DatasetSpec("bffhq", "bFFHQ with bias labels, <data root>/bffhq/<bias_percent>/{align,conflict} and test"),
+                                     "<data root>/cifar10c/<bias_percent>/{align,conflict} and test",
+                                     needs_download=False),
+    "bffhq": DatasetSpec("bffhq", "bFFHQ with bias labels, <data root>/bffhq/<bias_percent>/{align,conflict} and test",
+                         needs_download=False),
 }
 BIASED = ("biased-digits", "biased-mnist", "corrupted-cifar10", "bffhq")
 # Bahng et al.'s ten background colours, one per class.

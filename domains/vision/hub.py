@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -41,6 +42,7 @@ from torch import Tensor
 from domains.base import UserError, cache_dir, hash_files, hash_jsonable, require, write_atomic
 
 PREFIX = "hf:"
+HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids
 IMAGE_COLUMNS = ("img", "image")
 LABEL_COLUMNS = ("label", "fine_label", "labels")
 TEST_FRACTION = 0.2  # of train, held out (stratified, seed SPLIT_SEED) where a dataset has no test split
@@ -80,15 +82,21 @@ def is_hub_name(name: str) -> bool:
 
 
 def locate(target: str, root: Path) -> Path | str:
-    """The folder ``target`` names (as given, else under the data root), or ``target`` as a hub id; UserError
-    for a path (absolute, ``./``, ``~``) that is no folder."""
-    candidates = list(dict.fromkeys((Path(target).expanduser(), Path(root) / target)))
+    """The folder ``target`` names (as given, else under the data root), or ``target`` as a hub id; UserError for a
+    path (absolute, ``./``, ``~``) that is no folder, and for a target that is neither a folder nor a hub id. Only
+    a relative path without ``..`` is looked for under the data root: a name never reaches outside it."""
+    given = Path(target).expanduser()
+    inside = not target.startswith("~") and not given.is_absolute() and ".." not in given.parts
+    candidates = list(dict.fromkeys((given, *([Path(root) / target] if inside else []))))
     for folder in candidates:
         if folder.is_dir():
             return folder.resolve()
-    if target.startswith(("/", ".", "~")) or target.count("/") > 1:  # a hub id is <name> or <owner>/<name>
+    if target.startswith(("/", ".", "~")):
         raise UserError(f"no folder {' nor '.join(map(str, candidates))}; a local Hugging Face dataset is a folder "
                         "of its parquet shards, e.g. plain_text/train-00000-of-00001.parquet")
+    if not HUB_ID.fullmatch(target) or ".." in target:
+        raise UserError(f"'{PREFIX}{target}' is neither a folder nor a hub id (<name> or <owner>/<name>: letters, "
+                        "digits, '-', '_' and '.'); a folder's path starts with /, ./, ../ or ~")
     return target
 
 

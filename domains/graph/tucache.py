@@ -1,0 +1,128 @@
+"""The cache of processed TU sets: a format that cannot run code, checked before it is trusted.
+
+PyG keeps a processed TU set as a pickle (``processed/data.pt``) and, when the safe load of it fails, loads it
+again with ``weights_only=False``: a file planted in a cache would then run code. So the harness never lets PyG
+read a processed file it did not just write: PyG processes the raw files in a fresh private folder, and the
+harness keeps the result as plain arrays in an ``.npz`` (numpy's zip of ``.npy`` files, read with
+``allow_pickle=False``: numbers and fixed-width strings, nothing else), ``<cache>/TU/<raw sha256[:16]>/
+<name>.v<FORMAT>.npz``. Before use, the arrays are checked (the zip's CRCs, the entries, their types, shapes and
+offsets, the raw files' sha256 written inside): a damaged or foreign file is named in a warning and rebuilt from
+the raw files, never trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from domains.base import UserError, cache_dir, require, write_atomic
+
+CACHE_FORMAT = 1  # bump when the cached arrays of the same raw files would change
+_TENSORS = {"x": np.float32, "edge_index": np.int64, "node_ptr": np.int64, "edge_ptr": np.int64, "y": np.int64}
+_ENTRIES = {*_TENSORS, "node_features", "raw_sha256", "format"}
+
+
+def cache_path(name: str, raw_sha256: str) -> Path:
+    """Where the processed arrays of TU set ``name`` with raw files of digest ``raw_sha256`` are kept."""
+    return cache_dir() / "TU" / raw_sha256[:16] / f"{name}.v{CACHE_FORMAT}.npz"
+
+
+def read(path: Path, raw_sha256: str) -> dict[str, Any] | None:
+    """The cached arrays (tensors, and ``node_features``) when ``path`` is a sound cache of these raw files; None
+    when there is none, or (with a warning naming the file and what is wrong) when it is damaged or foreign."""
+    if not path.exists():
+        return None
+    try:
+        npz = np.load(path, allow_pickle=False)
+        if not isinstance(npz, np.lib.npyio.NpzFile):
+            raise ValueError("one array, not a zip of arrays")
+        with npz:
+            arrays = {key: npz[key] for key in npz.files}
+        return _checked(arrays, raw_sha256)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
+        warnings.warn(f"the TU cache {path} is damaged or was not written by the harness ({exc}); rebuilding it "
+                      "from the raw files", UserWarning, stacklevel=2)
+        return None
+
+
+def _checked(arrays: dict[str, np.ndarray], raw_sha256: str) -> dict[str, Any]:
+    """``arrays`` as tensors once each entry has the type, shape and offsets a processed set has; ValueError."""
+    if set(arrays) != _ENTRIES:
+        raise ValueError(f"entries {', '.join(sorted(arrays))}, expected {', '.join(sorted(_ENTRIES))}")
+    if arrays["format"].shape != () or int(arrays["format"]) != CACHE_FORMAT or str(arrays["raw_sha256"]) != raw_sha256:
+        raise ValueError("written for other raw files or by another version")
+    for key, dtype in _TENSORS.items():
+        if arrays[key].dtype != dtype:
+            raise ValueError(f"{key} is {arrays[key].dtype}, expected {np.dtype(dtype)}")
+    x, edges, node_ptr, edge_ptr, y = (arrays[key] for key in _TENSORS)
+    graphs = y.shape[0] if y.ndim == 1 else -1
+    if x.ndim != 2 or edges.ndim != 2 or edges.shape[0] != 2 or graphs < 0 \
+            or node_ptr.shape != (graphs + 1,) or edge_ptr.shape != (graphs + 1,):
+        raise ValueError("arrays of inconsistent shapes")
+    for ptr, total in ((node_ptr, x.shape[0]), (edge_ptr, edges.shape[1])):
+        if ptr[0] != 0 or ptr[-1] != total or np.any(np.diff(ptr) < 0):
+            raise ValueError("offsets that do not cover the nodes and edges")
+    if edges.size and (edges.min() < 0 or edges.max() >= x.shape[0]):
+        raise ValueError("edges between nodes that do not exist")
+    return {**{key: torch.from_numpy(arrays[key]) for key in _TENSORS}, "node_features": str(arrays["node_features"])}
+
+
+def write(path: Path, tensors: dict[str, torch.Tensor], node_features: str, raw_sha256: str) -> None:
+    """Keep the processed arrays atomically (concurrent runs never read half a file)."""
+    arrays = {key: tensors[key].numpy().astype(dtype, copy=False) for key, dtype in _TENSORS.items()}
+    write_atomic(path, lambda fh: np.savez(fh, **arrays, node_features=np.str_(node_features),
+                                           raw_sha256=np.str_(raw_sha256), format=np.int64(CACHE_FORMAT)))
+
+
+def process(raw: Path, name: str) -> tuple[list, int]:
+    """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node features. PyG processes
+    them in a fresh private folder (only there does it read a processed file, the one it has just written)."""
+    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
+    work = cache_dir() / "TU"
+    with tempfile.TemporaryDirectory(dir=work, prefix=".process-") as tmp:
+        (Path(tmp) / name).mkdir()
+        (Path(tmp) / name / "raw").symlink_to(raw.resolve(), target_is_directory=True)
+        dataset = tu_dataset(tmp, name)
+        return list(dataset), dataset.num_node_features
+
+
+def has_raw(raw: Path, name: str) -> bool:
+    """Whether ``raw`` holds the files every TU set has."""
+    return all((raw / f"{name}_{part}.txt").is_file() for part in ("A", "graph_indicator", "graph_labels"))
+
+
+def download(name: str, target: Path) -> None:
+    """PyG's download of TU set ``name`` into ``target`` (its raw folder), through a fresh private folder: a
+    processed file left in the cache is never read. One process downloads at a time; an incomplete earlier download
+    is replaced."""
+    filelock = require("filelock", "graph")
+    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
+    writable(target.parent)
+    with filelock.FileLock(f"{target.parent}.lock"):
+        if has_raw(target, name):
+            return  # another process downloaded it meanwhile
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
+            tu_dataset(tmp, name)
+            if target.exists():
+                shutil.rmtree(target)
+            (Path(tmp) / name / "raw").rename(target)
+
+
+def writable(folder: Path) -> None:
+    """Create the cache folder ``folder``; UserError naming it when it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create the cache folder {folder}: {exc.strerror or exc}; set HARNESS_CACHE_DIR "
+                        "to a writable folder") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into the cache folder {folder} (permission denied); set HARNESS_CACHE_DIR "
+                        "to a writable folder")
