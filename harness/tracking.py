@@ -97,7 +97,7 @@ class TensorBoardTracker:
         self._module = _library("tensorboard")
         self.folder = results / "tb" / run_id
         self.location = f"tb/{run_id}"
-        self.hint = f"tensorboard --logdir {self.folder}"
+        self.hint = f"tensorboard --logdir {self.folder.parent}"  # every run of the folder, each seed a run
         if not resume:
             shutil.rmtree(self.folder, ignore_errors=True)
         self._resume, self._writer, self._step, self._closed = resume, None, 0, False
@@ -220,8 +220,13 @@ def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpe
         close(trackers)
         raise
     for tracker in trackers if announce else []:
-        print(f"tracking: {tracker.hint}", file=sys.stderr, flush=True)
+        if tracker.hint not in _ANNOUNCED:  # once per command: the seeds of a run share TensorBoard's folder
+            _ANNOUNCED.add(tracker.hint)
+            print(f"tracking: {tracker.hint}", file=sys.stderr, flush=True)
     return trackers
+
+
+_ANNOUNCED: set[str] = set()  # the hints this process has printed
 
 
 def finish(trackers: Sequence[Tracker], metrics: dict[str, float | None] | None) -> dict[str, str]:

@@ -47,7 +47,7 @@ def test_tensorboard_is_on_by_default_and_holds_the_curve_and_the_metrics(tmp_pa
     rid = record["run_id"]
     assert record["info"]["tracking"] == {"tensorboard": f"tb/{rid}"}
     assert out.stderr.count("tracking: ") == 1
-    assert f"tracking: tensorboard --logdir {tmp_path / 'tb' / rid}" in out.stderr
+    assert f"tracking: tensorboard --logdir {tmp_path / 'tb'}\n" in out.stderr
     logged = _scalars(tmp_path / "tb" / rid)
     assert logged["loss"] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
     assert logged["final/accuracy"] == [(3, pytest.approx(record["metrics"]["accuracy"]))]
