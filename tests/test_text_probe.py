@@ -117,10 +117,15 @@ def test_separable_pairs_and_f1():
 
 
 def test_standardisation_makes_the_result_scale_free():
+    """With probe_standardize (off by default: SentEval feeds raw features) the scale of the features no longer
+    matters; raw, the same features at 1/1000 of the scale give other fold accuracies."""
     X, y = _gaussians(400, seed=5)
-    a = tp.cross_validate(X, y, 3, tp.TorchProbe(max_epoch=20))
-    b = tp.cross_validate(1e-3 * X, y, 3, tp.TorchProbe(max_epoch=20))
+    settings = tp.TorchProbe(max_epoch=20, standardize=True)
+    a = tp.cross_validate(X, y, 3, settings)
+    b = tp.cross_validate(1e-3 * X, y, 3, settings)
     assert a["fold_accuracies"] == pytest.approx(b["fold_accuracies"], abs=0.5)
+    raw = [tp.cross_validate(Z, y, 3, replace(settings, standardize=False))["fold_accuracies"] for Z in (X, 1e-3 * X)]
+    assert raw[0] != pytest.approx(raw[1], abs=0.5)
 
 
 def test_config_rejects_an_unknown_classifier():
