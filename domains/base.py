@@ -395,6 +395,13 @@ class Domain(ABC):
         empty when the preset's name says enough."""
         return ""
 
+    def recorded_config(self, config: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+        """The config values (experiment and runtime fields, as recorded) a record ran with, given its ``details``:
+        where a record written before a field existed, or before its default or meaning changed, ran something
+        other than today's default, say so here; :func:`harness.records.normalize` then fills the fields still
+        missing with today's defaults. Default: ``config`` unchanged."""
+        return config
+
     def resolve_config(self, config: Any, method: str, dataset: str) -> Any:
         """``config`` with every ``auto`` value replaced by the one the run uses, so that a record stores, and
         its identity hashes, effective values: the default and an explicit equal value are one setting."""

@@ -278,14 +278,15 @@ def parse_record(data: Any, source: str | Path = "record") -> RunRecord:
 
 
 def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:
-    """``record`` against its domain's config class as the code defines it now: fields added to the class since
+    """``record`` against its domain's config class as the code defines it now: the domain first says what the
+    record ran where its fields predate the class (``Domain.recorded_config``), then fields added to the class since
     the record was written take their defaults (a new field must default to the behaviour before it existed),
     ``auto`` values are resolved (``Domain.resolve_config``), each field sits in ``config`` or ``runtime`` as the
     class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here or the
     class can no longer build the recorded values; fields since removed from the class stay in ``config``."""
     if domain is None:
         return record
-    values = {**record.runtime, **record.config}
+    values = domain.recorded_config({**record.runtime, **record.config}, record.details)
     cls = domain.config_class
     try:
         names = set().union(*split_config(cls()))  # every field has a default (the Domain protocol)

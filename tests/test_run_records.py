@@ -12,6 +12,7 @@ import pytest
 import torch
 from tiny_domain import TinyDomain, synthetic_record, write_records
 
+import domains
 from domains.base import RUNTIME, UserError, write_atomic
 from harness.cli import main
 from harness.groups import group_key, group_records
@@ -163,17 +164,22 @@ def _listed() -> list[str]:
 @pytest.mark.skipif(not (COMMITTED / MANIFEST).is_file(), reason="no committed leaderboards")
 def test_committed_records_share_the_identity_of_the_command_that_reproduces_them():
     """Each committed group's latest record, migrated and normalised, hashes like a new run of the command it
-    records: a config field added without a default that reproduces the old runs, or an ``auto`` value left
-    unresolved, would split the committed settings from the ones a user runs now."""
+    records, with the values its domain says it ran where a default has changed since (``recorded_config``): a
+    config field added without a default that reproduces the old runs, or an ``auto`` value left unresolved, would
+    split the committed settings from the ones a user runs now."""
     records = {}
-    for _, record in load_record_files([COMMITTED / "results"]):
+    for path, record in load_record_files([COMMITTED / "results"]):
         if record.run_id + ".json" in _listed():
             records[group_key(record.domain, record.dataset, record.method, record.loss, record.loss_params,
-                              record.config)] = record
+                              record.config)] = path, record
     assert records
-    for record in records.values():
+    for path, record in records.values():
         args = dict(zip(record.command[2::2], record.command[3::2]))
         sets = dict(v.split("=", 1) for k, v in zip(record.command[2::2], record.command[3::2]) if k == "--set")
+        raw = json.loads(path.read_text())
+        said = domains.get(record.domain).recorded_config({**raw.get("runtime", {}), **raw["config"]}, raw["details"])
+        sets.update({k: json.dumps(v) if isinstance(v, bool) else str(v) for k, v in said.items()
+                     if raw["config"].get(k) != v})
         try:
             spec = plan(RunRequest(domain=args["--domain"], loss=args["--loss"], method=args["--method"],
                                    dataset=args["--dataset"], seeds=[record.seed], preset=args["--preset"],

@@ -117,10 +117,15 @@ def test_separable_pairs_and_f1():
 
 
 def test_standardisation_makes_the_result_scale_free():
+    """With probe_standardize (off by default: SentEval feeds raw features) the scale of the features no longer
+    matters; raw, the same features at 1/1000 of the scale give other fold accuracies."""
     X, y = _gaussians(400, seed=5)
-    a = tp.cross_validate(X, y, 3, tp.TorchProbe(max_epoch=20))
-    b = tp.cross_validate(1e-3 * X, y, 3, tp.TorchProbe(max_epoch=20))
+    settings = tp.TorchProbe(max_epoch=20, standardize=True)
+    a = tp.cross_validate(X, y, 3, settings)
+    b = tp.cross_validate(1e-3 * X, y, 3, settings)
     assert a["fold_accuracies"] == pytest.approx(b["fold_accuracies"], abs=0.5)
+    raw = [tp.cross_validate(Z, y, 3, replace(settings, standardize=False))["fold_accuracies"] for Z in (X, 1e-3 * X)]
+    assert raw[0] != pytest.approx(raw[1], abs=0.5)
 
 
 def test_config_rejects_an_unknown_classifier():
@@ -138,12 +143,14 @@ def _random_vectors(tmp_path, sentences, dim=64):
 
 
 @pytest.mark.slow
-def test_torch_and_sklearn_agree_on_the_senteval_tasks(data_root, tmp_path):
-    """Every task in full, both classifiers, a dense 64-d random-vector bag of words (about a minute of CPU; the
-    torch side took 34 s of CPU time with one thread)."""
+@pytest.mark.parametrize("standardize,task_bound", [(False, 2.5), (True, 1.5)])
+def test_torch_and_sklearn_agree_on_the_senteval_tasks(data_root, tmp_path, standardize, task_bound):
+    """Every task in full, both classifiers, a dense 64-d random-vector bag of words, on SentEval's raw features
+    and z-scored (about 3 minutes of CPU each on a busy machine; the torch side took 39-42 s of CPU time with one
+    thread)."""
     from domains.text.senteval import load_tasks
 
-    cfg = TextConfig()
+    cfg = TextConfig(probe_standardize=standardize)
     sentences = [s for t in load_tasks(data_root, cfg) for s in t.train.all_sentences() +
                  (t.test.all_sentences() if t.test else [])]
     encoder = BowEncoder(_random_vectors(tmp_path, sentences))
@@ -156,7 +163,9 @@ def test_torch_and_sklearn_agree_on_the_senteval_tasks(data_root, tmp_path):
     gaps = {task: round(ours[task] - reference[task], 2) for task in cfg.senteval_tasks}
     print(f"torch - sklearn, points: {gaps}")
     # Two protocols (SentEval's early-stopped Adam with its L2 grid; scikit-learn's converged fit with its C grid)
-    # on the same folds. Measured here: MR +0.12, CR -1.22, SUBJ 0.00, MPQA +0.04, TREC +0.80, MRPC -0.52. CR,
-    # the smallest task (3,775), stops its final models on a 5% dev split of ~170 sentences: the noisiest.
+    # on the same folds. Measured here, raw: MR -0.19, CR -1.11, SUBJ -0.02, MPQA -0.03, TREC -2.00, MRPC +0.93
+    # (Adam at lr 1e-3 under-fits these small-scale mean word vectors, TREC's six classes most); z-scored: MR
+    # +0.04, CR -0.95, SUBJ 0.00, MPQA 0.00, TREC +0.20, MRPC +0.35. CR, the smallest task (3,775), stops its final
+    # models on a 5% dev split of ~170 sentences: the noisiest.
     assert abs(ours["accuracy"] - reference["accuracy"]) <= 1.0, gaps
-    assert all(abs(gap) <= 1.5 for gap in gaps.values()), gaps
+    assert all(abs(gap) <= task_bound for gap in gaps.values()), gaps

@@ -28,6 +28,8 @@ IDENTITY = {
     ("vision", "paper"): "613815a529909fb01d9a584ab86d08b64db0eafc72bc720c8a62102691b4409c",
     ("vision", "quick"): "a2032173b15842e525c44a7be235ae6a37a68a4f96c6de3905d140c4d7848f26",
 }
+# defaults changed since, with the value they had when IDENTITY was taken (text: SentEval's raw features, issue 27)
+MOVED = {"text": {"probe_standardize": "true"}}
 RUNTIME = {"graph": {"svm_jobs", "download"}, "vision": {"compile", "num_workers", "download"},
            "text": {"log_every", "checkpoint_every", "eval_jobs", "eval_batch_size"}, "rl": {"checkpoint_freq"}}
 
@@ -45,7 +47,7 @@ def _typed(values: dict) -> dict:
 
 @pytest.mark.parametrize(("name", "preset"), sorted(IDENTITY))
 def test_the_identity_of_the_defaults_is_unchanged(name, preset):
-    assert hash_jsonable(_spec(name, preset).config_dict()) == IDENTITY[name, preset]
+    assert hash_jsonable(_spec(name, preset, MOVED.get(name)).config_dict()) == IDENTITY[name, preset]
 
 
 @pytest.mark.parametrize("name", DOMAINS)

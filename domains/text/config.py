@@ -78,13 +78,17 @@ class TextConfig:
     senteval_max_samples: NonNegativeInt = 0
     eval_seed: int = 1111  # SentEval's seed: the folds do not change with the run seed
     # torch: SentEval's PyTorch logistic regression (Adam, L2 grid 1e-5..1e-2, early stopping), every model of a
-    # task batched, on the run's device; sklearn: scikit-learn's LogisticRegression (C grid), on the CPU
+    # task batched, on the run's device; sklearn: scikit-learn's LogisticRegression (C grid), on the CPU. Sparse
+    # features (bag-of-words counts) and the senteval package always run scikit-learn: resolved so in the record
     classifier: Literal["torch", "sklearn"] = "torch"
     probe_batch_size: PositiveInt = 64  # SentEval's batch
     probe_epoch_size: PositiveInt = 4  # passes over the training set between two early-stopping checks
     probe_tenacity: NonNegativeInt = 5  # epochs without a better dev accuracy tolerated (SentEval's count, never reset)
     probe_max_epoch: PositiveInt = 200  # at most this many passes
-    probe_standardize: bool = True  # z-score each feature first (SentEval does not; see torch_probe.standardized)
+    # z-score each dense feature with the mean and std of the rows each fit learns from, never a held-out row (both
+    # classifiers). Off: SentEval's protocol, raw features. It was on by default, for torch only, until 2026-11-24:
+    # TextDomain.recorded_config says what an older record ran
+    probe_standardize: bool = False
     eval_solver: Literal["auto", "liblinear", "lbfgs"] = "auto"  # auto: liblinear on sparse, lbfgs on dense
     eval_max_iter: PositiveInt = 1000
     eval_jobs: PositiveInt = field(default=1, metadata={RUNTIME: True})  # parallel scikit-learn fits: speed only
@@ -104,6 +108,9 @@ class TextConfig:
             raise ValueError(f"batch_size must be >= 2*context+1 = {2 * self.context + 1}")
         if self.bidirectional and self.hidden_dim % 2:
             raise ValueError("hidden_dim must be even with bidirectional=true (hidden_dim // 2 per direction)")
+        if self.probe_standardize and self.use_senteval_package:
+            raise ValueError("probe_standardize=true cannot be used with use_senteval_package=true (the package "
+                             "feeds its classifier raw features)")
         if self.bert_hidden % self.bert_heads:
             raise ValueError("bert_hidden must be a multiple of bert_heads")
         return self

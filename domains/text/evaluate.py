@@ -4,6 +4,8 @@
   regression, its L2 by inner k-fold inside an outer stratified k-fold); the Bayes accuracy and chance are recorded.
 - ``books`` / ``hf-text``: the SentEval tasks of ``senteval_tasks``; the primary metric ``accuracy`` is the mean
   of their accuracies, every task's accuracy (and MRPC's F1) is a metric too. All in percent.
+
+Both record the protocol that ran (``details["protocol"]``, ``details["standardized"]``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from domains.text.config import TextConfig
 from domains.text.corpus import synthetic_task
-from domains.text.senteval import evaluate_senteval, run_protocol
+from domains.text.senteval import evaluate_senteval, protocol_details, run_protocol
 from losses.prior import class_structure
 
 
@@ -26,7 +28,8 @@ def evaluate_synthetic(encoder, cfg: TextConfig, device: str | Any = "cpu") -> t
     embeddings = encoder.encode(sentences)
     result = run_protocol(embeddings, labels, None, None, cfg, device)
     k = cfg.synthetic_topics
-    details = {"synthetic": result, "primary": "accuracy on the synthetic topic task (percent)",
+    details = {"synthetic": result, **protocol_details([result], cfg),
+               "primary": "accuracy on the synthetic topic task (percent)",
                "class_prior": [1.0 / k] * k, "chance_accuracy": 100.0 / k, "bayes_accuracy": bayes,
                "class_structure": class_structure(torch.from_numpy(np.asarray(embeddings)), labels)}
     return {"accuracy": result["accuracy"], "bayes_accuracy": bayes}, details

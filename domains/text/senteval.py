@@ -1,6 +1,6 @@
 """SentEval's transfer tasks (Conneau & Kiela 2018) read from its own layout, and its protocol with a
 classifier in torch (``classifier=torch``, default: SentEval's PyTorch logistic regression, see ``torch_probe``)
-or scikit-learn (``classifier=sklearn``, the reference, below).
+or scikit-learn (``classifier=sklearn``, the reference, below), on raw features as SentEval feeds them.
 
 Layout under ``<data root>/senteval/``: ``MR/rt-polarity.{pos,neg}``, ``CR/custrev.{pos,neg}``,
 ``SUBJ/subj.{objective,subjective}``, ``MPQA/mpqa.{pos,neg}``, ``TREC/{train_5500,TREC_10}.label``,
@@ -18,10 +18,16 @@ structure with its own L2 grid and early stopping, ``torch_probe``):
 - TREC: C from {2^-1, ..., 2^5} by stratified k-fold on the training set; accuracy on the test set.
 - MRPC: the same on the pair features ``[|u - v|, u * v]``; accuracy and F1 (positive class: paraphrase).
 The dev score of each C is rounded to 2 decimals before the arg-max, as SentEval does (ties go to the smaller C).
+SentEval rounds each fold's test accuracy to 2 decimals before the mean; we keep the unrounded mean (at most 0.005
+points apart).
 The solver (``eval_solver``, default ``auto``) is liblinear for sparse features (scikit-learn's default when
 SentEval was written, one-vs-rest for TREC) and lbfgs for dense embeddings: each is the fast one there, and both
 reach the same L2-regularised optimum for a binary task. Sparse features (bag-of-words counts) always take this
 path: the torch classifier wants dense rows.
+
+``probe_standardize=true`` (not SentEval's; off by default) z-scores the dense features of every fit with the mean
+and standard deviation of that fit's own training rows (scikit-learn's ``StandardScaler`` in a pipeline here, the
+same rule in ``torch_probe``): a held-out fold, a test set or an inner validation fold never shapes the features.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import importlib
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,15 +181,20 @@ class Classifier:
     seed: int = 1111
     solver: str = "auto"
     max_iter: int = 1000
+    standardize: bool = False  # z-score the features with the statistics of the rows each fit learns from
 
     def fit(self, C: float, X, y: np.ndarray):
         from sklearn.linear_model import LogisticRegression
         from sklearn.multiclass import OneVsRestClassifier
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
 
         solver = self.solver if self.solver != "auto" else "liblinear" if hasattr(X, "tocsr") else "lbfgs"
         model = LogisticRegression(C=C, solver=solver, random_state=self.seed, max_iter=self.max_iter)
         if solver == "liblinear" and len(np.unique(y)) > 2:
             model = OneVsRestClassifier(model)  # liblinear is binary: one-vs-rest, as SentEval's scikit-learn did
+        if self.standardize:  # the scaler learns from the rows of this fit; score and predict reuse its statistics
+            model = make_pipeline(StandardScaler(), model)
         return model.fit(X, y)
 
 
@@ -295,7 +306,7 @@ class BowEncoder:
 
 
 def classifier(cfg: TextConfig) -> Classifier:
-    return Classifier(cfg.eval_seed, cfg.eval_solver, cfg.eval_max_iter)
+    return Classifier(cfg.eval_seed, cfg.eval_solver, cfg.eval_max_iter, cfg.probe_standardize)
 
 
 def probe(cfg: TextConfig, device: str | Any = "cpu") -> torch_probe.TorchProbe:
@@ -307,20 +318,20 @@ def probe(cfg: TextConfig, device: str | Any = "cpu") -> torch_probe.TorchProbe:
 def run_protocol(X_train, y_train: np.ndarray, X_test, y_test: np.ndarray | None, cfg: TextConfig,
                  device: str | Any = "cpu") -> dict[str, Any]:
     """The cross-validation protocol (``X_test`` None) or the train/test one, with ``cfg.classifier`` on ``device``
-    (sparse features: scikit-learn); the result names the classifier that ran."""
+    (sparse features: scikit-learn); the result names the classifier that ran and whether it standardised."""
     if cfg.classifier == "torch" and not hasattr(X_train, "tocsr"):
         settings = probe(cfg, device)
         if X_test is None:
             result = torch_probe.cross_validate(X_train, y_train, cfg.kfold, settings)
         else:
             result = torch_probe.train_test(X_train, y_train, X_test, y_test, cfg.kfold, settings)
-        return {**result, "classifier": "torch", "device": str(device)}
+        return {**result, "classifier": "torch", "standardized": cfg.probe_standardize, "device": str(device)}
     options = {"kfold": cfg.kfold, "clf": classifier(cfg), "jobs": cfg.eval_jobs}
     if X_test is None:
         result = cross_validate(X_train, y_train, **options)
     else:
         result = train_test(X_train, y_train, X_test, y_test, **options)
-    return {**result, "classifier": "sklearn"}
+    return {**result, "classifier": "sklearn", "standardized": cfg.probe_standardize}
 
 
 def evaluate_task(encoder, task: Task, cfg: TextConfig, device: str | Any = "cpu") -> dict[str, Any]:
@@ -372,11 +383,28 @@ def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print,
         results[task.name] = evaluate_task(encoder, task, cfg, device)
         log(f"SentEval {task.name}: accuracy {results[task.name]['accuracy']:.2f} "
             f"({results[task.name]['seconds']:.1f}s, {results[task.name]['classifier']})")
-    names = {"torch": "SentEval's PyTorch logistic regression, batched (torch)", "sklearn": "scikit-learn"}
-    # the classifiers that ran (sparse features always go through scikit-learn, whatever cfg.classifier says)
-    ran = list(dict.fromkeys(r["classifier"] for r in results.values())) or [cfg.classifier]
-    return summarise(results), {"tasks": results, "protocol": f"ours ({', '.join(names[c] for c in ran)})",
+    return summarise(results), {"tasks": results, **protocol_details(results.values(), cfg),
                                 "subsampled_to": cfg.senteval_max_samples or None}
+
+
+def classifiers_ran(details: dict[str, Any]) -> set[str]:
+    """The classifiers a record's evaluation ran, from its details: each task's ``classifier`` (recorded since the
+    torch classifier exists); scikit-learn for a record without one (older, or the senteval package's)."""
+    results = [*details.get("tasks", {}).values(), details.get("synthetic", {})]
+    return {r["classifier"] for r in results if isinstance(r, dict) and "classifier" in r} or {"sklearn"}
+
+
+CLASSIFIER_NAMES = {"torch": "SentEval's PyTorch logistic regression, batched (torch)", "sklearn": "scikit-learn"}
+
+
+def protocol_details(results: Iterable[dict[str, Any]], cfg: TextConfig) -> dict[str, Any]:
+    """What a record says of the protocol its tasks ran: ``protocol``, a label naming the classifiers (those of
+    ``results``: sparse features go through scikit-learn whatever ``cfg.classifier`` says) and the features, and
+    ``standardized``, whether the features were z-scored (``probe_standardize``)."""
+    ran = list(dict.fromkeys(r["classifier"] for r in results)) or [cfg.classifier]
+    features = "features z-scored by each fit's training rows" if cfg.probe_standardize else "raw features"
+    return {"protocol": f"SentEval's protocol ({', '.join(CLASSIFIER_NAMES[c] for c in ran)}; {features})",
+            "standardized": cfg.probe_standardize}
 
 
 def run_senteval_package(encoder, data_root: Path, cfg: TextConfig) -> tuple[dict[str, float], dict]:
@@ -404,4 +432,4 @@ def run_senteval_package(encoder, data_root: Path, cfg: TextConfig) -> tuple[dic
             results[name] = {"accuracy": float(out["acc"]), "dev_accuracy": float(out["devacc"])}
             if "f1" in out:
                 results[name]["f1"] = float(out["f1"])
-    return summarise(results), {"tasks": results, "protocol": "senteval package"}
+    return summarise(results), {"tasks": results, "protocol": "senteval package", "standardized": False}

@@ -10,12 +10,16 @@ dev accuracy (percent, rounded to 2 decimals, ties to the smaller value) over an
 held-out fold is also the early-stopping set; the final model is fitted on the whole training set with 5% of it
 (SentEval's permutation with the seed) held out for early stopping.
 
-What differs: features are standardised first (``standardize``, see ``standardized``); and, for speed, all
-models (outer fold x inner fold x L2 value, and each outer fold's final model for every L2 value, so nothing
-waits for the selection) share one sequence of batches of the task's rows, and a model learns only from the
-rows of its own training set (on average 52-61 of each 64). Each model's update is still its own Adam step on
-its own loss (``tests/test_text_probe.py`` checks one against a plain nn.Linear + Adam loop). Models that have
-stopped leave the batch. Permutations and the initial weights come from CPU generators, so the CPU and a GPU
+Features are fed raw, as SentEval feeds them. On request (``standardize``, the config's ``probe_standardize``)
+each model sees its features z-scored with the mean and standard deviation of the rows it learns from (its own
+training set: an inner fold's training rows, or the 95% of a training fold left after the validation split), so
+that no held-out row shapes the features of the model that is scored on it (``fold_statistics``).
+
+What differs, for speed: all models (outer fold x inner fold x L2 value, and each outer fold's final model for every
+L2 value, so nothing waits for the selection) share one sequence of batches of the task's rows, and a model learns
+only from the rows of its own training set (on average 52-61 of each 64). Each model's update is still its own Adam
+step on its own loss (``tests/test_text_probe.py`` checks one against a plain nn.Linear + Adam loop). Models that
+have stopped leave the batch. Permutations and the initial weights come from CPU generators, so the CPU and a GPU
 train on the same batches; the device is synchronised once per epoch, never per step.
 """
 
@@ -45,17 +49,46 @@ class TorchProbe:
     max_epoch: int = 200
     validation_split: float = 0.05
     l2_grid: tuple[float, ...] = L2_GRID
-    standardize: bool = True
+    standardize: bool = False  # z-score each model's features by its training rows (SentEval: raw features)
 
 
-def standardized(X: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
-    """X and ``others`` with each feature centred and scaled by X's mean and standard deviation (no labels used).
-    SentEval feeds raw features, and its lr 1e-3 with at most 200 passes then under-fits small-scale ones (an
-    untrained GRU's: SUBJ 61% against scikit-learn's 65%); standardised, the result no longer depends on the
-    encoder's scale and the early stopping comes sooner."""
-    mean, std = X.mean(0), X.std(0)
-    std = np.where(std > 0, std, 1.0)
-    return [((Z - mean) / std).astype(np.float32) for Z in (X, *others)]
+def fold_statistics(X: np.ndarray, train_mask: np.ndarray, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+    """Each model's feature means and standard deviations [d, M] (float64, a zero deviation read as 1), from the rows
+    of X [N, d] where ``train_mask[:, m]`` holds and from no other: the rows a model is scored on never shape its
+    features. Computed once per distinct training set (the L2 values of a fold share theirs)."""
+    sets, inverse = np.unique(train_mask, axis=1, return_inverse=True)
+    X64 = torch.as_tensor(X).to(device, torch.float64)
+    mean = torch.empty(X.shape[1], sets.shape[1], dtype=torch.float64, device=device)
+    std = torch.empty_like(mean)
+    for j in range(sets.shape[1]):
+        rows = X64[torch.as_tensor(np.flatnonzero(sets[:, j])).to(device)]
+        mean[:, j], std[:, j] = rows.mean(0), rows.std(0, unbiased=False)
+    index = torch.as_tensor(inverse.reshape(-1)).to(device)
+    return mean[:, index], torch.where(std > 0, std, 1.0)[:, index]
+
+
+Scaling = tuple[Tensor, Tensor]  # a model's feature means and 1 / standard deviations, each [d, 1, M], float32
+
+
+def on_raw_features(W: Tensor, scaling: Scaling | None) -> Tensor:
+    """Weights [d + 1, C, M] that score raw rows as W scores standardised ones: (x - mean) / std · w + b equals
+    x · (w / std) + (b - mean · w / std). So the models train on standardised features without the features of
+    every model being built (one copy of X serves them all)."""
+    if scaling is None:
+        return W
+    mean, inv_std = scaling
+    V = torch.cat([W[:-1] * inv_std, W[-1:]])
+    V[-1] -= (mean * V[:-1]).sum(0)
+    return V
+
+
+def _to_standardised(grad: Tensor, scaling: Scaling | None) -> Tensor:
+    """The gradient with respect to W of a loss whose gradient with respect to ``on_raw_features(W)`` is ``grad``."""
+    if scaling is None:
+        return grad
+    mean, inv_std = scaling
+    grad[:-1] = (grad[:-1] - mean * grad[-1:]) * inv_std
+    return grad
 
 
 def _initial_weights(dim: int, n_classes: int, seed: int) -> Tensor:
@@ -89,9 +122,10 @@ def with_ones(X: np.ndarray, device: torch.device | str) -> Tensor:
 def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: np.ndarray, l2: np.ndarray,
                 probe: TorchProbe) -> tuple[Tensor, np.ndarray, Tensor, int]:
     """Train M early-stopped logistic regressions on the rows of X [N, d]: model m learns from the rows where
-    ``train_mask[:, m]`` holds and stops on its accuracy over ``dev_mask[:, m]``, with weight decay ``l2[m]``.
-    Returns each model's best weights [d + 1, C, M] (bias last), its best dev accuracy (fraction) [M], X with
-    the ones column on the device (to score other rows with ``predict``) and the number of passes run."""
+    ``train_mask[:, m]`` holds and stops on its accuracy over ``dev_mask[:, m]``, with weight decay ``l2[m]``;
+    with ``probe.standardize`` on features z-scored by the statistics of its training rows (``fold_statistics``).
+    Returns each model's best weights [d + 1, C, M] (bias last) on raw features, its best dev accuracy (fraction)
+    [M], X with the ones column on the device (to score other rows with ``predict``) and the number of passes run."""
     device = torch.device(probe.device)
     n, dim = X.shape
     n_classes = int(y.max()) + 1
@@ -103,6 +137,11 @@ def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: 
     dev_w = torch.as_tensor(dev_mask, dtype=torch.float32).to(device)
     dev_n = dev_w.sum(0).clamp(min=1)
     decay = torch.as_tensor(l2, dtype=torch.float32).to(device)[None, None, :]
+    scaling = None
+    if probe.standardize:
+        mean, std = fold_statistics(X, train_mask, device)
+        scaling = mean[:, None, :].float(), (1.0 / std)[:, None, :].float()
+    every_model = scaling
 
     # models last: the softmax over a few classes then runs along a strided axis, not a tiny contiguous one
     W = _initial_weights(dim, n_classes, probe.seed).to(device)[:, :, None].repeat(1, 1, n_models)
@@ -119,14 +158,15 @@ def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: 
             end = min(start + probe.batch_size, (start // n + 1) * n)  # a batch never spans two passes
             rows = order[start:end]
             xb = Xa[rows]
-            logits = (xb @ W.view(dim + 1, -1)).view(len(rows), n_classes, -1)
+            logits = (xb @ on_raw_features(W, scaling).view(dim + 1, -1)).view(len(rows), n_classes, -1)
             # d(summed cross-entropy)/d(logits), zero on the rows outside a model's training set
             g = (torch.softmax(logits, 1) - onehot[rows, :, None]) * train_w[rows, None, :]
-            W.grad = (xb.T @ g.view(len(rows), -1)).view_as(W).add_(W * decay)
+            grad = _to_standardised((xb.T @ g.view(len(rows), -1)).view_as(W), scaling)
+            W.grad = grad.add_(W * decay)
             optimizer.step()
         passes += probe.epoch_size
         with torch.no_grad():
-            accuracy = ((predict(Xa, W) == labels[:, None]).float() * dev_w).sum(0) / dev_n
+            accuracy = ((predict(Xa, on_raw_features(W, scaling)) == labels[:, None]).float() * dev_w).sum(0) / dev_n
             improved = accuracy > best[cols]
             best[cols] = torch.where(improved, accuracy, best[cols])
             best_W[:, :, cols] = torch.where(improved, W, best_W[:, :, cols])
@@ -138,8 +178,9 @@ def fit_batched(X: np.ndarray, y: np.ndarray, train_mask: np.ndarray, dev_mask: 
         if n_keep < len(cols):  # stopped models leave the batch: the work follows the models still training
             cols, train_w, dev_w, dev_n = cols[keep], train_w[:, keep], dev_w[:, keep], dev_n[keep]
             decay = decay[:, :, keep]
+            scaling = None if scaling is None else (scaling[0][:, :, keep], scaling[1][:, :, keep])
             W, optimizer = _compacted(W, optimizer, keep, probe.lr)
-    return best_W, best.cpu().numpy(), Xa, passes
+    return on_raw_features(best_W, every_model), best.cpu().numpy(), Xa, passes
 
 
 def predict(Xa: Tensor, W: Tensor) -> Tensor:
@@ -200,8 +241,6 @@ class _Models:
 def cross_validate(X: np.ndarray, y: np.ndarray, kfold: int, probe: TorchProbe) -> dict[str, Any]:
     """InnerKFoldClassifier: outer stratified k-fold; in each training fold the L2 value by an inner k-fold."""
     grid = probe.l2_grid
-    if probe.standardize:  # statistics of every row, as SentEval's ``prepare`` sees every sentence of a task
-        (X,) = standardized(X)
     models = _Models(len(y))
     plan = []
     for train_idx, test_idx in stratified_folds(y, kfold, probe.seed):
@@ -228,8 +267,6 @@ def train_test(X_train: np.ndarray, y_train: np.ndarray, X_test: np.ndarray, y_t
     from sklearn.metrics import f1_score
 
     grid = probe.l2_grid
-    if probe.standardize:
-        X_train, X_test = standardized(X_train, X_test)
     models = _Models(len(y_train))
     folds = stratified_folds(y_train, kfold, probe.seed)
     inner = [[models.add(tr, te, l2) for tr, te in folds] for l2 in grid]
