@@ -12,7 +12,7 @@ import pytest
 from tiny_domain import harness
 
 from harness.cli import main
-from harness.leaderboard import MANIFEST
+from harness.pages.leaderboard import MANIFEST
 
 COMMITTED = Path(__file__).resolve().parents[1] / "leaderboards"
 pytestmark = pytest.mark.skipif(not (COMMITTED / MANIFEST).is_file(), reason="no committed leaderboards")

@@ -11,7 +11,7 @@ import tiny_domain  # noqa: F401  (registers the tiny domain the records below b
 from tiny_domain import synthetic_record, write_records
 
 from domains.base import UserError
-from harness.benchpage import write_bench_page
+from harness.pages.bench import write_bench_page
 from harness.cli import main
 
 H100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 9454", "cpu_count": 16,

@@ -115,7 +115,7 @@ def _table(rows: list[Summary]) -> list[str]:
 
 
 def write_report(results: Path, out: Path) -> Path:
-    from harness import figures
+    from harness.pages import figures
 
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)

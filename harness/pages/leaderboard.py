@@ -157,7 +157,7 @@ def write_leaderboards(results: Path, out: Path) -> list[Path]:
             path = out / f"{domain}.md"
             write_atomic(path, domain_page(domain, [g for g in groups if g.domain == domain]))
             written.append(path)
-        # bench.md is rendered from the benchmark files (harness/benchpage.py), never removed here.
+        # bench.md is rendered from the benchmark files (harness/pages/bench.py), never removed here.
         kept = {out / "README.md", out / "report.md", out / "bench.md"}
         for stale in sorted(set(out.glob("*.md")) - set(written) - kept):
             if stale.read_text().startswith(MARKER):
