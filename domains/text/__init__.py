@@ -43,6 +43,9 @@ TRAINED = ("quickthought", "quickthought-bert")
 _LABELS_OF_SENTENCES = {"synthetic-topics": "the topic of each training sentence",
                         "books": "the book each training sentence comes from"}
 _TABLE2 = "DCL paper (Chuang et al. 2020), Table 2, BookCorpus"
+_TABLE2_PROTOCOL = ("pretrained on BookCorpus (74M sentences) with quick-thought's full-size model (word 620, GRU "
+                    "1200); our books rows pretrain on the plain-text books under <data root>/books, with the model "
+                    "and budget in their setting column.")
 
 
 @register
@@ -94,12 +97,19 @@ class TextDomain(Domain):
     references = (
         Reference(_TABLE2, "books", "Biased (quick-thought), mean of MR 76.8, CR 81.3, SUBJ 86.6, MPQA 93.4, "
                   "TREC 89.8, MSRP 73.6 (F1 81.8)", round((76.8 + 81.3 + 86.6 + 93.4 + 89.8 + 73.6) / 6, 2),
-                  method="quickthought", loss="infonce"),
+                  method="quickthought", loss="infonce", protocol=_TABLE2_PROTOCOL),
         Reference(_TABLE2, "books", "Debiased tau+ 0.01, mean of MR 76.2, CR 82.9, SUBJ 86.9, MPQA 93.7, "
                   "TREC 89.1, MSRP 74.7 (F1 82.7)", round((76.2 + 82.9 + 86.9 + 93.7 + 89.1 + 74.7) / 6, 2),
-                  method="quickthought", loss="dcl"),
+                  method="quickthought", loss="dcl", protocol=_TABLE2_PROTOCOL),
     )
     leaderboard_metrics = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC", "MRPC_f1", "bayes_accuracy")
+
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
+        steps = f" (at most {config['max_steps']} steps)" if config.get("max_steps") else ""
+        sentences = f"{config['max_sentences'] / 1000:g}k sentences" if config.get("max_sentences") else "all sentences"
+        model = (f"BERT {config['bert_layers']}x{config['bert_hidden']}" if method == "quickthought-bert"
+                 else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
+        return f"{config['epochs']} epochs{steps}, {sentences}, batch {config['batch_size']}, {model}"
 
     def resolve_config(self, config: TextConfig, method: str, dataset: str) -> TextConfig:
         from domains.text.corpus import synthetic_documents
