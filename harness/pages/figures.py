@@ -16,7 +16,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # tick labels as numbers (2, 30, -10), not powers of ten
 
 
 def save(fig: plt.Figure, path: Path, dpi: int = 100) -> None:
@@ -98,7 +100,7 @@ def improvement_panels(per_domain: dict[str, list[Improvement]], path: Path) -> 
             ax.scatter([x] * len(r.per_task), r.per_task, s=8, color="black", zorder=3)
         ax.axhline(0, color="black", lw=0.8)
         ax.set_yscale("symlog", linthresh=1.0)
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_major_formatter(PLAIN)
         ax.set_xticks(list(xs), [r.loss for r in rows], rotation=45, ha="right", fontsize=7)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_title(domain, fontsize=9)
@@ -189,7 +191,8 @@ def curve_panels(title: str, panels: Sequence[Panel], path: Path) -> None:
     colours = {label: palette(i % palette.N) for i, label in enumerate(labels)}
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols, 3.1 * rows + 0.4), squeeze=False)
+    width = max(6.0, 4.4 * cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width, 3.4 * rows + 0.4), squeeze=False)
     for ax, panel in zip(axes.flat, panels):
         for line in panel.lines:
             xs = [p[0] for p in line.points]
@@ -202,12 +205,17 @@ def curve_panels(title: str, panels: Sequence[Panel], path: Path) -> None:
         ax.set_title("\n".join(textwrap.wrap(panel.title, 60)), fontsize=7)
         ax.set_xlabel(panel.xlabel, fontsize=7)
         ax.set_ylabel(panel.ylabel, fontsize=7)
-        ax.tick_params(labelsize=6)
         if panel.log_y:
             ax.set_yscale("log")
+            low, high = ax.get_ylim()
+            # 1, 2, 5 in each decade over a short range; decades only over a long one
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if high <= 100 * low else (1.0,)))
+            ax.yaxis.set_major_formatter(PLAIN)
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.tick_params(labelsize=6)
         ax.legend(fontsize=5.5, loc="best")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle("\n".join(textwrap.wrap(title, 70 * cols)), fontsize=9 if cols > 1 else 8)
+    fig.suptitle("\n".join(textwrap.wrap(title, int(16 * width))), fontsize=9)
     fig.tight_layout()
     save(fig, path, dpi=80)
