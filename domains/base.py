@@ -145,6 +145,9 @@ class Reference:
     std: float | None = None
     method: str = ""
     loss: str = ""
+    # How the published run differs from ours (data, budget, model), where it does: the leaderboard marks the row
+    # and prints this note under its table, so a reader does not compare unlike runs unawares.
+    protocol: str = ""
 
 
 @dataclass(frozen=True)
@@ -390,9 +393,10 @@ class Domain(ABC):
         """Every loss the domain accepts, for one method or another (:meth:`accepted_losses`)."""
         return self.accepted_losses()
 
-    def setting_note(self, config: dict[str, Any]) -> str:
-        """A short, human description of a run's budget for leaderboard labels (e.g. "5k env steps");
-        empty when the preset's name says enough."""
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
+        """The budget and model of a run, short, for the leaderboard's setting column (e.g. "20 epochs, batch 128,
+        GIN 3x32" or "5k env steps"), from a record's ``config`` and what it ran: a preset's name alone does not
+        tell a reader the epochs, steps or model. Empty: nothing to add."""
         return ""
 
     def recorded_config(self, config: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:

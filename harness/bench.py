@@ -4,7 +4,7 @@
 domain's ``benchmark(device, data_root, quick)``; ``all`` runs ``losses`` and then every domain (or those
 named in ``--targets``). Each target's rows go to ``<out>/<target>-<device>.json`` (atomically), with the
 hardware, software (git commit), date and the command that reproduces them; ``harness leaderboard`` renders
-those files into ``leaderboards/bench.md`` (harness/benchpage.py).
+those files into ``leaderboards/bench.md`` (harness/pages/bench.py).
 
 Exit status of ``all``: 0 when every target wrote its file; 3 when some target was skipped because its
 extra, its data or its benchmark is missing (a ``UserError``, one line each) and none failed; 1 when some

@@ -238,18 +238,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.sweep import cmd_sweep
         return cmd_sweep(args)
     if args.command == "leaderboard":
-        from harness.benchpage import cmd_bench_page
-        from harness.leaderboard import cmd_leaderboard
+        from harness.pages.bench import cmd_bench_page
+        from harness.pages.leaderboard import cmd_leaderboard
         code = cmd_leaderboard(args.results, args.out)
         return code or cmd_bench_page(args.bench or f"{args.out}/bench", args.out)
     if args.command == "report":
-        from harness.report import cmd_report
+        from harness.pages.report import cmd_report
         return cmd_report(args.results, args.out)
     if args.command == "prior":
-        from harness.priorpage import cmd_prior
+        from harness.pages.prior import cmd_prior
         return cmd_prior(args.results, args.out)
     if args.command == "history":
-        from harness.history import cmd_history
+        from harness.pages.history import cmd_history
         return cmd_history(args.results, args.out)
     if args.command == "compare":
         from harness.compare import cmd_compare

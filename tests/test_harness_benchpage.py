@@ -11,8 +11,8 @@ import tiny_domain  # noqa: F401  (registers the tiny domain the records below b
 from tiny_domain import synthetic_record, write_records
 
 from domains.base import UserError
-from harness.benchpage import write_bench_page
 from harness.cli import main
+from harness.pages.bench import write_bench_page
 
 H100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 9454", "cpu_count": 16,
         "torch_threads": 16, "torch": "2.11.0", "cuda": "13.0", "cudnn": 91000, "python": "3.12.3"}

@@ -10,7 +10,11 @@ from pathlib import Path
 import tiny_domain  # noqa: F401  (registers the tiny domain, whose published reference row is shown)
 from tiny_domain import synthetic_record, write_records
 
+from domains.base import Reference
 from harness.cli import main
+from harness.groups import group_records
+from harness.pages import curves
+from harness.records import load_record
 
 GOLDEN = Path(__file__).parent / "golden" / "leaderboard"
 DCL = {"tau_plus": 0.1}
@@ -96,10 +100,11 @@ def test_secondary_columns_and_evaluation_only_rows(tmp_path):
     assert "| method | loss | hyper-parameters | setting | accuracy | Δ vs infonce | n_test |" in page
     assert "| linear | infonce | – | quick, 3 epochs | 81.00 ± 1.41 (2 seeds) | baseline | 61.00 |" in page
     assert "| linear | dcl | tau_plus=0.1 | quick, 3 epochs | 85.50 ± 0.71 (2 seeds) | +4.50 | 70.50 |" in page
-    assert "| linear2 | none (evaluation only) | – | quick, 3 epochs | **90.50 ± 0.71 (2 seeds)** | – | – |" in page
+    # An evaluation-only row trained nothing: no budget in its setting.
+    assert "| linear2 | none (evaluation only) | – | quick | **90.50 ± 0.71 (2 seeds)** | – | – |" in page
     index = (tmp_path / "README.md").read_text()
-    assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | 90.50 ± 0.71 (2 seeds) "
-            "| – | – |") in index
+    assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | 90.50 ± 0.71 (2 seeds), "
+            "*fewer than 3 seeds* | – | – |") in index
 
 
 def test_list_overrides_read_as_comma_lists(tmp_path):
@@ -118,3 +123,99 @@ def test_a_domain_note_is_printed_under_its_dataset_only(tmp_path, monkeypatch):
     blobs, hard = page.split("## blobs_hard")
     assert "**Notes.**" not in blobs
     assert "\n**Notes.** Not reproduced: one seed only.\n" in hard
+
+
+def _lines(text: str, start: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(start)]
+
+
+def test_a_row_gives_its_runtime_device_and_record(tmp_path):
+    """Runtime: the mean of ``timings.total_s`` over seeds; device: CPU or the GPU's name; record: a link, relative
+    to the page, to the first seed's record file."""
+    records = [synthetic_record("infonce", s, 80.0 + s) for s in range(3)]
+    records += [synthetic_record("dcl", s, 85.0 + 2 * s, loss_params=DCL) for s in range(3)]
+    for record, total in zip(records, [60.0, 120.0, 180.0, 6000.0, 7200.0, 8400.0]):
+        record["timings"] = {"total_s": total}
+        gpu = record["loss"] == "dcl"
+        record["hardware"] = {"device": "cuda" if gpu else "cpu", "device_name": "NVIDIA H100 80GB HBM3" if gpu
+                              else "x86_64"}
+    write_records(tmp_path / "results", records)
+    out = tmp_path / "lb"
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    page = (out / "tiny.md").read_text()
+    infonce, dcl = records[0]["run_id"], records[3]["run_id"]
+    assert f"| 2.0 min | CPU | [s0](../results/{infonce}.json) |" in _lines(page, "| linear | infonce")[0]
+    assert f"| 2.0 h | H100 80GB HBM3 | [s0](../results/{dcl}.json) |" in _lines(page, "| linear | dcl")[0]
+    assert (out / "../results" / f"{dcl}.json").is_file()
+
+
+def test_learning_curves_mean_and_seed_band(tmp_path):
+    """One figure per dataset, linked under its table; per x the mean over seeds and the lowest and highest seed;
+    the same records give the same bytes; a dataset no longer shown loses its figure."""
+    records = [synthetic_record("infonce", s, 80.0 + s) for s in range(2)]
+    records += [synthetic_record("dcl", s, 85.0 + 2 * s, loss_params=DCL) for s in range(2)]
+    losses = {0: [2.0, 1.0], 1: [3.0, 1.5]}
+    for record in records:
+        record["curve"] = [{"epoch": e + 1, "loss": v} for e, v in enumerate(losses[record["seed"]])]
+    write_records(tmp_path / "results", records)
+    out = tmp_path / "lb"
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    figure = out / "curves" / "tiny-blobs.png"
+    assert "\n![learning curves of the blobs rows](curves/tiny-blobs.png)\n" in (out / "tiny.md").read_text()
+    first = figure.read_bytes()
+    assert first.startswith(b"\x89PNG") and b"Software" not in first
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    assert figure.read_bytes() == first
+
+    groups = group_records(load_record(p) for p in sorted((tmp_path / "results").glob("*.json")))
+    (panel,) = curves.panels(groups)
+    assert panel.ylabel.startswith("training loss") and panel.xlabel == "epoch"
+    by_label = {line.label: line.points for line in panel.lines}
+    assert by_label["infonce"] == [(1.0, 2.5, 2.0, 3.0), (2.0, 1.25, 1.0, 1.5)]
+    assert set(by_label) == {"infonce", "dcl (tau_plus=0.1)"}
+
+    for path in (tmp_path / "results").glob("*.json"):
+        path.unlink()
+    write_records(tmp_path / "results", [synthetic_record("infonce", 0, 60.0, dataset="blobs_hard")])
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    assert not figure.exists() and "![learning curves" not in (out / "tiny.md").read_text()  # no curve to draw
+
+
+def test_an_evaluation_curve_ends_at_the_final_metric(tmp_path):
+    """A monitor that is the primary metric measured during training (rl's eval return) gets the record's final
+    value at the end of training as its last point; a loss curve does not."""
+    record = synthetic_record("infonce", 0, 120.0, metric="return")
+    record["curve"] = [{"env_steps": 3000, "eval_return": 100.0, "loss": 1.0}]
+    record["info"] = {"env_steps": 5000}
+    write_records(tmp_path, [record])
+    loaded = load_record(tmp_path / f"{record['run_id']}.json")
+    (monitor, _, final), (x, _) = curves.axes([loaded])
+    assert (monitor, final, x) == ("eval_return", "return", "env_steps")
+    assert curves.points(loaded, x, monitor, final) == [(3000.0, 100.0), (5000.0, 120.0)]
+    assert curves.points(loaded, x, "loss", None) == [(3000.0, 1.0)]
+
+
+def test_a_published_row_of_another_protocol_is_marked(tmp_path, monkeypatch):
+    refs = (Reference("Paper A", "blobs", "A", 90.0, protocol="100 epochs on the full set"),
+            Reference("Paper B", "blobs", "B", 91.0),
+            Reference("Paper C", "blobs", "C", 92.0, protocol="100 epochs on the full set"))
+    monkeypatch.setattr(tiny_domain.TinyDomain, "references", refs)
+    write_records(tmp_path / "results", synthetic_records()[:3])
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    page = (tmp_path / "tiny.md").read_text()
+    assert "| *published* | A §1 | – | Paper A |" in page and "| *published* | C §1 | – | Paper C |" in page
+    assert "| *published* | B | – | Paper B |" in page
+    assert "\n**Published under another protocol.** §1 100 epochs on the full set\n" in page
+
+
+def test_the_index_best_needs_three_seeds(tmp_path):
+    """A one-seed row with a higher mean is not a dataset's best; a dataset without a 3-seed row says so."""
+    records = synthetic_records() + [synthetic_record("hcl", 0, 99.0, loss_params={"tau_plus": 0.1, "beta": 1.0})]
+    write_records(tmp_path / "results", records)
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    index = (tmp_path / "README.md").read_text()
+    (blobs,) = _lines(index, "| [tiny](tiny.md) | blobs |")
+    assert "| dcl | tau_plus=0.1 | linear | 85.57 ± 0.81 (3 seeds) |" in blobs  # 85, 86.5, 85.2
+    (hard,) = _lines(index, "| [tiny](tiny.md) | blobs_hard |")
+    assert "(2 seeds), *fewer than 3 seeds* |" in hard
+    assert "**99.00 ± – (1 seed)**" in (tmp_path / "tiny.md").read_text()  # the page still shows it as the best

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import statistics
 
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
+from harness.groups import completed_groups
+from harness.pages.report import build_tasks
 
 # (domain, dataset) -> loss -> per-seed values. Lower-is-better domain "other" checks the direction.
 TASKS = {
@@ -74,3 +77,18 @@ def test_report_with_too_few_tasks(tmp_path, capsys):
     # No folder (a typo) is an error that writes nothing, not an empty report.
     assert main(["report", "--results", str(tmp_path / "empty"), "--out", str(tmp_path / "lb2")]) == 2
     assert "results folder" in capsys.readouterr().err and not (tmp_path / "lb2").exists()
+
+
+def test_the_report_names_what_its_test_covers_and_the_seed_spread(tmp_path):
+    """The Friedman block here is the 3 tasks all four losses share (d2 lacks hcl); the page names them. The seed
+    spread of a task is the std over seeds of 100 · (value_s − baseline mean) / |baseline mean|."""
+    write_records(tmp_path / "results", _records())
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
+    text = (tmp_path / "lb" / "report.md").read_text()
+    assert "**What it covers:** other (d1), tiny (blobs, blobs_hard). The tables above rank every task" in text
+    assert "error bar: ± the seed spread" in text
+    tasks = {t.dataset: t for t in build_tasks(completed_groups(tmp_path / "results")[0])}
+    base = statistics.fmean(TASKS[("tiny", "blobs")]["infonce"])
+    by_hand = statistics.stdev(100 * (v - base) / base for v in TASKS[("tiny", "blobs")]["pucl"])
+    assert abs(tasks["blobs"].seed_spread("pucl") - by_hand) < 1e-9
+    assert tasks["blobs"].seed_spread("infonce") is None  # the baseline has no improvement over itself

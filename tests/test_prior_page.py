@@ -14,7 +14,7 @@ from scipy import stats
 from tiny_domain import synthetic_record, write_records
 
 from domains.base import UserError
-from harness.priorpage import write_prior_page
+from harness.pages.prior import write_prior_page
 
 ROOT = Path(__file__).resolve().parents[1]
 INFONCE = [80.0, 82.0, 81.0, 79.0, 83.0]

@@ -129,5 +129,7 @@ def test_leaderboard_label_names_the_env_step_budget():
     import domains
 
     rl = domains.get("rl")
-    assert rl.setting_note({"num_env_steps": 5000}) == "5k env steps"
-    assert rl.setting_note({"num_env_steps": 100_000}) == "100k env steps"
+    config = {"batch_size": 512, "num_conv_layers": 4}
+    assert rl.setting_note({**config, "num_env_steps": 5000}, "curl", "cartpole-swingup").startswith("5k env steps")
+    assert rl.setting_note({**config, "num_env_steps": 100_000}, "curl", "cartpole-swingup") == \
+        "100k env steps, batch 512, 4-layer conv encoder"

@@ -16,7 +16,7 @@ import domains
 from domains.base import RUNTIME, UserError, write_atomic
 from harness.cli import main
 from harness.groups import group_key, group_records
-from harness.leaderboard import MANIFEST
+from harness.pages.leaderboard import MANIFEST
 from harness.records import (
     SCHEMA_VERSION,
     InvalidRecordError,

@@ -86,7 +86,7 @@ class TinyDomain(Domain):
     references = (Reference("Tiny et al. 2024, Table 1", "blobs", "Linear+InfoNCE", 90.0, 1.0),)
     leaderboard_metrics = ("n_test",)
 
-    def setting_note(self, config: dict) -> str:
+    def setting_note(self, config: dict, method: str, dataset: str) -> str:
         return f"{config['epochs']} epochs"
 
     def validate(self, spec: RunSpec) -> None:

@@ -108,6 +108,9 @@ class GraphDomain(Domain):
         *_pucl_rows("InfoGraph+PUCL (alpha 0.1)", "pucl", (58.90, 56.21, 77.62, 87.08)),
     )
 
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
+        return f"{config['epochs']} epochs, batch {config['batch_size']}, GIN {config['layers']}x{config['hidden']}"
+
     def validate(self, spec: RunSpec) -> None:
         if spec.loss not in self.losses:
             raise UserError(f"graph domain: loss '{spec.loss}' is not accepted; use one of {', '.join(self.losses)}")

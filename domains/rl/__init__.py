@@ -37,11 +37,14 @@ from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig, TaskSpec
 
 _CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"
 _DCL = "DCL paper (Chuang et al. 2020), Table 3"
+# Both papers' rows are the 100k benchmark (our preset `paper`); a row of ours shows its own budget.
+_PROTOCOL = ("100k environment steps, batch 512, 10 evaluation episodes (our preset `paper`); our rows trained for "
+             "the environment steps in their setting column.")
 _TASK_ORDER = ("finger-spin", "cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk", "ball_in_cup-catch")
 
 
 def _rows(source: str, label: str, loss: str, values: tuple[tuple[float, float], ...]) -> tuple[Reference, ...]:
-    return tuple(Reference(source, task, label, value, std, method="curl", loss=loss)
+    return tuple(Reference(source, task, label, value, std, method="curl", loss=loss, protocol=_PROTOCOL)
                  for task, (value, std) in zip(_TASK_ORDER, values))
 
 
@@ -102,9 +105,10 @@ class RLDomain(Domain):
     references = REFERENCES
     leaderboard_metrics = ("return_std",)
 
-    def setting_note(self, config: dict[str, Any]) -> str:
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
         # Budgets are environment steps (agent steps x action repeat), as the papers count them.
-        return f"{config['num_env_steps'] / 1000:g}k env steps"
+        return (f"{config['num_env_steps'] / 1000:g}k env steps, batch {config['batch_size']}, "
+                f"{config['num_conv_layers']}-layer conv encoder")
 
     def resolve_config(self, config: CurlConfig, method: str, dataset: str) -> CurlConfig:
         from domains.rl.gym_envs import task_of

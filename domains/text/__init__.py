@@ -66,6 +66,9 @@ _PROTOCOL_NOTES = {
         "cross-validation whose L2 value is chosen by an inner 10-fold in each training fold. " + _CLASSIFIERS +
         " " + _OLD_RECORDS + "."),
 }
+_TABLE2_PROTOCOL = ("pretrained on BookCorpus (74M sentences) with quick-thought's full-size model (word 620, GRU "
+                    "1200); our books rows pretrain on the plain-text books under <data root>/books, with the model "
+                    "and budget in their setting column.")
 
 
 @register
@@ -118,20 +121,13 @@ class TextDomain(Domain):
     references = (
         Reference(_TABLE2, "books", "Biased (quick-thought), mean of MR 76.8, CR 81.3, SUBJ 86.6, MPQA 93.4, "
                   "TREC 89.8, MSRP 73.6 (F1 81.8)", round((76.8 + 81.3 + 86.6 + 93.4 + 89.8 + 73.6) / 6, 2),
-                  method="quickthought", loss="infonce"),
+                  method="quickthought", loss="infonce", protocol=_TABLE2_PROTOCOL),
         Reference(_TABLE2, "books", "Debiased tau+ 0.01, mean of MR 76.2, CR 82.9, SUBJ 86.9, MPQA 93.7, "
                   "TREC 89.1, MSRP 74.7 (F1 82.7)", round((76.2 + 82.9 + 86.9 + 93.7 + 89.1 + 74.7) / 6, 2),
-                  method="quickthought", loss="dcl"),
+                  method="quickthought", loss="dcl", protocol=_TABLE2_PROTOCOL),
     )
     leaderboard_metrics = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC", "MRPC_f1", "bayes_accuracy")
     notes = _PROTOCOL_NOTES
-
-    def setting_note(self, config: dict[str, Any]) -> str:
-        """The evaluation protocol: the classifier that ran, and the z-scored features where it standardised."""
-        if config.get("classifier") not in _CLASSIFIER_LABELS:
-            return ""
-        features = "z-scored features" if config.get("probe_standardize") else "SentEval's protocol"
-        return f"{features} ({_CLASSIFIER_LABELS[config['classifier']]})"
 
     def recorded_config(self, config: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
         """What a record written before its protocol said whether it standardised (no ``details["standardized"]``)
@@ -148,6 +144,22 @@ class TextDomain(Domain):
         classifier = next(iter(ran)) if len(ran) == 1 else config.get("classifier", "torch")
         return {**config, "classifier": classifier,
                 "probe_standardize": bool(config.get("probe_standardize", False)) and "torch" in ran}
+
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
+        """The budget and model of a trained method, and the evaluation protocol: the classifier that ran, on raw
+        features (SentEval's protocol) or z-scored ones."""
+        parts = []
+        if method in TRAINED:
+            steps = f" (at most {config['max_steps']} steps)" if config.get("max_steps") else ""
+            sentences = (f"{config['max_sentences'] / 1000:g}k sentences" if config.get("max_sentences")
+                         else "all sentences")
+            model = (f"BERT {config['bert_layers']}x{config['bert_hidden']}" if method == "quickthought-bert"
+                     else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
+            parts.append(f"{config['epochs']} epochs{steps}, {sentences}, batch {config['batch_size']}, {model}")
+        if config.get("classifier") in _CLASSIFIER_LABELS:
+            features = "z-scored features" if config.get("probe_standardize") else "SentEval's protocol"
+            parts.append(f"{features} ({_CLASSIFIER_LABELS[config['classifier']]})")
+        return ", ".join(parts)
 
     def resolve_config(self, config: TextConfig, method: str, dataset: str) -> TextConfig:
         """The synthetic corpus's document count, and the classifier that runs: scikit-learn for sparse features

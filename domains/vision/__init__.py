@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -131,6 +132,10 @@ class VisionDomain(Domain):
         "the colouring is drawn once, theirs per trial. In interrupted runs (no records), supcon without "
         "FairKL stayed at chance (10%) for 30 epochs at two of the four rho, as issue 13 reported, which "
         "points at the network or its optimisation rather than at FairKL.")}
+
+    def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
+        arch = vcfg.arch_for(config["arch"], method, dataset)
+        return f"{config['epochs']} epochs, batch {config['batch_size']}, {arch}"
 
     def resolve_config(self, config: VisionConfig, method: str, dataset: str) -> VisionConfig:
         return vcfg.resolved(config, method, dataset)

@@ -133,12 +133,17 @@ PRESETS = {
 }
 
 
+def arch_for(arch: str, method: str, dataset: str) -> str:
+    """The network ``arch`` names: ``auto`` is the small CNN on the digits, the authors' network for the biased
+    track, else ResNet-18."""
+    if arch != "auto":
+        return arch
+    return "small" if dataset in ("digits", "biased-digits") else "simpleconvnet" if method == "biased" else "resnet18"
+
+
 def resolved(cfg: VisionConfig, method: str, dataset: str) -> VisionConfig:
     """``cfg`` with every ``auto`` / ``0`` replaced by the method's or dataset's value."""
-    arch = cfg.arch
-    if arch == "auto":
-        arch = ("small" if dataset in ("digits", "biased-digits")
-                else "simpleconvnet" if method == "biased" else "resnet18")
+    arch = arch_for(cfg.arch, method, dataset)
     augment = cfg.augment
     if augment == "auto":
         augment = {"cmc": "crop", "biased": "none"}.get(method, "simclr")

@@ -5,7 +5,10 @@ best hyper-parameter setting there. Per loss, per domain and overall: the mean r
 the win rate against the task's baseline loss, and the mean relative improvement over it,
 ``sign · (loss − baseline) / |baseline|`` in percent. A Friedman test (scipy.stats.friedmanchisquare) over the
 largest set of ≥3 losses sharing ≥2 tasks, with the Nemenyi critical difference (Demšar 2006) drawn as a CD
-diagram, and a bar plot of the relative improvement per domain; written to ``report.md`` with the PNG figures beside it.
+diagram; the page and the diagram name the domains and datasets that block covers, which may be fewer than the
+report's. A figure of the relative improvement per domain (a panel each, the seed spread as error bars, a
+symmetric-log axis so a run at chance does not hide the others); written to ``report.md`` with the PNG figures
+beside it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from scipy import stats
 
 from domains.base import write_atomic
 from harness.groups import Group, completed_groups
+from harness.pages import figures
 from harness.tables import markdown
 
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
@@ -30,10 +34,12 @@ ALPHA = 0.05
 @dataclass
 class Task:
     domain: str
+    dataset: str
     label: str
     baseline_loss: str
     sign: float
     values: dict[str, float] = field(default_factory=dict)  # loss -> mean primary metric (best hyper-parameters)
+    seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # loss -> its per-seed values there
 
     def ranks(self, among: list[str] | None = None) -> dict[str, float]:
         names = sorted(among if among is not None else self.values)
@@ -46,6 +52,15 @@ class Task:
             return None
         return 100.0 * self.sign * (self.values[loss] - base) / abs(base)
 
+    def seed_spread(self, loss: str) -> float | None:
+        """The std over seeds of the per-seed relative improvement, 100 · sign · (value_s − baseline) / |baseline|
+        (the baseline's mean); None where ``relative`` is, or with one seed."""
+        values = list(self.seeds.get(loss, {}).values())
+        if self.relative(loss) is None or len(values) < 2:
+            return None
+        base = abs(self.values[self.baseline_loss])
+        return statistics.stdev(100.0 * self.sign * v / base for v in values)
+
 
 def build_tasks(groups: list[Group]) -> list[Task]:
     tasks: dict[str, Task] = {}
@@ -53,9 +68,10 @@ def build_tasks(groups: list[Group]) -> list[Task]:
         if not g.loss_used:  # evaluation-only rows rank no loss
             continue
         label = f"{g.domain}/{g.dataset}/{g.method}/{g.setting_label()}"
-        task = tasks.setdefault(g.setting, Task(g.domain, label, g.baseline_loss, g.sign))
+        task = tasks.setdefault(g.setting, Task(g.domain, g.dataset, label, g.baseline_loss, g.sign))
         if g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:
             task.values[g.loss] = g.mean
+            task.seeds[g.loss] = dict(g.values)
     # A task with one loss compares nothing; it would only hand that loss a rank of 1.
     return sorted((t for t in tasks.values() if len(t.values) >= 2), key=lambda t: t.label)
 
@@ -114,9 +130,25 @@ def _table(rows: list[Summary]) -> list[str]:
     return markdown(["loss", "tasks", "mean rank", "win rate vs baseline (tasks)", "mean relative improvement"], cells)
 
 
-def write_report(results: Path, out: Path) -> Path:
-    from harness import figures
+def coverage(tasks: list[Task]) -> str:
+    """The domains and datasets of ``tasks``: "graph (DD, MUTAG), vision (digits)"."""
+    domains = sorted({t.domain for t in tasks})
+    return ", ".join(f"{d} ({', '.join(sorted({t.dataset for t in tasks if t.domain == d}))})" for d in domains)
 
+
+def improvements(tasks: list[Task], domain: str) -> list[figures.Improvement]:
+    """Per loss of ``domain`` (sorted), its relative improvement and seed spread in each task with a baseline."""
+    mine = [t for t in tasks if t.domain == domain]
+    rows = []
+    for loss in sorted({name for t in mine for name in t.values}):
+        with_base = [t for t in mine if t.relative(loss) is not None]
+        if with_base:
+            rows.append(figures.Improvement(loss, [t.relative(loss) for t in with_base],
+                                            [t.seed_spread(loss) for t in with_base]))
+    return rows
+
+
+def write_report(results: Path, out: Path) -> Path:
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
     domains = sorted({t.domain for t in tasks})
@@ -145,20 +177,30 @@ def write_report(results: Path, out: Path) -> Path:
             chi2, p = stats.friedmanchisquare(*matrix)
             mean_ranks = np.mean([[t.ranks(block_losses)[n] for n in block_losses] for t in block], axis=0)
             cd = nemenyi_cd(len(block_losses), len(block))
-            figures.cd_diagram(dict(zip(block_losses, map(float, mean_ranks))), cd, out / CD_PNG)
+            covered = coverage(block)
+            figures.cd_diagram(dict(zip(block_losses, map(float, mean_ranks))), cd, out / CD_PNG,
+                               f"Mean ranks over the {len(block)} tasks where all {len(block_losses)} losses have "
+                               f"records: {covered}")
+            left = sorted({t.domain for t in tasks} - {t.domain for t in block})
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
                       f"({', '.join(block_losses)}) on the {len(block)} tasks where all have records: "
                       f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
                       f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar).", "",
+                      f"**What it covers:** {covered}"
+                      + (f"; no task of {', '.join(left)} has records of all of them."
+                         if left else ".") + " The tables above rank every task; this test only these.", "",
                       f"![critical difference diagram]({CD_PNG})", ""]
         else:
             (out / CD_PNG).unlink(missing_ok=True)
             lines += ["Too few tasks for a Friedman test: it needs at least 3 losses that share at least 2 tasks.", ""]
         lines += ["## Relative improvement per domain", ""]
-        per_domain = {d: {r.loss: r.mean_relative for r in summarise([t for t in tasks if t.domain == d])
-                          if r.mean_relative is not None} for d in domains}
-        if figures.improvement_bars(per_domain, out / BARS_PNG):
-            lines += [f"![relative improvement per domain]({BARS_PNG})", ""]
+        if figures.improvement_panels({d: improvements(tasks, d) for d in domains}, out / BARS_PNG):
+            lines += ["One panel per domain, each on its own scale. Bar: a loss's mean relative improvement over the "
+                      "baseline across the domain's tasks (the tables' figure); dots: each task; error bar: ± the "
+                      "seed spread (per task, the std over seeds of the per-seed relative improvement against the "
+                      "baseline's mean; averaged over the tasks with more than one seed). The y axis is "
+                      "symmetric-log, linear within ±1%, so a run at chance level and a change of a fraction of a "
+                      "percent are both readable.", "", f"![relative improvement per domain]({BARS_PNG})", ""]
         else:
             (out / BARS_PNG).unlink(missing_ok=True)
             lines += ["No task has both a baseline and another loss yet.", ""]

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domains.base import UserError, write_atomic
-from harness import figures, stats
+from harness import stats
 from harness.groups import Group, command_key, decimals, fmt, group_records
+from harness.pages import figures
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
 

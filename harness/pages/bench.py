@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from domains.base import UserError, write_atomic
-from harness.leaderboard import MARKER
+from harness.pages.leaderboard import MARKER
 from harness.tables import markdown
 
 PAGE = "bench.md"

@@ -311,7 +311,7 @@ def cost_lines(runs: list[Run]) -> list[str]:
 def write_prior_page(results: Path, out: Path) -> Path:
     """Write ``out/prior.md`` and its figure from the completed records in ``results``; UserError when there
     are none (a page built on nothing would look like a result)."""
-    from harness import figures
+    from harness.pages import figures
 
     records = load_records(results)
     runs = [to_run(r) for r in records if r.loss == "infonce" or r.loss in LOSSES]

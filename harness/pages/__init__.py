@@ -1,0 +1,8 @@
+"""The generated pages: one module per page, sharing the groups of records (:mod:`harness.groups`), the table
+cells (:mod:`harness.pages.tables`) and the figures (:mod:`harness.pages.figures`).
+
+``leaderboard`` (``leaderboards/README.md``, a page per domain, ``records.txt``) with ``curves`` (the rows'
+learning curves) and ``bench`` (``bench.md``), all written by ``harness leaderboard``; ``report``
+(``harness report``), ``prior`` (``harness prior``), ``history`` (``harness history``). A new page is one module
+here and one branch in ``harness/cli.py``.
+"""

@@ -1,0 +1,113 @@
+"""Learning curves of the leaderboard rows: one figure per (domain, dataset), ``curves/<domain>-<dataset>.png``
+beside the pages, drawn by ``harness leaderboard`` from the records' ``curve``.
+
+A panel per setting of the dataset's table (method, preset and overrides), a line per loss: the mean over the
+row's seeds with a band from the lowest to the highest seed. What a curve can show depends on what the domain
+logs during training, so each panel plots the first monitor its records have (``MONITORS``): the evaluation
+return (rl, with the final evaluation of the record as its last point), the kNN monitor's top-1 (vision), the
+online linear classifier's top-1 (the vision biased track), else the training loss (graph, text; on a log scale
+where it stays positive, since losses differ in scale: jsd's is ten times infonce's). The x axis is
+the finest count the curve has (``X_AXES``): environment steps, optimiser steps, else epochs. Evaluation-only
+rows trained nothing and have no curve.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from harness.groups import Group
+from harness.pages import figures
+from harness.pages.tables import latest_by_seed
+from harness.records import RunRecord
+
+FOLDER = "curves"
+X_AXES = (("env_steps", "environment steps"), ("step", "optimiser steps"), ("epoch", "epoch"))
+# (curve key, axis label, the record metric that is the same measurement at the end of training, if any)
+MONITORS = (("eval_return", "evaluation return", "return"), ("knn_top1", "kNN top-1 (%)", None),
+            ("online_top1", "online linear top-1 (%)", None), ("loss", "training loss", None))
+
+
+def figure_path(domain: str, dataset: str) -> str:
+    """The figure's path relative to the pages (a dataset such as ``hf:org/set`` becomes a plain file name)."""
+    return f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', f'{domain}-{dataset}')}.png"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _has(records: list[RunRecord], key: str, *also: str) -> bool:
+    return any(all(_number(p.get(k)) for k in (key, *also)) for r in records for p in r.curve)
+
+
+def axes(records: list[RunRecord]) -> tuple[tuple[str, str, str | None], tuple[str, str]] | None:
+    """The monitor and the x axis of a panel's records; None when no curve has a point to draw."""
+    for monitor in MONITORS:
+        for x in X_AXES:
+            if _has(records, monitor[0], x[0]):
+                return monitor, x
+    return None
+
+
+def points(record: RunRecord, x: str, y: str, final: str | None) -> list[tuple[float, float]]:
+    """The record's (x, y) points; with ``final``, the record's final metric at the end of training as well."""
+    out = [(float(p[x]), float(p[y])) for p in record.curve if _number(p.get(x)) and _number(p.get(y))]
+    end = record.info.get(x)
+    value = record.metrics.get(final) if final else None
+    if _number(value) and _number(end) and (not out or end > out[-1][0]):
+        out.append((float(end), float(value)))
+    return out
+
+
+def line(group: Group, x: str, y: str, final: str | None) -> figures.Line | None:
+    by_x: dict[float, list[float]] = {}
+    for record in latest_by_seed(group).values():
+        for px, py in points(record, x, y, final):
+            by_x.setdefault(px, []).append(py)
+    if not by_x:
+        return None
+    label = group.loss_label() + ("" if group.hparams_label() == "–" else f" ({group.hparams_label()})")
+    return figures.Line(label, [(px, sum(v) / len(v), min(v), max(v)) for px, v in sorted(by_x.items())])
+
+
+def panels(rows: list[Group]) -> list[figures.Panel]:
+    """A panel per setting of ``rows`` (in table order), a line per trained row of it."""
+    settings: dict[str, list[Group]] = {}
+    for group in rows:
+        if group.loss_used:
+            settings.setdefault(group.setting, []).append(group)
+    out = []
+    for members in settings.values():
+        chosen = axes([r for g in members for r in latest_by_seed(g).values()])
+        if chosen is None:
+            continue
+        (y, ylabel, final), (x, xlabel) = chosen
+        lines = [ln for g in members if (ln := line(g, x, y, final)) is not None]
+        seeds = sorted({g.n for g in members})
+        title = (f"{members[0].method}, {members[0].setting_label()} "
+                 f"({'/'.join(map(str, seeds))} seed{'s' * (seeds != [1])})")
+        positive = all(p[2] > 0 for ln in lines for p in ln.points)
+        out.append(figures.Panel(title, xlabel, ylabel + (" (log scale)" if y == "loss" and positive else ""),
+                                 lines, log_y=y == "loss" and positive))
+    return out
+
+
+def write_curves(groups: list[Group], out: Path) -> dict[tuple[str, str], str]:
+    """Draw each (domain, dataset)'s figure under ``out/curves/``; remove figures of datasets no longer shown.
+    Returns the relative path of each figure drawn, by (domain, dataset)."""
+    drawn: dict[tuple[str, str], str] = {}
+    for domain, dataset in sorted({(g.domain, g.dataset) for g in groups}):
+        rows = [g for g in groups if g.domain == domain and g.dataset == dataset]
+        shown = panels(rows)
+        if shown:
+            path = figure_path(domain, dataset)
+            figures.curve_panels(f"{domain} / {dataset}: learning curves (line: mean over seeds; band: lowest to "
+                                 "highest seed)", shown, out / path)
+            drawn[(domain, dataset)] = path
+    folder = out / FOLDER
+    if folder.is_dir():
+        for stale in sorted(set(folder.glob("*.png")) - {out / p for p in drawn.values()}):
+            stale.unlink()
+    return drawn

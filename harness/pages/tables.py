@@ -1,0 +1,133 @@
+"""The cells of the leaderboard tables: what a row says beyond its mean (its change against the baseline, its
+budget, its cost, where it ran, its records) and the published rows with their protocol notes.
+
+Markdown itself is drawn by :func:`harness.tables.markdown`, the harness's one table renderer (the comparison
+and the terminal tables use it too); this module only formats cells.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from scipy import stats
+
+from domains.base import Domain, Reference
+from harness.groups import Group, decimals, fmt
+from harness.records import RunRecord
+
+ALPHA = 0.05
+DAGGER = "†"
+MIXED = "‡"
+PROTOCOL = "§"
+NONE = "–"
+
+
+def latest_by_seed(group: Group) -> dict[int, RunRecord]:
+    """The record behind each seed of the row (a seed recorded twice: its latest record), by seed."""
+    out: dict[int, RunRecord] = {}
+    for record in group.records:  # oldest first: a later record of a seed replaces an earlier one
+        if record.seed in group.values:
+            out[record.seed] = record
+    return dict(sorted(out.items()))
+
+
+def paired_p(group: Group, base: Group) -> float:
+    """Two-sided p-value of a paired t-test (scipy.stats.ttest_rel) over the seeds both groups have."""
+    seeds = sorted(set(group.values) & set(base.values))
+    if len(seeds) < 2:
+        return math.nan
+    result = stats.ttest_rel([group.values[s] for s in seeds], [base.values[s] for s in seeds])
+    return float(result.pvalue)
+
+
+def delta_cell(group: Group, base: Group | None) -> str:
+    if base is None:
+        return NONE
+    if group is base:
+        return "baseline"
+    digits = decimals(base.mean)
+    change = group.mean - base.mean
+    return f"{change:+.{digits}f}{DAGGER if paired_p(group, base) < ALPHA else ''}"
+
+
+def delta_header(rows: list[Group]) -> str:
+    baselines = sorted({g.baseline_loss for g in rows if g.loss_used})
+    return f"Δ vs {baselines[0]}" if len(baselines) == 1 else f"Δ vs baseline ({', '.join(baselines)})"
+
+
+def setting_cell(group: Group, domain: Domain | None) -> str:
+    """The preset and overrides, then the budget the domain names (epochs, steps, model); an evaluation-only row
+    trained nothing, so no budget is named for it."""
+    if domain is None or not group.loss_used:
+        return group.setting_label()
+    note = domain.setting_note(group.config, group.method, group.dataset)
+    return f"{group.setting_label()}, {note}" if note else group.setting_label()
+
+
+def mean_cell(values: dict[int, float] | None) -> str:
+    return fmt(statistics.fmean(values.values())) if values else NONE
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a reader counts them: "45 s", "12.5 min", "3.2 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def runtime_cell(group: Group) -> str:
+    """The mean over seeds of a run's wall time (``timings.total_s``: training and evaluation)."""
+    times = [r.timings["total_s"] for r in latest_by_seed(group).values() if "total_s" in r.timings]
+    return duration(statistics.fmean(times)) if times else NONE
+
+
+def device_cell(group: Group) -> str:
+    """Where the seeds ran: "CPU", or the GPU's name (several, comma-separated, where seeds differ)."""
+    names = []
+    for record in latest_by_seed(group).values():
+        hw = record.hardware
+        if str(hw.get("device", "")).startswith("cuda"):
+            name = str(hw.get("device_name") or "GPU").removeprefix("NVIDIA ")
+        else:
+            name = "CPU" if hw.get("device") else NONE
+        if name not in names:
+            names.append(name)
+    return ", ".join(names) or NONE
+
+
+def record_cell(group: Group, results: Path, page_dir: Path) -> str:
+    """A link, relative to the page, to the record of the row's first seed (the others differ in ``-s<seed>``)."""
+    seed, record = next(iter(latest_by_seed(group).items()))
+    target = Path(os.path.relpath(results / f"{record.run_id}.json", page_dir)).as_posix()
+    return f"[s{seed}]({target})"
+
+
+def protocol_marks(refs: Iterable[Reference]) -> dict[str, str]:
+    """A numbered mark (§1, §2, ...) per distinct protocol note among ``refs``, in order of appearance."""
+    marks: dict[str, str] = {}
+    for ref in refs:
+        if ref.protocol and ref.protocol not in marks:
+            marks[ref.protocol] = f"{PROTOCOL}{len(marks) + 1}"
+    return marks
+
+
+def reference_row(ref: Reference, marks: dict[str, str], width: int) -> list[str]:
+    """A published row: its label (with its protocol mark), its source and value; ``width`` cells in all."""
+    std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
+    label = f"{ref.label} {marks[ref.protocol]}" if ref.protocol else ref.label
+    cells = ["*published*", label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
+    return cells + [""] * (width - len(cells))
+
+
+def protocol_lines(marks: dict[str, str]) -> list[str]:
+    """The footnotes of a table's marks: how each published protocol differs from ours."""
+    if not marks:
+        return []
+    notes = " ".join(f"{mark} {' '.join(note.split())}" for note, mark in marks.items())
+    return [f"**Published under another protocol.** {notes}", ""]
