@@ -364,13 +364,19 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
     ValidationError naming it), never writes a record that cannot be read back."""
     rid = fields["run_id"]
     start = time.perf_counter()
+    cuda = ctx.device.type == "cuda"
     try:
         seed_everything(spec.seed)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(ctx.device)
         t0 = time.perf_counter()
         pretrained = domain.pretrain(spec, ctx, data)
         t1 = time.perf_counter()
         result = domain.evaluate(spec, pretrained, ctx, data)
         t2 = time.perf_counter()
+        if cuda:  # the run's peak, for the pages' device column (what lightly's table gives as memory)
+            fields = {**fields, "hardware": {**fields["hardware"],
+                                             "peak_gpu_memory_gib": torch.cuda.max_memory_allocated(ctx.device) / 2**30}}
         if domain.primary_metric not in result.metrics:
             raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
         record = records.RunRecord(

@@ -138,14 +138,15 @@ def test_a_row_gives_its_runtime_device_and_record(tmp_path):
         record["timings"] = {"total_s": total}
         gpu = record["loss"] == "dcl"
         record["hardware"] = {"device": "cuda" if gpu else "cpu", "device_name": "NVIDIA H100 80GB HBM3" if gpu
-                              else "x86_64"}
+                              else "x86_64", **({"peak_gpu_memory_gib": 3.0 + record["seed"]} if gpu else {})}
     write_records(tmp_path / "results", records)
     out = tmp_path / "lb"
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
     page = (out / "tiny.md").read_text()
     infonce, dcl = records[0]["run_id"], records[3]["run_id"]
     assert f"| 2.0 min | CPU | [s0](../results/{infonce}.json) |" in _lines(page, "| linear | infonce")[0]
-    assert f"| 2.0 h | H100 80GB HBM3 | [s0](../results/{dcl}.json) |" in _lines(page, "| linear | dcl")[0]
+    # the largest peak GPU memory of the seeds
+    assert f"| 2.0 h | H100 80GB HBM3 (5.0 GiB peak) | [s0](../results/{dcl}.json) |" in _lines(page, "| linear | dcl")[0]
     assert (out / "../results" / f"{dcl}.json").is_file()
 
 

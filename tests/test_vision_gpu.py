@@ -47,7 +47,7 @@ def test_quick_preset_end_to_end_on_cuda_through_the_cli(cuda, tmp_path):
     (path,) = tmp_path.glob("*.json")
     record = json.loads(path.read_text())
     assert record["status"] == "completed" and record["domain"] == "vision"
-    assert record["hardware"]["device"].startswith("cuda")
+    assert record["hardware"]["device"].startswith("cuda") and record["hardware"]["peak_gpu_memory_gib"] > 0
     assert [p["epoch"] for p in record["curve"]] == [1, 2] and "knn_top1" in record["curve"][-1]
     assert 0.0 <= record["metrics"]["top1"] <= 100.0 and record["throughput"]["images_per_s"] > 0
 

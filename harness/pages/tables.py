@@ -88,17 +88,21 @@ def runtime_cell(group: Group) -> str:
 
 
 def device_cell(group: Group) -> str:
-    """Where the seeds ran: "CPU", or the GPU's name (several, comma-separated, where seeds differ)."""
+    """Where the seeds ran: "CPU", or the GPU's name with the largest peak GPU memory of its seeds where the records
+    hold it (``hardware.peak_gpu_memory_gib``); several, comma-separated, where seeds differ."""
     names = []
+    peak: dict[str, float] = {}
     for record in latest_by_seed(group).values():
         hw = record.hardware
         if str(hw.get("device", "")).startswith("cuda"):
             name = str(hw.get("device_name") or "GPU").removeprefix("NVIDIA ")
+            if isinstance(hw.get("peak_gpu_memory_gib"), (int, float)):
+                peak[name] = max(peak.get(name, 0.0), float(hw["peak_gpu_memory_gib"]))
         else:
             name = "CPU" if hw.get("device") else NONE
         if name not in names:
             names.append(name)
-    return ", ".join(names) or NONE
+    return ", ".join(f"{n} ({peak[n]:.1f} GiB peak)" if n in peak else n for n in names) or NONE
 
 
 def record_cell(group: Group, results: Path, page_dir: Path) -> str:
