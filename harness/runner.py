@@ -375,8 +375,8 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         result = domain.evaluate(spec, pretrained, ctx, data)
         t2 = time.perf_counter()
         if cuda:  # the run's peak, for the pages' device column (what lightly's table gives as memory)
-            fields = {**fields, "hardware": {**fields["hardware"],
-                                             "peak_gpu_memory_gib": torch.cuda.max_memory_allocated(ctx.device) / 2**30}}
+            peak = torch.cuda.max_memory_allocated(ctx.device) / 2**30
+            fields = {**fields, "hardware": {**fields["hardware"], "peak_gpu_memory_gib": peak}}
         if domain.primary_metric not in result.metrics:
             raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
         record = records.RunRecord(
