@@ -95,6 +95,9 @@ class GraphDomain(Domain):
         "paper": Preset("InfoGraph's setting: 20 epochs, batch 128, Adam lr 1e-3, GIN 3x32, 10 seeds",
                         {"epochs": 20, "batch_size": 128, "lr": 1e-3, "hidden": 32, "layers": 3},
                         tuple(range(10))),
+        "regression": Preset("the regression suite's setting (harness/suites/regression.txt): synthetic-motifs, "
+                             "10 epochs, batch 128, GIN 3x32, 5 seeds",
+                             {"epochs": 10}, tuple(range(5))),
     }
     primary_metric = "accuracy"
     higher_is_better = True
