@@ -4,8 +4,8 @@ Each setting of the suite runs as one ``harness run`` per seed, on the CPU with 
 in the suite file's order, into a results folder (a fresh temporary one unless ``--results``). Then
 ``harness compare --baseline <baseline> --candidate <results> --out <report>`` decides. Exit status: compare's
 (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
-that a run that crashed turns a 0 into a 1, and a run refused as bad input (a missing extra or data set) gives
-2; a bad suite or argument gives 2 before any run starts.
+that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
+the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
 
 ``--update-baseline`` removes the baseline's records and runs the suite into the baseline folder instead (no
 comparison): for a change that moves the numbers on purpose; commit the new records.
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if 2 in codes:
         print("a run was refused as bad input (above): the suite could not run as written", file=sys.stderr)
         return 2
-    if code == 0 and any(codes):
+    if any(codes):
         print("a run failed (above): the gate does not pass", file=sys.stderr)
         return 1
     return code
