@@ -88,7 +88,9 @@ class TextDomain(Domain):
                          "lr": 5e-4, "grad_clip": 5.0, "max_sentences": 0, "epochs": 100, "amp": True,
                          "log_every": 50, "checkpoint_every": 2000, "eval_batch_size": 1024}),
         "regression": Preset("the regression suite's setting (harness/suites/regression.txt): quick's on "
-                             "synthetic-topics (4 topics), 5 seeds", {}, tuple(range(5))),
+                             "synthetic-topics (4 topics), 5 seeds; about 18 s of CPU a seed on one core. dcl "
+                             "measured 86.2 +- 1.5 (5 seeds), so 5 seeds against 5 detect a drop of about 3 points",
+                             {}, tuple(range(5))),
     }
     primary_metric = "accuracy"
     higher_is_better = True
