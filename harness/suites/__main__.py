@@ -1,0 +1,140 @@
+"""``python -m harness.suites`` (``tools/regression-suite``): run a suite, then gate it with ``harness compare``.
+
+Each setting of the suite runs as one ``harness run`` per seed, on the CPU with one thread, ``--jobs`` at a time,
+in the suite file's order, into a results folder (a fresh temporary one unless ``--results``). Then
+``harness compare --baseline <baseline> --candidate <results> --out <report>`` decides. Exit status: compare's
+(0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
+that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
+the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
+
+``--update-baseline`` removes the baseline's records and runs the suite into the baseline folder instead (no
+comparison): for a change that moves the numbers on purpose; commit the new records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from domains.base import UserError
+from harness.suites import Setting, load_suite, suite_path
+
+BASELINE = "leaderboards/regression"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tools/regression-suite", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", default="regression",
+                   help="a suite under harness/suites/ or a suite file (default: regression)")
+    p.add_argument("--baseline", default=BASELINE, help=f"the baseline records (default: {BASELINE})")
+    p.add_argument("--results", help="records folder of this run (default: a fresh temporary folder)")
+    p.add_argument("--report", help="compare's markdown report (default: <results>/regression-report.md)")
+    p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default: 2)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="remove the baseline's records and run the suite into the baseline folder (no comparison)")
+    p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
+    return p
+
+
+def harness_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness", *args]
+
+
+def run_commands(settings: list[Setting], results: Path) -> list[tuple[str, list[str]]]:
+    """One ``harness run`` per setting and seed, in the suite's order, each with a label for the progress lines."""
+    return [(f"{s.domain} {s.method} {s.dataset} {s.loss} {s.preset} seed {seed}",
+             harness_command("run", *s.run_args(seed), "--device", "cpu", "--results", str(results), "--quiet"))
+            for s in settings for seed in s.seeds]
+
+
+def _run_one(command: list[str]) -> tuple[int, float, str]:
+    """One run in a subprocess with one thread (as the baseline ran): exit status, seconds, its output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    return done.returncode, time.perf_counter() - start, done.stdout + done.stderr
+
+
+def run_all(commands: list[tuple[str, list[str]]], jobs: int) -> list[int]:
+    """The runs, ``jobs`` at a time; one line per finished run (the output's tail when it failed) and the
+    suite's wall and CPU time (the CPU time is what a busy machine does not inflate). Returns the exit statuses."""
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    codes = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(_run_one, command): label for label, command in commands}
+        for future in as_completed(futures):
+            code, seconds, output = future.result()
+            print(f"[{'ok' if code == 0 else f'exit {code}'}] {futures[future]} ({seconds:.0f} s)", flush=True)
+            if code:
+                print("\n".join("    " + line for line in output.strip().splitlines()[-15:]), flush=True)
+            codes.append(code)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    print(f"suite: {len(commands)} runs in {time.perf_counter() - start:.0f} s wall, {cpu:.0f} s CPU, "
+          f"{jobs} at a time", flush=True)
+    return codes
+
+
+def clear_baseline(baseline: Path) -> None:
+    """Remove the baseline's records and logs, saying how many (git restores committed ones)."""
+    old = sorted([*baseline.glob("*.json"), *baseline.glob("*.log")])
+    for path in old:
+        path.unlink()
+    print(f"removed {len(old)} old baseline files (records and logs) from {baseline}; the suite now writes the "
+          "new baseline there (git checkout restores the committed one)", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.jobs < 1:
+            raise UserError("--jobs must be at least 1")
+        if args.update_baseline and (args.results or args.report):
+            raise UserError("--update-baseline writes into --baseline; it takes no --results or --report")
+        settings = load_suite(suite_path(args.suite))
+    except UserError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    baseline = Path(args.baseline)
+    if args.update_baseline or args.results:
+        results = baseline if args.update_baseline else Path(args.results)
+    else:  # a dry run names the folder it would make, and makes none
+        results = Path(tempfile.gettempdir(), "regression-XXXXXX") if args.dry_run else Path(
+            tempfile.mkdtemp(prefix="regression-"))
+    report = Path(args.report) if args.report else results / "regression-report.md"
+    commands = run_commands(settings, results)
+    compare = harness_command("compare", "--baseline", str(baseline), "--candidate", str(results),
+                              "--out", str(report))
+    if args.dry_run:
+        for command in [c for _, c in commands] + ([] if args.update_baseline else [compare]):
+            print(shlex.join(command))
+        return 0
+    if args.update_baseline:
+        clear_baseline(baseline)
+    codes = run_all(commands, args.jobs)
+    if args.update_baseline:
+        print(f"baseline: {sum(c == 0 for c in codes)} of {len(codes)} runs completed into {baseline}")
+        return 2 if 2 in codes else int(any(codes))
+    print(shlex.join(compare), flush=True)
+    code = subprocess.run(compare).returncode
+    print(f"report: {report}")
+    if 2 in codes:
+        print("a run was refused as bad input (above): the suite could not run as written", file=sys.stderr)
+        return 2
+    if any(codes):
+        print("a run failed (above): the gate does not pass", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

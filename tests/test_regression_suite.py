@@ -1,0 +1,133 @@
+"""The regression suite: its file names a valid setting of every domain, the script's arguments, and (slow) the
+whole gate end to end on the tiny domain: a new baseline, a passing run, a planted regression, a crashed run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_domain import REPO, harness_env
+
+import domains
+from domains.base import UserError
+from harness.suites import SUITES, load_suite, suite_path
+
+SCRIPT = REPO / "tools" / "regression-suite"
+
+
+def script(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``tools/regression-suite`` in a subprocess with this interpreter and the tiny domain plugged in."""
+    return subprocess.run([str(SCRIPT), *args], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_suite_names_a_regression_setting_of_every_domain():
+    settings = load_suite(suite_path("regression"))
+    assert sorted(s.domain for s in settings) == ["graph", "rl", "text", "vision"]
+    for s in settings:
+        domain = domains.get(s.domain)
+        assert s.dataset == domain.default_dataset  # the embedded data: nothing to download in CI
+        assert s.preset == "regression" and s.seeds == domain.presets["regression"].seeds
+        assert len(s.seeds) >= 3
+        assert s.loss in domain.accepted_losses(s.method)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("graph infograph synthetic-motifs pucl regression", "expected 6 columns"),
+    ("graph infograph synthetic-motifs pucl nightly 0-4", "no preset 'nightly'"),
+    ("vision simclr cifar11 infonce regression 0-4", "no dataset 'cifar11'"),
+    ("vision biased digits infonce regression 0-4", "takes the losses"),
+    ("graph infograph synthetic-motifs pucl regression 4-0", "ends before it starts"),
+    ("chemistry gnn qm9 infonce quick 0", "unknown domain 'chemistry'"),
+])
+def test_a_bad_line_names_its_file_and_line(tmp_path, line, message):
+    path = tmp_path / "suite.txt"
+    path.write_text(f"# a comment\n\ntext quickthought synthetic-topics dcl quick 0  # trailing comment\n{line}\n")
+    with pytest.raises(UserError, match=message) as error:
+        load_suite(path)
+    assert str(error.value).startswith(f"{path}:4: ")
+
+
+def test_an_empty_or_absent_suite_is_refused(tmp_path):
+    (tmp_path / "empty.txt").write_text("# nothing yet\n")
+    with pytest.raises(UserError, match="lists no setting"):
+        load_suite(tmp_path / "empty.txt")
+    with pytest.raises(UserError, match=f"no suite file .*suites under {SUITES}: regression"):
+        suite_path("nightly")
+
+
+def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
+    out = script("--dry-run", "--results", str(tmp_path / "r"), "--report", str(tmp_path / "report.md"))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    settings = load_suite(suite_path("regression"))
+    assert len(lines) == sum(len(s.seeds) for s in settings) + 1
+    first = settings[0]
+    assert lines[0] == (f"{sys.executable} -m harness run --domain {first.domain} --method {first.method} --dataset "
+                        f"{first.dataset} --loss {first.loss} --preset regression --seeds {first.seeds[0]} "
+                        f"--device cpu --results {tmp_path / 'r'} --quiet")
+    assert lines[-1] == (f"{sys.executable} -m harness compare --baseline leaderboards/regression --candidate "
+                         f"{tmp_path / 'r'} --out {tmp_path / 'report.md'}")
+    assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_of_an_update_runs_into_the_baseline_and_removes_nothing(tmp_path):
+    (tmp_path / "kept.json").write_text("{}")
+    out = script("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert all(f"--results {tmp_path} --quiet" in line for line in out.stdout.splitlines())
+    assert "compare" not in out.stdout and (tmp_path / "kept.json").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--jobs", "0"], "error: --jobs must be at least 1"),
+    (["--update-baseline", "--results", "x"], "error: --update-baseline writes into --baseline"),
+    (["--suite", "nightly"], "error: no suite file"),
+])
+def test_bad_arguments_exit_2_before_any_run(args, message):
+    out = script(*args, "--dry-run")
+    assert out.returncode == 2 and message in out.stderr and out.stdout == ""
+
+
+def _records(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+@pytest.mark.slow  # 17 interpreters that import torch: about 50 s of CPU
+def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0-2\n")
+    base, cand = tmp_path / "baseline", tmp_path / "candidate"
+    base.mkdir()
+    (base / "stale.json").write_text("{}")  # an old baseline record: the update removes it
+
+    out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "removed 1 old baseline files" in out.stdout and "3 of 3 runs completed" in out.stdout
+    assert len(_records(base)) == 3 and not (base / "stale.json").exists()
+
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    assert out.returncode == 0, out.stdout + out.stderr  # the same code and seeds: nothing changed
+    assert "PASS" in (cand / "regression-report.md").read_text()
+
+    # A planted regression: the baseline's accuracies 20 points above what this code measures.
+    for path in _records(base):
+        record = json.loads(path.read_text())
+        record["metrics"]["accuracy"] += 20.0
+        path.write_text(json.dumps(record))
+    report = tmp_path / "report.md"
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand), "--report", str(report))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL" in report.read_text()
+
+    # A crashed run: the gate does not pass, and the run's output is shown.
+    suite.write_text("tiny linear blobs_hard infonce quick 0\n")
+    out = script("--suite", str(suite), "--baseline", str(cand), "--results", str(tmp_path / "crashed"),
+                 TINY_DOMAIN_FAIL="1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "[exit 1] tiny linear blobs_hard infonce quick seed 0" in out.stdout and "planted failure" in out.stdout
+
