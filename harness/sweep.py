@@ -24,6 +24,7 @@ import losses
 from domains import get
 from domains.base import UserError, hash_jsonable, require
 from harness import config as cfg
+from harness.output import configure_output
 from harness.records import is_completed, run_id
 from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan
 
@@ -144,9 +145,7 @@ def _progress(total: int):
 
 
 def _init_worker(threads: int, verbose: bool) -> None:
-    from harness.cli import configure_output  # a spawned worker starts with Python's default output settings
-
-    configure_output(verbose)
+    configure_output(verbose)  # a spawned worker starts with Python's default output settings
     torch.set_num_threads(threads)
 
 
