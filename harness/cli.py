@@ -33,7 +33,14 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
     p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_time_limit(p)
     _add_verbose(p)
+
+
+def _add_time_limit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time-limit", metavar="DURATION",
+                   help="e.g. 90m, 2h, 3600s: stop at a checkpoint before then (as on SIGTERM or SIGUSR1), exit 75 "
+                        "and print the command that resumes")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -70,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
+    p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
+    p.add_argument("--cpus-per-job", type=int,
+                   help="CPUs (torch threads) a Ray or Slurm job asks for (default: this machine's over --workers)")
+    p.add_argument("--resume", action="store_true", help="jobs go on from the checkpoints a stopped sweep left")
+    _add_time_limit(p)
     _add_verbose(p)
 
     p = sub.add_parser("leaderboard", help="regenerate leaderboards/ from the records, bench.md from the benchmarks")
