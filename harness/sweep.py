@@ -325,7 +325,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if not todo:
         return 0
-    stop_file = results_folder(args.results) / ".work" / f"sweep-{uuid.uuid4().hex[:12]}.stop"
+    stop_file = results_folder(args.results).resolve() / ".work" / f"sweep-{uuid.uuid4().hex[:12]}.stop"
     try:
         with stopping.graceful((*stopping.STOP_SIGNALS, signal.SIGINT), limit):
             results = None
