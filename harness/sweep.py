@@ -123,6 +123,20 @@ def run_job(request: RunRequest, stop_file: str | None = None, threads: int | No
              "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
 
 
+class SlurmJob:
+    """:func:`run_job` for submitit, checkpointable: when Slurm signals a job (SIGUSR1 before its time limit,
+    or a preemption), submitit calls :meth:`checkpoint`, requeues the job and ends it; the requeued job runs the
+    request again with ``resume``, from the run's last checkpoint."""
+
+    def __call__(self, request: RunRequest, stop_file: str | None, threads: int) -> list[dict[str, Any]]:
+        return run_job(request, stop_file, threads)
+
+    def checkpoint(self, request: RunRequest, stop_file: str | None, threads: int) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, dataclasses.replace(request, resume=True), stop_file, threads)
+
+
 def _job_name(request: RunRequest) -> str:
     return f"{request.domain}/{request.dataset}/{request.loss} seed {request.seeds[0]}"
 
@@ -242,7 +256,7 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
         params["slurm_partition"] = args.slurm_partition
     executor.update_parameters(**params)
     requests = [_absolute(r) for r in requests]
-    jobs = executor.map_array(run_job, requests, [str(stop_file) if stop_file else None] * len(requests),
+    jobs = executor.map_array(SlurmJob(), requests, [str(stop_file) if stop_file else None] * len(requests),
                               [cpus] * len(requests))
     print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
     results: list[dict[str, Any]] = []
@@ -251,7 +265,13 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
         while waiting:
             for job in [j for j in waiting if j.done()]:
                 request = waiting.pop(job)
-                results += _not_started([request]) if job.state.startswith("CANCELLED") else _report(job.result(), bar)
+                try:
+                    results += _report(job.result(), bar)
+                except Exception as exc:  # noqa: BLE001 - cancelled, killed, out of memory: the others go on
+                    cancelled = stop_file is not None and stopping.stop_reason() is not None
+                    results += _not_started([request]) if cancelled else _report(
+                        [{"run_id": _job_name(request), "status": "failed", "error": f"Slurm job {job.job_id} "
+                          f"ended without a result ({type(exc).__name__}); rerun the sweep with --resume"}], bar)
             if stop_file is not None and _stopped(stop_file):
                 for job in waiting:
                     if job.state == "PENDING":

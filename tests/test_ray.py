@@ -6,7 +6,6 @@ there; it is started in its own process group and that group alone is ended afte
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support import record_metrics
 from tiny_domain import harness, harness_env
 
 pytestmark = pytest.mark.ray
@@ -77,11 +77,6 @@ def _group(pgid: int) -> list[psutil.Process]:
     return procs
 
 
-def _metrics(results: Path) -> dict[str, tuple]:
-    records = [json.loads(p.read_text()) for p in results.glob("*.json")]
-    return {r["run_id"]: (r["status"], r["metrics"], [c["loss"] for c in r["curve"]]) for r in records}
-
-
 def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_address):
     local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
     assert local.returncode == 0, local.stderr
@@ -89,8 +84,8 @@ def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_address):
                      "--results", str(tmp_path / "ray"), timeout=300)
     assert remote.returncode == 0, remote.stderr
     assert "sweep done: 4 completed" in remote.stdout
-    expected = _metrics(tmp_path / "local")
-    assert len(expected) == 4 and _metrics(tmp_path / "ray") == expected
+    expected = record_metrics(tmp_path / "local")
+    assert len(expected) == 4 and record_metrics(tmp_path / "ray") == expected
 
 
 def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_address):
@@ -109,8 +104,8 @@ def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_pat
     stdout, stderr = sweep.communicate(timeout=300)
     assert sweep.returncode == 1, stderr  # one job failed
     assert "1 failed" in stdout and "its Ray worker was lost" in stdout and "3 completed" in stdout
-    assert sum(r[0] == "completed" for r in _metrics(tmp_path).values()) == 3
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 3
     rerun = harness(*args, "--resume", timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     assert "4 runs, 3 with a completed record (skipped), 1 to run" in rerun.stdout
-    assert sum(r[0] == "completed" for r in _metrics(tmp_path).values()) == 4
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 4
