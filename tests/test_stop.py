@@ -164,3 +164,24 @@ def test_a_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_and_leaves_no
     records = _records(tmp_path)
     assert len(records) == 6 and all(r["status"] == "completed" for r in records)
     assert sorted(r["info"]["start_epoch"] > 0 for r in records) == [False] * 4 + [True] * 2
+
+
+@pytest.mark.usefixtures("rendering")
+def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_path):
+    """CURL resumes only at an episode's end (the environment's state is not saved): a stop asked mid-episode
+    saves a checkpoint there, outside the checkpoint_freq schedule, and the resumed run equals a straight one."""
+    from test_rl_train import context, run, spec
+
+    from domains.base import RunStopped
+
+    long = spec(checkpoint_freq=0, num_env_steps=4000)  # 40 agent steps: 4 episodes of 10, no scheduled checkpoint
+    straight = run(long, context(tmp_path / "a"))
+    asked = iter(range(10 ** 6))  # from its 13th question on (step 12 or so: mid-episode), the run is told to stop
+    stopped = context(tmp_path / "b")
+    stopped.stop_reason = lambda: "SIGTERM" if next(asked) >= 13 else None
+    with pytest.raises(RunStopped, match="SIGTERM"):
+        run(long, stopped)
+    state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert state["extra"]["step"] == 20  # the end of the second episode, the one under way
+    resumed = run(long, context(tmp_path / "b", resume=True))
+    assert resumed[1].metrics == straight[1].metrics and resumed[0].curve == straight[0].curve
