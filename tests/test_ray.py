@@ -6,6 +6,7 @@ there; it is started in its own process group and that group alone is ended afte
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -21,7 +22,9 @@ from support import record_metrics
 from tiny_domain import harness, harness_env
 
 pytestmark = pytest.mark.ray
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'contrastive-harness[ray]')")
+# Not imported here: ray's import sets up logging on this process's streams, which pytest closes after a test.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("the ray extra is not installed (pip install 'contrastive-harness[ray]')", allow_module_level=True)
 
 GRID = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0,1", "--workers", "2"]
 
