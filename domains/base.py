@@ -53,6 +53,12 @@ class NonFiniteLossError(UserError):
     """Training produced a NaN or infinite loss; raised at once by :meth:`RunContext.check_loss`."""
 
 
+class RunStopped(BaseException):
+    """The run was asked to stop (a signal, a time limit) and did, at a step boundary where its checkpoint holds
+    its state: resuming goes on from there. A BaseException, like KeyboardInterrupt, so that a domain's
+    ``except Exception`` never takes it for a failure; the message is the reason."""
+
+
 def _checkpoint_globals() -> list[Any]:
     """What a checkpoint may hold besides tensors and plain Python: numpy arrays, scalars and dtypes (replay
     buffers, RNG states). ``torch.load(weights_only=True)`` refuses every other class, so a tampered
@@ -220,14 +226,51 @@ class RunContext:
     run_key: str = ""
     # live trackers (harness.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
     trackers: Sequence[Any] = ()
+    # why the run should stop (a signal, a time limit), or None: the harness's; read at each step boundary
+    stop_reason: Callable[[], str | None] = field(default=lambda: None, repr=False, compare=False)
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
-        """A tqdm progress bar, silent under ``--quiet``."""
+        """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop; where a stop is
+        requested it raises :class:`RunStopped` at the first step boundary where the checkpoint holds the run's
+        state: before the loop's first step (the state a loop starts from is the restored checkpoint's, or a
+        fresh start's), or right after a step that called :meth:`save_checkpoint`. A loop that checkpoints
+        every step stops at the next one; one that checkpoints every few steps saves early when
+        :attr:`stop_requested` says so."""
         from tqdm.auto import tqdm
 
-        return iter(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
+        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
+
+    def _stoppable(self, bar: Any) -> Iterator[T]:
+        resumable = True
+        for item in bar:
+            reason = self._agreed_stop(resumable)
+            if reason is not None:
+                bar.close()
+                raise RunStopped(reason)
+            self._checkpointed = False
+            yield item
+            resumable = self._checkpointed
+
+    def _agreed_stop(self, resumable: bool) -> str | None:
+        """The stop reason where the run stops at this boundary. Under torch.distributed every rank stops at the
+        same boundary (else the others would wait for it in their next collective): any rank's stop stops all,
+        and rank 0's checkpoint (the only one written) makes the boundary resumable for all."""
+        reason = self.stop_reason()
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() and \
+            torch.distributed.get_world_size() > 1
+        if not distributed:
+            return reason if resumable else None
+        flags = torch.tensor([reason is not None, resumable], dtype=torch.float32, device=self.device)
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        return (reason or "another rank's stop") if bool(flags.all()) else None
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether the run is asked to stop: a loop that does not checkpoint every step saves one now."""
+        return self.stop_reason() is not None
 
     def log(self, message: str) -> None:
         self.logger.info(message)
@@ -268,6 +311,7 @@ class RunContext:
         state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
                  "rng": rng_state(), "extra": extra, "run": self.run_key}
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
+        self._checkpointed = True
 
     def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
         """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the

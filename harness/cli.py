@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import sys
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
 
 from domains.base import UserError
 from harness import tracking
+from harness.output import output_settings
 
 RESULTS = "leaderboards/results"
 OUT = "leaderboards"
@@ -41,6 +38,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_tracker(p)
+    _add_time_limit(p)
     _add_verbose(p)
 
 
@@ -48,6 +46,12 @@ def _add_tracker(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracker", dest="trackers", action="append", choices=[*tracking.TRACKERS, tracking.NONE],
                    help="log each run live, beside the records: tensorboard (default; RESULTS/tb/RUN_ID), wandb "
                         "(offline, RESULTS/wandb), mlflow (file:RESULTS/mlruns) or none (repeatable)")
+
+
+def _add_time_limit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--time-limit", metavar="DURATION",
+                   help="e.g. 90m, 2h, 3600s: stop at a checkpoint before then (as on SIGTERM or SIGUSR1), exit 75 "
+                        "and print the command that resumes")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -87,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
+    p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
+    p.add_argument("--cpus-per-job", type=int,
+                   help="CPUs (torch threads) a Ray or Slurm job asks for (default: this machine's over --workers)")
+    p.add_argument("--resume", action="store_true", help="jobs go on from the checkpoints a stopped sweep left")
+    _add_time_limit(p)
     _add_tracker(p)
     _add_verbose(p)
 
@@ -140,72 +149,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to "
                    f"(default: {OUT}/bench)")
     return parser
-
-
-# Library chatter a normal run hides (-v shows it): deprecation notices of APIs the harness's dependencies
-# call (torch.jit.script's FutureWarning from PyG), INFO lines of libraries that configure logging on import
-# (absl through dm_control), and PyG's "Processing..." / "Done!" prints when it first processes a TU set.
-QUIET_WARNINGS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
-QUIET_LOGGERS = ("absl", "torch_geometric", "transformers", "datasets", "urllib3", "filelock", "matplotlib",
-                 "PIL", "OpenGL")
-QUIET_PRINTS = frozenset({"Processing...", "Done!"})
-
-
-class _DropLines:
-    """A stderr that drops the exact lines in QUIET_PRINTS (written by ``print``: the text, then its newline)
-    and passes every other write through unchanged, progress bars included."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._dropped = False
-
-    def write(self, text: str) -> int:
-        dropped, self._dropped = self._dropped, text in QUIET_PRINTS
-        if self._dropped or (dropped and text == "\n"):
-            return len(text)
-        return self._stream.write(text)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stream, name)
-
-
-def configure_output(verbose: bool) -> None:
-    """A normal run shows progress bars, its estimate and results; ``verbose`` adds every log line.
-
-    The run's own log lines always go to its record's ``.log`` file; the "harness" logger does not propagate
-    to the root logger, where a library may have installed a handler (absl calls ``logging.basicConfig``).
-    """
-    harness_logger = logging.getLogger("harness")
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        harness_logger.propagate = True
-        return
-    harness_logger.propagate = False
-    logging.getLogger().setLevel(logging.WARNING)
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    for category in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", category=category)
-    if not isinstance(sys.stderr, _DropLines):
-        sys.stderr = _DropLines(sys.stderr)
-
-
-@contextlib.contextmanager
-def output_settings(verbose: bool) -> Iterator[None]:
-    """``configure_output`` for one command, undone afterwards: ``main`` also runs inside other programs."""
-    root, harness_logger = logging.getLogger(), logging.getLogger("harness")
-    loggers = [root, *(logging.getLogger(name) for name in QUIET_LOGGERS)]
-    levels, handlers = [lg.level for lg in loggers], list(root.handlers)
-    stderr, propagate = sys.stderr, harness_logger.propagate
-    with warnings.catch_warnings():
-        configure_output(verbose)
-        try:
-            yield
-        finally:
-            sys.stderr, harness_logger.propagate = stderr, propagate
-            root.handlers[:] = handlers
-            for lg, level in zip(loggers, levels):
-                lg.setLevel(level)
 
 
 # What each command writes at --out: a folder of pages or benchmarks, or compare's one report file.

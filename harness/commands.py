@@ -7,8 +7,9 @@ import shlex
 import statistics
 import sys
 
+from domains.base import RunStopped
 from harness import config as cfg
-from harness import tracking
+from harness import stopping, tracking
 from harness.runner import Outcome, RunRequest, execute
 
 
@@ -41,8 +42,8 @@ def _fmt(value: object) -> str:
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command that continues an interrupted ``harness run``: the same arguments with ``--resume``, without
-    ``--force`` (which would redo the seeds that completed before the interruption)."""
+    """The command that continues an interrupted ``harness run`` or ``harness sweep``: the same arguments with
+    ``--resume``, without ``--force`` (which would redo the seeds that completed before the interruption)."""
     args = [a for a in argv if a != "--force"]
     return shlex.join(["harness", *args, *([] if "--resume" in args else ["--resume"])])
 
@@ -56,14 +57,25 @@ def _print_outcome(outcome: Outcome) -> None:
         print(f"    reproduce: {shlex.join(record.command)}", flush=True)
 
 
+def time_limit(args: argparse.Namespace) -> float | None:
+    """``--time-limit`` in seconds (None without one); UserError for a value that is no duration."""
+    return stopping.parse_duration(args.time_limit) if args.time_limit else None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    """Print each seed as it finishes; exit 0, 1 (a run failed), 2 (user error) or 130 (interrupted)."""
+    """Print each seed as it finishes; exit 0, 1 (a run failed), 2 (user error), 75 (``stopping.EXIT_STOPPED``:
+    stopped at a checkpoint by SIGTERM, SIGUSR1 or --time-limit) or 130 (interrupted by Ctrl-C at once)."""
+    request, limit = request_from_args(args), time_limit(args)
     try:
-        outcomes = execute(request_from_args(args), on_outcome=_print_outcome)
+        with stopping.graceful(stopping.STOP_SIGNALS, limit):
+            outcomes = execute(request, on_outcome=_print_outcome)
     except KeyboardInterrupt:
         # The interrupted seed's checkpoint is in <results>/.work/; completed seeds have their records.
         print(f"interrupted; continue with: {resume_command(args.argv)}", file=sys.stderr)
         return 130
+    except RunStopped as stop:
+        print(f"stopped ({stop}) at a checkpoint; continue with: {resume_command(args.argv)}", file=sys.stderr)
+        return stopping.EXIT_STOPPED
     done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
     if len(done) > 1:
         primary = done[0].primary_metric

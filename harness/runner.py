@@ -24,9 +24,9 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, RunContext, RunSpec, UserError, refuse_link
+from domains.base import Domain, Prepared, RunContext, RunSpec, RunStopped, UserError, refuse_link
 from harness import config as cfg
-from harness import records, tracking
+from harness import records, stopping, tracking
 from harness.version import software_info
 
 LOGGER = logging.getLogger("harness")
@@ -243,7 +243,8 @@ def results_folder(results: str) -> Path:
 
 
 def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
-    """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts.
+    """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts, and
+    RunStopped where a stop is requested (:mod:`harness.stopping`): at a checkpoint, or before a seed starts.
     ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
     tracking.check(req.trackers)
@@ -257,6 +258,9 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
     estimated = False
     for index, spec in enumerate(the_plan.specs):
+        reason = stopping.stop_reason()
+        if reason is not None:  # asked to stop: start no other seed
+            raise RunStopped(reason)
         seeds_left = 0 if estimated else len(the_plan.specs) - index
         outcome = _run_locked(the_plan, spec, data, device, data_root, results, req, seeds_left)
         estimated |= outcome.status in ("completed", "failed")  # it ran (a quick one never estimates)
@@ -330,7 +334,8 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
-                            run_key=rid, seeds=seeds_left if estimate else 0, trackers=trackers)
+                            run_key=rid, stop_reason=stopping.stop_reason, seeds=seeds_left if estimate else 0,
+                            trackers=trackers)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
@@ -384,6 +389,11 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
             **records.jsonable({"metrics": result.metrics, "details": result.details, "curve": pretrained.curve,
                                 "throughput": pretrained.throughput, "info": pretrained.info,
                                 "timings": {"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start}}))
+    except RunStopped as stop:
+        saved = f"its checkpoint is {ctx.checkpoint_path}" if ctx.checkpoint_path.exists() else \
+            "it had no checkpoint yet and starts over"
+        LOGGER.warning("run %s stopped (%s) at a step boundary; %s: rerun with --resume", rid, stop, saved)
+        raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
         user = isinstance(exc, UserError)
         message = " ".join(str(exc).split()) or type(exc).__name__

@@ -4,17 +4,25 @@ The grid becomes a list of one-seed :class:`RunRequest` jobs, each run by the sa
 (in-process in a worker). Jobs whose completed record exists are skipped. Executors: a local
 ``concurrent.futures.ProcessPoolExecutor``; Slurm job arrays through submitit (``map_array``), falling back
 to local where submitit detects no Slurm; Ray where it is installed. No scheduler of our own.
+
+A sweep asked to stop (SIGTERM, SIGUSR1, SIGINT, ``--time-limit``: :mod:`harness.stopping`) tells its jobs
+through a stop file in the results folder; the running ones checkpoint at their next step boundary, the queued
+ones never start, and the sweep exits with ``EXIT_STOPPED`` once its workers are gone. ``--resume`` goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import itertools
 import multiprocessing
 import os
 import shlex
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import signal
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +30,25 @@ import torch
 
 import losses
 from domains import get
-from domains.base import UserError, hash_jsonable, require
+from domains.base import RunStopped, UserError, hash_jsonable, require
 from harness import config as cfg
-from harness import tracking
+from harness import stopping, tracking
+from harness.commands import resume_command, time_limit
+from harness.output import configure_output
 from harness.records import reusable
-from harness.runner import RunRequest, default_data_root, execute, fingerprint, plan, resolve_device
+from harness.runner import (
+    RunRequest,
+    default_data_root,
+    execute,
+    fingerprint,
+    plan,
+    resolve_device,
+    results_folder,
+)
+
+POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
+# What a job on another machine (Ray) needs of this environment to import the harness and find the data.
+FORWARDED_ENV = ("PYTHONPATH", "HARNESS_PLUGINS", "HARNESS_DATA_ROOT", "HARNESS_CACHE_DIR")
 
 
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
@@ -80,7 +102,8 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
                     requests.append(RunRequest(
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
                         sets={**fixed, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
-                        results=args.results, force=args.force, quiet=True, trackers=trackers))
+                        results=args.results, resume=args.resume, force=args.force, quiet=True,
+                        trackers=trackers))
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
@@ -91,14 +114,41 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     return requests
 
 
-def run_job(request: RunRequest) -> list[dict[str, Any]]:
-    """One sweep job in a worker: exactly what ``harness run`` does; failures come back as data."""
+def run_job(request: RunRequest, stop_file: str | None = None, threads: int | None = None) -> list[dict[str, Any]]:
+    """One sweep job in a worker: exactly what ``harness run`` does; failures and stops come back as data.
+    ``stop_file``: the sweep's (:func:`harness.stopping.follow`); ``threads``: torch's, where the worker's
+    initializer did not set them (Ray, Slurm)."""
+    stopping.follow(Path(stop_file) if stop_file else None)
+    if stopping.stop_reason() is not None:  # handed to this worker before the sweep stopped
+        return _not_started([request])
+    if threads:
+        torch.set_num_threads(threads)
     try:
         outcomes = execute(request)
     except UserError as exc:
-        return [{"run_id": f"{request.domain}/{request.loss}", "status": "failed", "error": str(exc)}]
+        return [{"run_id": _job_name(request), "status": "failed", "error": str(exc)}]
+    except RunStopped as stop:
+        return [{"run_id": _job_name(request), "status": "stopped", "error": f"{stop}; its checkpoint is kept"}]
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "path": str(o.path),
              "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
+
+
+class SlurmJob:
+    """:func:`run_job` for submitit, checkpointable: when Slurm signals a job (SIGUSR1 before its time limit,
+    or a preemption), submitit calls :meth:`checkpoint`, requeues the job and ends it; the requeued job runs the
+    request again with ``resume``, from the run's last checkpoint."""
+
+    def __call__(self, request: RunRequest, stop_file: str | None, threads: int) -> list[dict[str, Any]]:
+        return run_job(request, stop_file, threads)
+
+    def checkpoint(self, request: RunRequest, stop_file: str | None, threads: int) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, dataclasses.replace(request, resume=True), stop_file, threads)
+
+
+def _job_name(request: RunRequest) -> str:
+    return f"{request.domain}/{request.dataset}/{request.loss} seed {request.seeds[0]}"
 
 
 def _job_line(request: RunRequest) -> str:
@@ -146,66 +196,142 @@ def _progress(total: int):
 
 
 def _init_worker(threads: int, verbose: bool) -> None:
-    from harness.cli import configure_output  # a spawned worker starts with Python's default output settings
-
-    configure_output(verbose)
+    configure_output(verbose)  # a spawned worker starts with Python's default output settings
     torch.set_num_threads(threads)
+    # Ctrl-C at a terminal reaches the workers too: they stop at a checkpoint, as on the sweep's stop file.
+    stopping.handle((*stopping.STOP_SIGNALS, signal.SIGINT))
 
 
-def run_local(requests: list[RunRequest], workers: int, verbose: bool = False) -> list[dict[str, Any]]:
+def _threads(workers: int) -> int:
+    """Torch threads per job: an explicit OMP_NUM_THREADS wins (on a machine shared with other jobs, one thread
+    per worker avoids OpenMP threads spinning on busy cores), else this machine's cores over the workers."""
+    return int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // workers))
+
+
+def _stopped(stop_file: Path) -> bool:
+    """Whether the sweep is asked to stop; the first time, tell its jobs (the stop file)."""
+    if stopping.stop_reason() is None:
+        return False
+    stop_file.touch(exist_ok=True)
+    return True
+
+
+def _not_started(requests: list[RunRequest]) -> list[dict[str, Any]]:
+    return [{"run_id": _job_name(r), "status": "not started", "error": None} for r in requests]
+
+
+def run_local(requests: list[RunRequest], workers: int, stop_file: Path, verbose: bool = False) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
-    # share the cores instead of each starting one thread per core. An explicit OMP_NUM_THREADS wins: on a
-    # machine shared with other jobs, one thread per worker avoids OpenMP threads spinning on busy cores.
+    # share the cores instead of each starting one thread per core.
     context = multiprocessing.get_context("spawn")
-    threads = int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // workers))
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                             initargs=(threads, verbose)) as pool, _progress(len(requests)) as bar:
-        for future in as_completed([pool.submit(run_job, r) for r in requests]):
-            results += _report(future.result(), bar)
+                             initargs=(_threads(workers), verbose)) as pool, _progress(len(requests)) as bar:
+        waiting = {pool.submit(run_job, r, str(stop_file)): r for r in requests}
+        while waiting:
+            done, _ = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                request = waiting.pop(future)
+                results += _not_started([request]) if future.cancelled() else _report(future.result(), bar)
+            if _stopped(stop_file):
+                for future in waiting:
+                    future.cancel()  # a job already handed to a worker starts, sees the stop file and returns
     return results
 
 
-def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace) -> list[dict[str, Any]] | None:
+def _cpus_per_job(args: argparse.Namespace) -> int:
+    if args.cpus_per_job is not None and args.cpus_per_job < 1:
+        raise UserError("--cpus-per-job must be at least 1")
+    return args.cpus_per_job or _threads(args.workers)
+
+
+def _absolute(request: RunRequest) -> RunRequest:
+    """The request with absolute folders: a job on another machine or under a scheduler starts elsewhere."""
+    return dataclasses.replace(request, results=str(Path(request.results).resolve()),
+                               data_root=str(default_data_root(request.data_root).resolve()))
+
+
+def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace,
+              stop_file: Path | None = None) -> list[dict[str, Any]] | None:
     """Slurm job arrays through submitit; None when submitit detects no Slurm here."""
     submitit = require("submitit", "sweep")
     executor = submitit.AutoExecutor(folder=str(Path(args.results) / ".submitit" / "%j"))
     if executor.cluster != "slurm":
         print(f"no Slurm cluster found (submitit detected '{executor.cluster}'); running with the local executor")
         return None
+    cpus = _cpus_per_job(args)
     params: dict[str, Any] = {"timeout_min": args.timeout_min, "slurm_array_parallelism": workers,
-                              "cpus_per_task": 4, "gpus_per_node": 1 if args.device.startswith("cuda") else 0}
+                              "cpus_per_task": cpus, "gpus_per_node": 1 if args.device.startswith("cuda") else 0}
     if args.slurm_partition:
         params["slurm_partition"] = args.slurm_partition
     executor.update_parameters(**params)
-    jobs = executor.map_array(run_job, requests)
+    requests = [_absolute(r) for r in requests]
+    jobs = executor.map_array(SlurmJob(), requests, [str(stop_file) if stop_file else None] * len(requests),
+                              [cpus] * len(requests))
     print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
     results: list[dict[str, Any]] = []
+    waiting = dict(zip(jobs, requests))
     with _progress(len(jobs)) as bar:
-        for job in submitit.helpers.as_completed(jobs):
-            results += _report(job.result(), bar)
+        while waiting:
+            for job in [j for j in waiting if j.done()]:
+                request = waiting.pop(job)
+                try:
+                    results += _report(job.result(), bar)
+                except Exception as exc:  # noqa: BLE001 - cancelled, killed, out of memory: the others go on
+                    cancelled = stop_file is not None and stopping.stop_reason() is not None
+                    results += _not_started([request]) if cancelled else _report(
+                        [{"run_id": _job_name(request), "status": "failed", "error": f"Slurm job {job.job_id} "
+                          f"ended without a result ({type(exc).__name__}); rerun the sweep with --resume"}], bar)
+            if stop_file is not None and _stopped(stop_file):
+                for job in waiting:
+                    if job.state == "PENDING":
+                        job.cancel(check=False)
+            if waiting:
+                time.sleep(POLL_S)
     return results
 
 
-def run_ray(requests: list[RunRequest]) -> list[dict[str, Any]]:
+def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path) -> list[dict[str, Any]]:
+    """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
+    cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
+    on from its checkpoint); the others go on."""
     try:
         ray = importlib.import_module("ray")
     except ImportError:
-        raise UserError("--executor ray needs the 'ray' package: pip install ray") from None
-    ray.init(ignore_reinit_error=True)
-    remote = ray.remote(run_job)
-    waiting = [remote.remote(r) for r in requests]
-    results: list[dict[str, Any]] = []
-    with _progress(len(waiting)) as bar:
-        while waiting:
-            ready, waiting = ray.wait(waiting, num_returns=1)
-            results += _report(ray.get(ready[0]), bar)
+        raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
+    env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
+    ray.init(address=args.ray_address, ignore_reinit_error=True, log_to_driver=args.verbose,
+             runtime_env={"env_vars": env} if env else None)
+    cpus = _cpus_per_job(args)
+    remote = ray.remote(num_cpus=cpus, num_gpus=1 if args.device.startswith("cuda") else 0, max_retries=0)(run_job)
+    queued, running, results = [_absolute(r) for r in requests], {}, []
+    try:
+        with _progress(len(queued)) as bar:
+            while queued or running:
+                while queued and len(running) < args.workers:
+                    request = queued.pop(0)
+                    running[remote.remote(request, str(stop_file), cpus)] = request
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    request = running.pop(ref)
+                    try:
+                        results += _report(ray.get(ref), bar)
+                    except ray.exceptions.RayError as exc:  # the worker died (killed, out of memory, node lost)
+                        error = f"its Ray worker was lost ({type(exc).__name__}); rerun the sweep with --resume"
+                        results += _report([{"run_id": _job_name(request), "status": "failed", "error": error}],
+                                           bar)
+                if _stopped(stop_file):
+                    results += _not_started(queued)
+                    queued = []
+    finally:
+        if args.ray_address is None:
+            ray.shutdown()  # the cluster ray.init started here
     return results
 
 
 def _report(job_results: list[dict[str, Any]], bar) -> list[dict[str, Any]]:
     for r in job_results:
-        detail = r["error"] if r["status"] == "failed" else ", ".join(
+        detail = r["error"] or "" if r["status"] not in ("completed", "skipped") else ", ".join(
             f"{k}={v:.4g}" for k, v in sorted(r.get("metrics", {}).items()) if isinstance(v, (int, float)))
         bar.write(f"[{r['status']}] {r['run_id']}: {detail}")
     bar.update(1)
@@ -213,9 +339,11 @@ def _report(job_results: list[dict[str, Any]], bar) -> list[dict[str, Any]]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """Exit 0, 1 (a job failed), 2 (user error) or 75 (``stopping.EXIT_STOPPED``: stopped, ``--resume`` goes on)."""
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
+    limit = time_limit(args)
     todo, done, invalid = pending(build_requests(args))
     for line in invalid:
         print(f"[invalid] {line}")
@@ -231,14 +359,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     tracking.check(todo[0].trackers)
     if "tensorboard" in todo[0].trackers:
         print(f"tracking: tensorboard --logdir {Path(args.results) / 'tb'}")
-    results = None
-    if args.executor == "slurm":
-        results = run_slurm(todo, args.workers, args)
-    elif args.executor == "ray":
-        results = run_ray(todo)
-    if results is None:
-        results = run_local(todo, args.workers, args.verbose)
-    counts = {s: sum(r["status"] == s for r in results) for s in ("completed", "failed", "skipped", "busy")}
-    print("sweep done: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    stop_file = results_folder(args.results).resolve() / ".work" / f"sweep-{uuid.uuid4().hex[:12]}.stop"
+    try:
+        with stopping.graceful((*stopping.STOP_SIGNALS, signal.SIGINT), limit):
+            results = None
+            if args.executor == "slurm":
+                results = run_slurm(todo, args.workers, args, stop_file)
+            elif args.executor == "ray":
+                results = run_ray(todo, args, stop_file)
+            if results is None:
+                results = run_local(todo, args.workers, stop_file, args.verbose)
+            reason = stopping.stop_reason()
+    finally:
+        stop_file.unlink(missing_ok=True)
+    states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
+    counts = {s: sum(r["status"] == s for r in results) for s in states}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    if reason is not None and (counts["stopped"] or counts["not started"]):
+        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(args.argv)}")
+        return stopping.EXIT_STOPPED
+    print("sweep done: " + summary)
     return 1 if counts["failed"] else 0
-

@@ -51,3 +51,11 @@ def toy_tu(root: Path, name: str = "TOY") -> Path:
     (raw / f"{name}_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator))
     (raw / f"{name}_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
     return raw
+
+
+def record_metrics(results: Path) -> dict[str, tuple]:
+    """Each record of ``results`` by run id: its status, metrics and loss curve (what two executors must agree on)."""
+    import json
+
+    records = [json.loads(p.read_text()) for p in results.glob("*.json")]
+    return {r["run_id"]: (r["status"], r["metrics"], [c["loss"] for c in r["curve"]]) for r in records}

@@ -44,7 +44,10 @@ def test_sweep_skips_existing_records(tmp_path):
     assert again.returncode == 0 and "6 with a completed record (skipped), 0 to run" in again.stdout
 
 
-def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys):
+def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys, monkeypatch):
+    from submitit.slurm.slurm import SlurmExecutor
+
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: -1))  # as where no srun is installed
     args = argparse.Namespace(results=str(tmp_path), timeout_min=10, device="cpu", slurm_partition=None)
     assert run_slurm([], 1, args) is None  # submitit's AutoExecutor finds no Slurm on this machine
     assert "no Slurm cluster found (submitit detected 'local'); running with the local executor" in \

@@ -55,3 +55,23 @@ def test_two_ranks_stay_in_step(tmp_path):
     assert (ranks[0]["cmc"]["bank_l"].norm(dim=1) - 1).abs().max() < 1e-5
     # 4 steps of 2 x 128 keys into 768 slots: each rank enqueued the keys of both ranks.
     assert int(ranks[0]["moco"]["queue_ptr"]) == (4 * 256) % 768
+
+
+def test_harness_run_under_torchrun_with_two_ranks_writes_one_record(tmp_path):
+    """``torchrun --nproc_per_node 2 -m harness run``: both ranks train (gloo on the CPU), rank 0 alone writes."""
+    import json
+    import subprocess
+    import sys
+
+    from tiny_domain import REPO, harness_env
+
+    args = ["--domain", "vision", "--loss", "dcl", "--seeds", "0", "--quiet", "--device", "cpu", "--set", "epochs=1",
+            "--set", "batch_size=128", "--set", "knn_every=0", "--set", "proj_dim=32", "--results", str(tmp_path)]
+    env = dict(harness_env(), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                           str(_free_port()), "-m", "harness", "run", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert record["status"] == "completed" and record["info"]["world_size"] == 2
+    assert proc.stdout.count("[completed]") == 2  # each rank reports the run; only rank 0 wrote it

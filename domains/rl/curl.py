@@ -562,12 +562,15 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             recent, tracked = {}, {}
             ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
             next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
-        if next_ckpt is not None and env.env_steps >= next_ckpt and step + 1 < total_agent_steps:
+        # A stop is saved here too (its run stops at the next step): an episode's end is where a run resumes.
+        due = next_ckpt is not None and env.env_steps >= next_ckpt
+        if (due or ctx.stop_requested) and step + 1 < total_agent_steps:
             ctx.save_checkpoint(
                 training, rng=rng.bit_generator.state, env_rng=env.rng_state(), env_steps=env.env_steps,
                 step=step + 1, updates=updates, curve=curve, returns=episode_returns, update_time=update_time,
                 env_time=env_time, recent={key: torch.stack(values) for key, values in recent.items()})
-            next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
+            if due:
+                next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
         obs, _ = env.reset()
         buffer.start_episode(obs)
     env.close()

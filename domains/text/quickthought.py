@@ -166,7 +166,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                     curve[-1].update(estimate)
                 else:
                     curve.append({"step": step, "epoch": step // per_epoch, **estimate})
-        if step % cfg.checkpoint_every == 0 or step % per_epoch == 0:
+        if step % cfg.checkpoint_every == 0 or step % per_epoch == 0 or ctx.stop_requested:  # stops here
             pause = time.perf_counter()
             save()
             tic += time.perf_counter() - pause  # saving is no training time

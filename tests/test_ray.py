@@ -1,0 +1,114 @@
+"""``harness sweep --executor ray`` on a real one-node Ray cluster (``ray start --head`` on this machine): the
+records equal a local sweep's, and a worker killed mid-sweep loses only its own run, which a rerun completes.
+
+Ray turns a loopback address into this machine's own IP (``resolve_ip_for_localhost``), so the cluster listens
+there; it is started in its own process group and that group alone is ended after the tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from support import record_metrics
+from tiny_domain import harness, harness_env
+
+pytestmark = pytest.mark.ray
+# Not imported here: ray's import sets up logging on this process's streams, which pytest closes after a test.
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("the ray extra is not installed (pip install 'contrastive-harness[ray]')", allow_module_level=True)
+
+GRID = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0,1", "--workers", "2"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_address(tmp_path_factory) -> str:
+    """A Ray head with 2 CPUs, its environment the harness's with the tiny domain plugged in; its address."""
+    log = tmp_path_factory.mktemp("ray") / "head.log"
+    ray_cli = Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip(f"no ray command beside {sys.executable}")
+    env = dict(harness_env(), RAY_USAGE_STATS_ENABLED="0")
+    with open(log, "w") as out:
+        head = subprocess.Popen([str(ray_cli), "start", "--head", "--node-ip-address=127.0.0.1",
+                                 f"--port={_free_port()}", "--num-cpus=2", "--include-dashboard=false",
+                                 "--disable-usage-stats", "--block"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline, address = time.time() + 120, None
+        while address is None and time.time() < deadline and head.poll() is None:
+            time.sleep(0.5)
+            found = re.search(r"ray start --address='([^']+)'", log.read_text())
+            address = found.group(1) if found else None
+        if address is None:
+            pytest.fail(f"ray start did not come up:\n{log.read_text()[-2000:]}")
+        yield address
+    finally:
+        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(head.pid, sig)  # the head's session: gcs, raylet and their workers
+            except ProcessLookupError:
+                break
+            deadline = time.time() + wait_s
+            while time.time() < deadline and _group(head.pid):
+                time.sleep(0.2)
+        head.wait(timeout=10)
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    procs = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                procs.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return procs
+
+
+def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_address):
+    local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
+    assert local.returncode == 0, local.stderr
+    remote = harness(*GRID, "--set", "epochs=3", "--executor", "ray", "--ray-address", ray_address,
+                     "--results", str(tmp_path / "ray"), timeout=300)
+    assert remote.returncode == 0, remote.stderr
+    assert "sweep done: 4 completed" in remote.stdout
+    expected = record_metrics(tmp_path / "local")
+    assert len(expected) == 4 and record_metrics(tmp_path / "ray") == expected
+
+
+def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_address):
+    args = [*GRID, "--set", "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address", ray_address,
+            "--results", str(tmp_path)]
+    sweep = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=Path(__file__).parent.parent,
+                             env=harness_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim, deadline = None, time.time() + 120
+    while victim is None and time.time() < deadline:  # a task past its second epoch
+        if sum("epoch 2:" in p.read_text() for p in tmp_path.glob("*.log")):
+            victim = next((p for p in psutil.process_iter(["name", "cmdline"])
+                           if "ray::run_job" in " ".join(p.info["cmdline"] or [p.info["name"] or ""])), None)
+        time.sleep(0.1)
+    assert victim is not None, "no Ray task running run_job was found"
+    victim.kill()
+    stdout, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, stderr  # one job failed
+    assert "1 failed" in stdout and "its Ray worker was lost" in stdout and "3 completed" in stdout
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 3
+    rerun = harness(*args, "--resume", timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "4 runs, 3 with a completed record (skipped), 1 to run" in rerun.stdout
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 4

@@ -1,0 +1,152 @@
+"""``harness sweep --executor slurm`` on a real one-node Slurm (Debian's slurm-wlm and munge, started here as root
+by the fixture, on this machine only): a job array writes the records of a local sweep, and a job that Slurm
+signals before its time limit is requeued by submitit and completes from its checkpoint.
+
+CI installs the daemons with ``apt-get install -y --no-install-recommends slurm-wlm munge``; without them, or
+without root (slurmd runs jobs as their user), the tests skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from support import record_metrics
+from tiny_domain import REPO, harness, harness_env
+
+pytestmark = pytest.mark.slurm
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo", "squeue", "scancel", "scontrol")
+MUNGE_KEY = Path("/etc/munge/munge.key")  # written by the munge package's install
+GRID = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0,1", "--workers", "2"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(folder: Path, host: str) -> str:
+    ctld, slurmd = _free_port(), _free_port()
+    return "\n".join([
+        "ClusterName=harnesstest", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
+        f"SlurmctldPort={ctld}", f"SlurmdPort={slurmd}", "AuthType=auth/munge", "CredType=cred/munge",
+        f"AuthInfo=socket={folder / 'munge.sock'}", f"StateSaveLocation={folder / 'state'}",
+        f"SlurmdSpoolDir={folder / 'spool'}", f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+        f"SlurmdPidFile={folder / 'slurmd.pid'}", f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+        f"SlurmdLogFile={folder / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "ReturnToService=2", "MpiDefault=none",
+        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "JobCompType=jobcomp/none", "MinJobAge=300", "KillWait=5",
+        f"NodeName={host} CPUs={os.cpu_count()} State=UNKNOWN",
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
+
+
+@pytest.fixture(scope="module")
+def slurm_env(tmp_path_factory) -> dict[str, str]:
+    """munged, slurmctld and slurmd on this machine; the environment (SLURM_CONF) that reaches them."""
+    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    if missing or not MUNGE_KEY.exists():
+        pytest.skip(f"Slurm is not installed ({', '.join(missing) or MUNGE_KEY}): apt-get install slurm-wlm munge")
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmd needs root")
+    folder = tmp_path_factory.mktemp("slurm")
+    (folder / "state").mkdir()
+    (folder / "spool").mkdir()
+    host = socket.gethostname().split(".")[0]
+    (folder / "slurm.conf").write_text(_config(folder, host))
+    env = dict(harness_env(), SLURM_CONF=str(folder / "slurm.conf"))
+    subprocess.run(["munged", "--force", f"--socket={folder / 'munge.sock'}", f"--key-file={MUNGE_KEY}",
+                    f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
+                    f"--seed-file={folder / 'munge.seed'}"], check=True)
+    daemons = [subprocess.Popen([name, "-D", "-f", env["SLURM_CONF"], *(["-i"] if name == "slurmctld" else [])],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for name in ("slurmctld", "slurmd")]
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline and _sinfo(env) != "idle":
+            time.sleep(0.5)
+        if _sinfo(env) != "idle":
+            pytest.fail(f"the Slurm node is not idle: {(folder / 'slurmctld.log').read_text()[-2000:]}")
+        yield env
+    finally:
+        deadline = time.time() + 30
+        while time.time() < deadline and subprocess.run(["squeue", "-h"], env=env, capture_output=True,
+                                                        text=True).stdout.strip():
+            time.sleep(0.5)
+        for daemon in daemons:
+            daemon.terminate()
+            daemon.wait(timeout=30)
+        for step in _steps(env["SLURM_CONF"]):  # a job step slurmd left behind
+            step.kill()
+        os.kill(int((folder / "munged.pid").read_text()), signal.SIGTERM)
+
+
+def _steps(conf: str) -> list[psutil.Process]:
+    """The slurmstepd processes of the cluster configured by ``conf``."""
+    steps = []
+    for proc in psutil.process_iter(["name"]):
+        try:
+            if proc.info["name"] == "slurmstepd" and proc.environ().get("SLURM_CONF") == conf:
+                steps.append(proc)
+        except psutil.Error:
+            continue
+    return steps
+
+
+def _sinfo(env: dict[str, str]) -> str:
+    out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _sweep(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_slurm_array_writes_the_records_of_a_local_sweep(tmp_path, slurm_env):
+    local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
+    assert local.returncode == 0, local.stderr
+    proc = _sweep(slurm_env, *GRID, "--set", "epochs=3", "--executor", "slurm", "--cpus-per-job", "1",
+                  "--timeout-min", "5", "--results", str(tmp_path / "slurm"))
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "submitted 4 jobs as Slurm array" in stdout and "sweep done: 4 completed" in stdout
+    expected = record_metrics(tmp_path / "local")
+    assert len(expected) == 4 and record_metrics(tmp_path / "slurm") == expected
+
+
+def test_a_job_signalled_before_its_time_limit_is_requeued_and_completes(tmp_path, slurm_env):
+    """Slurm sends submitit's jobs SIGUSR2 90 s before their limit (``--signal=USR2@90``): sent here by hand, as
+    waiting for a real limit would take minutes. The requeued job's 2-minute hold is lifted by hand too."""
+    proc = _sweep(slurm_env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
+                  "epochs=30", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
+                  "--results", str(tmp_path))
+    deadline = time.time() + 120
+    while time.time() < deadline and not any("epoch 3:" in p.read_text() for p in tmp_path.glob("*.log")):
+        time.sleep(0.2)
+    job = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True).stdout.split()
+    assert len(job) == 1, job
+    subprocess.run(["scancel", "--signal=USR2", job[0]], env=slurm_env, check=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:  # requeued: pending until its begin time
+        state = subprocess.run(["squeue", "-h", "-o", "%T", "-j", job[0]], env=slurm_env, capture_output=True,
+                               text=True).stdout.strip()
+        if state == "PENDING":
+            subprocess.run(["scontrol", "update", f"jobid={job[0]}", "StartTime=now"], env=slurm_env, check=True)
+            break
+        time.sleep(0.5)
+    assert state == "PENDING", state
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert record["status"] == "completed" and record["resumed"] and record["info"]["start_epoch"] >= 3
+    assert [c["epoch"] for c in record["curve"]] == list(range(1, 31))

@@ -1,0 +1,188 @@
+"""Graceful ends (harness.stopping): SIGTERM, SIGUSR1, --time-limit and, in a sweep, SIGINT stop at a checkpoint,
+exit 75 with the command that resumes, and that command finishes the work; a stopped sweep leaves no process and
+starts no queued job. Through the CLI in subprocesses, on the tiny domain and on the graph domain (whose resume is
+exact, so the resumed record's metrics equal an uninterrupted run's)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+import torch
+from test_faults import _start, _wait_for_epoch
+from tiny_domain import harness
+
+from domains.base import RunContext, UserError
+from harness.stopping import EXIT_STOPPED, parse_duration, stop_margin
+
+TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--quiet"]
+
+
+def _records(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+
+
+def _checkpoint_epoch(results: Path) -> int:
+    """The epoch the run's checkpoint holds; 0 without one."""
+    [work] = [p for p in (results / ".work").iterdir() if p.is_dir()]
+    saved = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=work,
+                       resume=True).saved_extras()
+    return saved["epoch"] if saved else 0
+
+
+def _resume(stderr: str) -> list[str]:
+    """The arguments of the resume command the last line of ``stderr`` (or stdout) prints."""
+    hint = stderr.strip().splitlines()[-1]
+    assert " continue with: harness " in hint and hint.endswith(" --resume"), hint
+    return hint.split("continue with: harness ")[1].split()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda sig: sig.name)
+def test_a_signal_stops_a_run_at_a_checkpoint_and_the_printed_command_finishes_it(tmp_path, sig):
+    proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results", str(tmp_path)])
+    _wait_for_epoch(tmp_path, 2)
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
+    assert time.monotonic() - sent < 5  # the next epoch boundary, not the end of the run
+    assert stderr.strip().splitlines()[-1].startswith(f"stopped ({sig.name}) at a checkpoint; continue with: ")
+    [log] = tmp_path.glob("*.log")
+    assert f"stopped ({sig.name}) at a step boundary; its checkpoint is" in log.read_text()
+    assert not _records(tmp_path)  # seed 0 did not finish and seed 1 never started
+    epoch = _checkpoint_epoch(tmp_path)
+    assert 2 <= epoch < 12
+    out = harness(*_resume(stderr))
+    assert out.returncode == 0, out.stderr
+    first, second = _records(tmp_path)
+    assert (first["seed"], first["info"]["start_epoch"], first["resumed"]) == (0, epoch, True)
+    assert (second["seed"], second["info"]["start_epoch"]) == (1, 0)
+    assert [c["epoch"] for c in first["curve"]] == list(range(1, 13))
+
+
+def _last_attempt(log: Path) -> list[tuple[float, str]]:
+    """The last attempt's log lines, each with its seconds since the attempt's first line (its command)."""
+    lines = [line for line in log.read_text().splitlines() if line[:2] == "20"]
+    lines = lines[max(i for i, line in enumerate(lines) if ": harness run " in line):]
+    times = [datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f") for line in lines]
+    return [((t - times[0]).total_seconds(), line[24:]) for t, line in zip(times, lines)]
+
+
+def test_time_limit_stops_before_the_limit_and_each_rerun_goes_on_until_the_run_completes(tmp_path):
+    """Like a job with a time limit that the scheduler requeues: each slice stops at a checkpoint before its
+    limit, and the printed command (the limit included) goes on from there."""
+    # 10 s of sleep alone: longer than the limit on any machine
+    args = [*TINY, "--seeds", "0", "--set", "epochs=40", "--set", "sleep_s=0.25", "--time-limit", "8s",
+            "--results", str(tmp_path)]
+    epochs = []
+    for _ in range(12):
+        out = harness(*args, timeout=60)
+        if out.returncode == 0:
+            break
+        assert out.returncode == EXIT_STOPPED, out.stderr
+        assert "stopped (time limit) at a checkpoint" in out.stderr
+        [log] = tmp_path.glob("*.log")
+        # The limit is counted from before the run's first log line, and a step under way finishes: at most one
+        # epoch ends after the limit (a slow machine's first epoch may take longer than the limit itself).
+        lines = _last_attempt(log)
+        assert "stopped (time limit)" in lines[-1][1]
+        assert sum(at > 8 for at, line in lines if ": epoch " in line) <= 1, lines
+        epochs.append(_checkpoint_epoch(tmp_path))
+        args = _resume(out.stderr)
+        assert "--time-limit" in args
+    assert out.returncode == 0, out.stderr
+    assert epochs and epochs == sorted(epochs) and epochs[-1] < 40
+    [record] = _records(tmp_path)
+    assert [c["epoch"] for c in record["curve"]] == list(range(1, 41))
+
+
+def test_durations():
+    assert [parse_duration(t) for t in ("90m", "2h", "3600s", "1h30m", "45", "1.5h")] == \
+        [5400, 7200, 3600, 5400, 45, 5400]
+    assert stop_margin(3600) == 180 and stop_margin(10 * 3600) == 300
+    for bad in ("soon", "", "10x", "0s", "-5m"):
+        with pytest.raises(UserError, match="--time-limit"):
+            parse_duration(bad)
+
+
+def test_a_bad_time_limit_is_a_user_error_before_any_work(tmp_path):
+    out = harness(*TINY, "--seeds", "0", "--time-limit", "soon", "--results", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.startswith("error: --time-limit 'soon' is not a duration")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_sigterm_on_graph_resumes_to_the_record_of_an_uninterrupted_run(tmp_path):
+    pytest.importorskip("torch_geometric")
+    args = ["run", "--domain", "graph", "--loss", "dcl", "--seeds", "0", "--quiet", "--set", "epochs=4",
+            "--set", "svm_folds=3", "--set", "svm_inner_folds=2"]
+    assert harness(*args, "--results", str(tmp_path / "whole")).returncode == 0
+    cut = tmp_path / "cut"
+    proc = _start([*args, "--results", str(cut)])
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((cut / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
+    assert proc.returncode == EXIT_STOPPED, stderr
+    assert not _records(cut)
+    out = harness(*_resume(stderr))
+    assert out.returncode == 0, out.stderr
+    [whole], [resumed] = _records(tmp_path / "whole"), _records(cut)
+    assert 1 <= resumed["info"]["resumed_at_epoch"] < 4 and resumed["run_id"] == whole["run_id"]
+    assert resumed["metrics"] == whole["metrics"]
+    assert [c["loss"] for c in resumed["curve"]] == [c["loss"] for c in whole["curve"]]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
+def test_a_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_and_leaves_no_process(tmp_path, sig):
+    """The signal goes to the sweep's main process only (``kill PID``), as it would from a scheduler."""
+    sweep = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl,hcl", "--seeds", "0,1", "--set", "epochs=16",
+             "--set", "sleep_s=0.25", "--workers", "2", "--results", str(tmp_path)]
+    proc = _start(sweep)
+    deadline = time.time() + 90
+    while time.time() < deadline and sum("epoch 2:" in p.read_text() for p in tmp_path.glob("*.log")) < 2:
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 3  # two workers and multiprocessing's resource tracker
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, [p.cmdline() for p in alive]
+    assert f"sweep stopped ({sig.name}): 2 stopped, 4 not started; continue with: " in stdout
+    assert len(list(tmp_path.glob("*.log"))) == 2  # no queued job started
+    assert not list((tmp_path / ".work").glob("*.stop"))
+    out = harness(*_resume(stdout), timeout=300)
+    assert out.returncode == 0, out.stderr
+    records = _records(tmp_path)
+    assert len(records) == 6 and all(r["status"] == "completed" for r in records)
+    assert sorted(r["info"]["start_epoch"] > 0 for r in records) == [False] * 4 + [True] * 2
+
+
+@pytest.mark.usefixtures("rendering")
+def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_path):
+    """CURL resumes only at an episode's end (the environment's state is not saved): a stop asked mid-episode
+    saves a checkpoint there, outside the checkpoint_freq schedule, and the resumed run equals a straight one."""
+    from test_rl_train import context, run, spec
+
+    from domains.base import RunStopped
+
+    long = spec(checkpoint_freq=0, num_env_steps=4000)  # 40 agent steps: 4 episodes of 10, no scheduled checkpoint
+    straight = run(long, context(tmp_path / "a"))
+    asked = iter(range(10 ** 6))  # from its 13th question on (step 12 or so: mid-episode), the run is told to stop
+    stopped = context(tmp_path / "b")
+    stopped.stop_reason = lambda: "SIGTERM" if next(asked) >= 13 else None
+    with pytest.raises(RunStopped, match="SIGTERM"):
+        run(long, stopped)
+    state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert state["extra"]["step"] == 20  # the end of the second episode, the one under way
+    resumed = run(long, context(tmp_path / "b", resume=True))
+    assert resumed[1].metrics == straight[1].metrics and resumed[0].curve == straight[0].curve
