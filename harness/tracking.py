@@ -86,7 +86,28 @@ def _params(spec: RunSpec) -> dict[str, Any]:
             **{f"loss.{k}": v for k, v in spec.loss_params.items()}}
 
 
-class TensorBoardTracker:
+class _SummaryAtLastStep:
+    """A tracker whose library has no summary: the evaluation's metrics are logged as scalars at the run's last
+    step, then the run ends (``_end``)."""
+
+    _step, _closed = 0, False
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _end(self, failed: bool) -> None:
+        raise NotImplementedError
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        if self._closed:
+            return
+        if summary:
+            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
+        self._end(failed=summary is None)
+        self._closed = True
+
+
+class TensorBoardTracker(_SummaryAtLastStep):
     """``torch.utils.tensorboard`` event files in ``<results>/tb/<run id>/``. A fresh start clears the folder;
     a resumed run purges what its interrupted attempt logged from the step it goes on at (the writer opens at the
     first step logged: TensorBoard's ``purge_step``), so each step keeps one value."""
@@ -110,14 +131,9 @@ class TensorBoardTracker:
             self._writer.add_scalar(key, value, step)
         self._step = step
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
-        if self._closed:
-            return
-        if summary:
-            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
+    def _end(self, failed: bool) -> None:
         if self._writer is not None:
             self._writer.close()
-        self._closed = True
 
 
 class WandbTracker:
@@ -149,7 +165,7 @@ class WandbTracker:
         self._closed = True
 
 
-class MlflowTracker:
+class MlflowTracker(_SummaryAtLastStep):
     """An MLflow run named by the run id, in the file store ``file:<results>/mlruns`` unless
     ``MLFLOW_TRACKING_URI`` names another store (MLflow 3 keeps its file store only behind
     ``MLFLOW_ALLOW_FILE_STORE``, which this sets for it); params are the run's identity."""
@@ -183,13 +199,8 @@ class MlflowTracker:
         self._client.log_batch(self._run_id, metrics=[Metric(k, v, now, step) for k, v in scalars.items()])
         self._step = step
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
-        if self._closed:
-            return
-        if summary:
-            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
-        self._client.set_terminated(self._run_id, "FINISHED" if summary is not None else "FAILED")
-        self._closed = True
+    def _end(self, failed: bool) -> None:
+        self._client.set_terminated(self._run_id, "FAILED" if failed else "FINISHED")
 
 
 def _experiment(client: Any, name: str) -> str:
