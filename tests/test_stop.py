@@ -32,7 +32,7 @@ def _checkpoint_epoch(results: Path) -> int:
     """The epoch the run's checkpoint holds; 0 without one."""
     [work] = [p for p in (results / ".work").iterdir() if p.is_dir()]
     saved = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=work,
-                       resume=True).saved_extras()
+                       resume=True, run_key=work.name).saved_extras()
     return saved["epoch"] if saved else 0
 
 
