@@ -118,3 +118,18 @@ def test_a_record_field_never_names_a_path(tmp_path, capsys):
         assert "is not a plain name" in capsys.readouterr().err
     assert not (tmp_path / "escaped.md").exists() and not Path("/tmp/escaped.md").exists()
     assert not out.exists() or not list(out.glob("*.md"))
+
+
+def test_a_build_and_a_checkout_name_the_same_version():
+    """pip builds the version from pyproject's [tool.setuptools_scm]; a checkout reads it at run time with
+    setuptools-scm's defaults. Both must agree (a fallback_version of "0+unknown" once made builds say 1.devN)."""
+    import subprocess
+    import sys
+
+    if not (version.ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    built = subprocess.run([sys.executable, "-m", "setuptools_scm"], cwd=version.ROOT, capture_output=True,
+                           text=True, check=True).stdout.strip().splitlines()[-1]
+    runtime = version.package_version()
+    # a dirty tree adds the date (".d2026...") to the local part at one moment and not the other: compare the rest
+    assert built.split(".d20")[0] == runtime.split(".d20")[0], (built, runtime)
