@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -29,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from losses import checks
 from losses.checks import NonFiniteError, reads_values_now, require
 from losses.scores import Entries, Scores
 
@@ -74,7 +76,7 @@ class Mask:
     def count(self) -> Tensor:
         """Entries per row, float [A]."""
         if self.dense is not None:
-            return self.dense.sum(dim=1, dtype=torch.int32).float()
+            return self.dense.sum(dim=1, dtype=torch.float32)  # exact below 2^24 entries a row
         left_out = torch.zeros(self.shape[0], device=self.outside_rows.device).index_add_(
             0, self.outside_rows, torch.ones(self.outside_rows.shape, device=self.outside_rows.device))
         return self.shape[1] - left_out
@@ -190,8 +192,21 @@ PAIRS_FROM_MASK_ON = frozenset({"cpu"})
 """Devices where the positives are found from ``pos_mask`` by ``nonzero`` (it synchronises elsewhere)."""
 
 CPU_KERNELS_ON = frozenset({"cpu"})
-"""Devices where a loss may trade one kernel for several that are faster on a CPU. Emptied, with
-``PAIRS_FROM_MASK_ON``, the CPU takes the accelerator's path (``losses.benchmark`` counts its kernels)."""
+"""Devices where a loss may trade one kernel for several that are faster on a CPU."""
+
+
+@contextmanager
+def accelerator_path() -> Iterator[None]:
+    """Inside, the CPU takes the path of an accelerator: positives never found by ``nonzero``, no kernel
+    picked for the CPU, and value checks queued (``torch._assert_async``) instead of read. The same
+    operations are dispatched as on a GPU, so that ``losses.benchmark`` counts them on any machine."""
+    global PAIRS_FROM_MASK_ON, CPU_KERNELS_ON
+    saved = PAIRS_FROM_MASK_ON, CPU_KERNELS_ON, checks.READS_VALUES_ON
+    PAIRS_FROM_MASK_ON = CPU_KERNELS_ON = checks.READS_VALUES_ON = frozenset()
+    try:
+        yield
+    finally:
+        PAIRS_FROM_MASK_ON, CPU_KERNELS_ON, checks.READS_VALUES_ON = saved
 
 
 def find_positives(scores: Scores) -> Entries | None:
@@ -409,7 +424,7 @@ def prepare(scores: Scores, scales: tuple[float, ...] = (1.0,), mask: Mask | Non
         else:
             anchor, pos_logit, per_anchor = None, logits, None
             lse = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded)[0]
-            n_pos = scores.pos_mask.sum(dim=1, dtype=torch.int32).float()
+            n_pos = scores.pos_mask.sum(dim=1, dtype=torch.float32)
         if scores.positives is None:  # found from the mask: in row-major order, not a count per anchor
             per_anchor = None
     if scores.min_logit is not None:

@@ -228,7 +228,10 @@ def _view_labels(labels: Tensor | None, batch: int, anchor_repeats: int, n_views
     if labels is None:
         return None, None
     _check_labels(labels, batch)
-    return labels.repeat(anchor_repeats), (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
+    anchor_labels = labels.repeat(anchor_repeats)
+    if not gather and anchor_repeats == n_views:  # the anchors are the candidates: one copy serves both
+        return anchor_labels, anchor_labels
+    return anchor_labels, (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
 
 
 @functools.lru_cache(maxsize=4)
