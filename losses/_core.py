@@ -8,19 +8,33 @@ constructors give it; on the CPU ``nonzero`` is free), so the work on them is O(
 (``label_scores`` or hand-built Scores on CUDA) the per-pair terms are computed on the whole
 matrix and read through ``pos_mask``. One autograd function (:class:`_RowReductions`) reads the
 logits for the masked log-sum-exps and the positive logits, and writes one gradient matrix.
+
+At the batch sizes of training (B = 512) a step on a GPU is bound by kernel launches, not by arithmetic,
+so the core launches as few kernels as it can (``losses.benchmark`` counts them): what depends on the
+layout alone (the constructors' index lists, the counts of positives and negatives, the anchors that
+qualify) is built once per layout and kept (:func:`layout_of`), a layout whose anchors all have the
+same number of positives listed in order (``Scores.positives_per_anchor``) reaches its pairs by
+reshapes, and the value checks of a step are folded into one queued assertion.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from losses import checks
 from losses.checks import NonFiniteError, reads_values_now, require
 from losses.scores import Entries, Scores
+
+T = TypeVar("T")
 
 EXP_LIMIT = 40.0
 """Where every ``|s·logit|`` is known to stay below this, ``exp(s·logit)`` is taken without a shift:
@@ -62,7 +76,7 @@ class Mask:
     def count(self) -> Tensor:
         """Entries per row, float [A]."""
         if self.dense is not None:
-            return self.dense.sum(dim=1, dtype=torch.int32).float()
+            return self.dense.sum(dim=1, dtype=torch.float32)  # exact below 2^24 entries a row
         left_out = torch.zeros(self.shape[0], device=self.outside_rows.device).index_add_(
             0, self.outside_rows, torch.ones(self.outside_rows.shape, device=self.outside_rows.device))
         return self.shape[1] - left_out
@@ -83,8 +97,8 @@ class Mask:
 
 class _RowReductions(torch.autograd.Function):
     """From one read of ``x``: for each ``s > 0`` of ``scales`` the row-wise
-    ``log Σ_{k∈mask} exp(s·x)`` (stacked ``[S, A]``; -inf for an empty row), and ``x`` at the flat
-    indices ``pos_flat`` (the positive logits). The backward writes a single gradient matrix: the
+    ``log Σ_{k∈mask} exp(s·x)`` (one ``[A]`` output per scale; -inf for an empty row), and ``x`` at the
+    flat indices ``pos_flat`` (the positive logits). The backward writes a single gradient matrix: the
     softmax over the mask of each scale times its incoming gradient (from the forward's saved
     exponentials, exactly 0 outside the mask), plus the positives' gradients added at their indices.
 
@@ -95,7 +109,7 @@ class _RowReductions(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, mask: Mask, scales: tuple[float, ...], pos_flat: Tensor | None,  # type: ignore[override]
-                bounded: bool) -> tuple[Tensor, Tensor]:
+                bounded: bool) -> tuple[Tensor, ...]:
         results, saved = [], []
         if bounded:
             for scale in scales:
@@ -117,29 +131,34 @@ class _RowReductions(torch.autograd.Function):
                 total = exps.sum(dim=1)
                 results.append(total.log() + scale * row_max.squeeze(1))
                 saved += [exps, total]
-        lse = torch.stack(results) if results else x.new_zeros((0, x.shape[0]))
         pos = x.reshape(-1).index_select(0, pos_flat) if pos_flat is not None else x.new_zeros(0)
         ctx.mask, ctx.scales, ctx.pos_flat = mask, scales, pos_flat
-        ctx.save_for_backward(x, lse, *saved)
+        ctx.save_for_backward(x, *results, *saved)
         ctx.set_materialize_grads(False)
-        return lse, pos
+        return (*results, pos)
 
     @staticmethod
-    def backward(ctx, grad_lse: Tensor | None, grad_pos: Tensor | None):  # type: ignore[override]
-        x, lse, *saved = ctx.saved_tensors
+    def backward(ctx, *grads: Tensor | None):  # type: ignore[override]
+        x, *rest = ctx.saved_tensors
+        n_scales = len(ctx.scales)
+        lses, saved = rest[:n_scales], rest[n_scales:]
+        *grad_lses, grad_pos = grads
         differentiable = torch.is_grad_enabled()  # create_graph
         grad_x = None
-        for i, scale in enumerate(ctx.scales if grad_lse is not None else ()):
+        for i, (scale, grad_lse) in enumerate(zip(ctx.scales, grad_lses)):
+            if grad_lse is None:
+                continue
             if differentiable:  # softmax over the mask, recomputed from the inputs
-                row = torch.where(torch.isfinite(lse[i]), lse[i], torch.zeros_like(lse[i]))
+                row = torch.where(torch.isfinite(lses[i]), lses[i], torch.zeros_like(lses[i]))
                 term = ctx.mask.fill_outside(scale * x - row[:, None], float("-inf")).exp() \
-                    * (scale * grad_lse[i])[:, None]
+                    * (scale * grad_lse)[:, None]
                 grad_x = term if grad_x is None else grad_x + term
                 continue
             exps, total = saved[2 * i], saved[2 * i + 1]
-            # An empty row gets 0, not 0/0.
-            coef = torch.where(total > 0, grad_lse[i] * scale / total, torch.zeros_like(total))[:, None]
-            grad_x = exps * coef if grad_x is None else grad_x.addcmul_(exps, coef)
+            # A row with an entry sums to at least e^-EXP_LIMIT (bounded) or 1 (shifted), far above the
+            # smallest normal number; an empty row holds only zeros, which the clamp keeps from 0/0.
+            coef = (grad_lse if scale == 1.0 else grad_lse * scale) / total.clamp_min(torch.finfo(total.dtype).tiny)
+            grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
         if grad_pos is not None and ctx.pos_flat is not None:
             if grad_x is None:
                 grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
@@ -158,18 +177,36 @@ def _bounded(scores: Scores, scales: tuple[float, ...]) -> bool:
 
 
 def row_logsumexps(logits: Tensor, mask: Mask, scales: tuple[float, ...], *, bounded: bool = False,
-                   pos_flat: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
+                   pos_flat: Tensor | None = None, count: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
     """Row-wise ``log Σ_{k∈mask} exp(s·logits)`` for each ``s >= 0`` of ``scales`` ([A] each; -inf
-    for an empty row), and the logits at ``pos_flat``, in one pass (see :class:`_RowReductions`)."""
+    for an empty row), and the logits at ``pos_flat``, in one pass (see :class:`_RowReductions`).
+    ``count``: the mask's entries per row, where already known."""
     positive = tuple(s for s in scales if s != 0.0)
-    stacked, pos = _RowReductions.apply(logits, mask, positive, pos_flat, bounded)
-    rows = iter(stacked)
+    *lses, pos = _RowReductions.apply(logits, mask, positive, pos_flat, bounded)
+    rows = iter(lses)
     # With s = 0 every entry of the mask contributes exp(0) = 1: the log of the count.
-    return [next(rows) if s != 0.0 else torch.log(mask.count()) for s in scales], pos
+    return [next(rows) if s != 0.0 else torch.log(mask.count() if count is None else count) for s in scales], pos
 
 
 PAIRS_FROM_MASK_ON = frozenset({"cpu"})
 """Devices where the positives are found from ``pos_mask`` by ``nonzero`` (it synchronises elsewhere)."""
+
+CPU_KERNELS_ON = frozenset({"cpu"})
+"""Devices where a loss may trade one kernel for several that are faster on a CPU."""
+
+
+@contextmanager
+def accelerator_path() -> Iterator[None]:
+    """Inside, the CPU takes the path of an accelerator: positives never found by ``nonzero``, no kernel
+    picked for the CPU, and value checks queued (``torch._assert_async``) instead of read. The same
+    operations are dispatched as on a GPU, so that ``losses.benchmark`` counts them on any machine."""
+    global PAIRS_FROM_MASK_ON, CPU_KERNELS_ON
+    saved = PAIRS_FROM_MASK_ON, CPU_KERNELS_ON, checks.READS_VALUES_ON
+    PAIRS_FROM_MASK_ON = CPU_KERNELS_ON = checks.READS_VALUES_ON = frozenset()
+    try:
+        yield
+    finally:
+        PAIRS_FROM_MASK_ON, CPU_KERNELS_ON, checks.READS_VALUES_ON = saved
 
 
 def find_positives(scores: Scores) -> Entries | None:
@@ -183,6 +220,9 @@ def find_positives(scores: Scores) -> Entries | None:
 
 
 def negatives(scores: Scores, positives: Entries | None) -> Mask:
+    layout = layout_of(scores)
+    if layout is not None:
+        return layout.neg
     shape = tuple(scores.logits.shape)
     if positives is not None and scores.ignored is not None:
         return Mask.excluding(shape, positives, scores.ignored)
@@ -191,10 +231,71 @@ def negatives(scores: Scores, positives: Entries | None) -> Mask:
 
 def positives_or_negatives(scores: Scores) -> Mask:
     """``pos_mask | neg_mask``: every entry but the ignored ones."""
+    layout = layout_of(scores)
+    if layout is not None:
+        return layout.kept
     shape = tuple(scores.logits.shape)
     if scores.ignored is not None:
         return Mask.excluding(shape, scores.ignored)
     return Mask(shape, dense=scores.pos_mask | scores.neg_mask)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a loss needs of a layout given by the constructors' index lists, built once per layout: the
+    masks of the negatives and of every kept entry, the positives' flat indices, the counts, and the
+    constants the losses derive from them (:meth:`Prepared.constant`)."""
+
+    pins: tuple[Tensor, ...]  # the index tensors of the key: held, so that no other tensor takes their id
+    neg: Mask
+    kept: Mask
+    pos_flat: Tensor
+    n_pos: Tensor
+    n_neg: Tensor
+    constants: dict[str, Any] = field(default_factory=dict)
+
+    def constant(self, name: str, make: Callable[[], T]) -> T:
+        """``make()``, which must depend on this layout alone (``name`` says what it is), computed once."""
+        if name not in self.constants:
+            with torch.inference_mode(False), torch.no_grad():
+                self.constants[name] = make()
+        return self.constants[name]
+
+
+_LAYOUTS: OrderedDict[tuple, Layout] = OrderedDict()
+_MAX_LAYOUTS = 8  # a run uses one or two layouts (training, evaluation); the last batch of an epoch may add one
+
+
+def layout_of(scores: Scores) -> Layout | None:
+    """The :class:`Layout` of Scores whose positives and ignored entries are index lists (the constructors'),
+    from a small cache keyed by those tensors' identity and version (a change in place is a new layout);
+    None for masks alone. The constructors share the same index tensors between the steps of one size, so
+    a step finds its layout built; index lists made afresh each step only cost the building."""
+    if scores.positives is None or scores.ignored is None:
+        return None
+    tensors = (*scores.positives, *scores.ignored)
+    if any(t.is_inference() for t in tensors):  # no version counter to key on; built each call
+        return _build_layout(scores, tensors)
+    key = (tuple(scores.logits.shape), *((id(t), t._version) for t in tensors))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout = _LAYOUTS[key] = _build_layout(scores, tensors)
+        if len(_LAYOUTS) > _MAX_LAYOUTS:
+            _LAYOUTS.popitem(last=False)
+    else:
+        _LAYOUTS.move_to_end(key)
+    return layout
+
+
+def _build_layout(scores: Scores, tensors: tuple[Tensor, ...]) -> Layout:
+    shape = tuple(scores.logits.shape)
+    anchor, cand = scores.positives
+    with torch.inference_mode(False), torch.no_grad():  # kept tensors must stay usable by later steps' autograd
+        neg = Mask.excluding(shape, scores.positives, scores.ignored)
+        n_pos = torch.zeros(shape[0], device=anchor.device).index_add_(
+            0, anchor, torch.ones(anchor.shape, device=anchor.device))
+        return Layout(pins=tensors, neg=neg, kept=Mask.excluding(shape, scores.ignored),
+                      pos_flat=anchor * shape[1] + cand, n_pos=n_pos, n_neg=neg.count())
 
 
 @dataclass(frozen=True)
@@ -203,73 +304,136 @@ class Prepared:
 
     With pairs, ``pos_logit`` is ``[P]`` and a per-anchor quantity reaches the pairs by ``row``;
     dense, ``pos_logit`` is the whole ``[A, K]`` logits matrix, read only where ``pos_mask`` is set,
-    and ``row`` broadcasts along the candidates. Either way a per-pair expression reads the same."""
+    and ``row`` broadcasts along the candidates. Either way a per-pair expression reads the same.
+    ``per_anchor``: every anchor has exactly this many positives, listed anchor by anchor (then the pairs
+    are an ``[A, per_anchor]`` matrix and ``row`` / ``per_anchor_sum`` are reshapes)."""
 
     logits: Tensor  # float32 [A, K]
     lse: list[Tensor]  # [A] each: the log-sum-exps over the mask, one per requested scale
     pos_logit: Tensor  # float32 [P], or [A, K] when dense
     anchor: Tensor | None  # long [P]: anchor of each positive pair; None when dense
+    per_anchor: int | None
     pos_mask: Tensor
     n_pos: Tensor  # float32 [A]: M_a
     n_neg: Tensor  # float32 [A]: N_a
-    log_floor: Tensor  # float32 [A]: log of the floor (detached)
+    log_floor: Tensor | float  # log of the floor: a number where min_logit is known, else [A] (detached)
     bounded: bool  # |logits| < EXP_LIMIT is known
+    layout: Layout | None = None  # where the Scores have one
+
+    def constant(self, name: str, make: Callable[[], T]) -> T:
+        """``make()``, which depends on the layout alone (the counts, the masks): computed once per layout
+        and kept with it (``name`` says what it is), or every call for Scores without a layout."""
+        return make() if self.layout is None else self.layout.constant(name, make)
 
     def row(self, per_anchor: Tensor) -> Tensor:
         """A per-anchor quantity at every positive pair."""
-        return per_anchor.index_select(0, self.anchor) if self.anchor is not None else per_anchor[:, None]
+        if self.anchor is None:
+            return per_anchor[:, None]
+        if self.per_anchor == 1:
+            return per_anchor
+        if self.per_anchor is not None:
+            return per_anchor[:, None].expand(-1, self.per_anchor).reshape(-1)
+        return per_anchor.index_select(0, self.anchor)
 
     def per_anchor_sum(self, per_pair: Tensor) -> Tensor:
-        if self.anchor is not None:
-            return per_pair.new_zeros(self.n_pos.shape[0]).index_add(0, self.anchor, per_pair)
-        return torch.where(self.pos_mask, per_pair, 0.0).sum(dim=1)
+        if self.anchor is None:
+            return torch.where(self.pos_mask, per_pair, 0.0).sum(dim=1)
+        if self.per_anchor == 1:
+            return per_pair
+        if self.per_anchor is not None:
+            return per_pair.view(-1, self.per_anchor).sum(dim=1)
+        return per_pair.new_zeros(self.n_pos.shape[0]).index_add(0, self.anchor, per_pair)
 
     def per_anchor_mean(self, per_pair: Tensor) -> Tensor:
         """Mean of a per-positive-pair quantity over each anchor's positives ([A]; 0 without positives)."""
-        return self.per_anchor_sum(per_pair) / self.n_pos.clamp_min(1.0)
+        if self.per_anchor is not None and self.anchor is not None:  # M_a = per_anchor for every anchor
+            return per_pair if self.per_anchor == 1 else self.per_anchor_sum(per_pair) / float(self.per_anchor)
+        return self.per_anchor_sum(per_pair) / self.constant("n_pos>=1", lambda: self.n_pos.clamp_min(1.0))
 
     def log_pos_sum(self) -> Tensor:
         """``log Σ_{p∈P_a} e_ap`` per anchor (-inf without positives, with no NaN in its gradient)."""
-        has_pos = self.n_pos > 0
         if self.anchor is None:
             return row_logsumexps(self.logits, Mask(tuple(self.logits.shape), dense=self.pos_mask), (1.0,),
                                   bounded=self.bounded)[0][0]
+        if self.per_anchor == 1:  # log e_ap
+            return self.pos_logit
+        if self.per_anchor is not None:  # every anchor has positives: a row-wise log-sum-exp of [A, M]
+            pairs = self.pos_logit.view(-1, self.per_anchor)
+            shift = pairs.detach().amax(dim=1)
+            return torch.exp(pairs - shift[:, None]).sum(dim=1).log() + shift
+        has_pos = self.constant("n_pos>0", lambda: self.n_pos > 0)
         shift = torch.zeros_like(self.n_pos).scatter_reduce(0, self.anchor, self.pos_logit.detach(), "amax",
                                                             include_self=False)
         sums = self.per_anchor_sum(torch.exp(self.pos_logit - self.row(shift)))
         # Rows without positives take log(1) in the branch that is not used, never log(0).
-        safe = torch.where(has_pos, sums, torch.ones_like(sums))
+        safe = torch.where(has_pos, sums, 1.0)
         return torch.where(has_pos, torch.log(safe) + shift, float("-inf"))
 
     def log_pos_mean(self) -> Tensor:
         """``log pos_mean_a`` for every anchor (0, a placeholder the callers mask out, without positives)."""
-        return torch.where(self.n_pos > 0, self.log_pos_sum() - torch.log(self.n_pos.clamp_min(1.0)), 0.0)
+        if self.per_anchor is not None and self.anchor is not None:
+            return self.log_pos_sum() - math.log(self.per_anchor) if self.per_anchor > 1 else self.log_pos_sum()
+        has_pos = self.constant("n_pos>0", lambda: self.n_pos > 0)
+        return torch.where(has_pos, self.log_pos_sum() - self.log_n("n_pos"), 0.0)
+
+    def log_n(self, which: str) -> Tensor:
+        """``log max(M_a, 1)`` (``which="n_pos"``) or ``log max(N_a, 1)`` (``"n_neg"``) per anchor."""
+        return self.constant(f"log {which}", lambda: torch.log(getattr(self, which).clamp_min(1.0)))
+
+    def valid(self, *, negative: bool) -> Tensor:
+        """The anchors with a positive (and, with ``negative``, a negative): bool [A]."""
+        if negative:
+            return self.constant("n_pos>0 & n_neg>0", lambda: (self.n_pos > 0) & (self.n_neg > 0))
+        return self.constant("n_pos>0", lambda: self.n_pos > 0)
+
+    def reduce(self, per_anchor: Tensor, loss: str, needs: str, *, negative: bool = False,
+               valid: Tensor | None = None) -> Tensor:
+        """:func:`reduce_anchors` over :meth:`valid` (or over ``valid``, where given), with the constants of
+        the layout."""
+        if valid is None:
+            valid = self.valid(negative=negative)
+            n_valid = self.constant(f"count n_pos>0{' & n_neg>0' if negative else ''}", valid.sum)
+        else:
+            n_valid = valid.sum()
+        return _reduce(per_anchor, valid, n_valid, self.n_neg, loss, needs,
+                       self.constant("gate", lambda: _gate(self.n_neg)))
 
 
 def prepare(scores: Scores, scales: tuple[float, ...] = (1.0,), mask: Mask | None = None) -> Prepared:
     """The positives and, in the same pass, ``log Σ_{k∈mask} exp(s·logits)`` for each scale; ``mask``
     defaults to the negatives."""
     logits = scores.logits.float().contiguous()
-    positives = find_positives(scores)
-    neg = negatives(scores, positives)
+    layout = layout_of(scores)
     bounded = _bounded(scores, scales)
     shape = tuple(logits.shape)
-    if positives is not None:
-        anchor, cand = positives
+    per_anchor = scores.positives_per_anchor
+    if layout is not None:
+        neg, n_pos, n_neg, anchor = layout.neg, layout.n_pos, layout.n_neg, scores.positives[0]
         lse, pos_logit = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded,
-                                        pos_flat=anchor * shape[1] + cand)
-        n_pos = torch.zeros(shape[0], device=logits.device).index_add_(
-            0, anchor, torch.ones(anchor.shape, device=logits.device))
+                                        pos_flat=layout.pos_flat, count=n_neg if mask is None else None)
     else:
-        anchor, pos_logit = None, logits
-        lse = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded)[0]
-        n_pos = scores.pos_mask.sum(dim=1, dtype=torch.int32).float()
+        positives = find_positives(scores)
+        neg = negatives(scores, positives)
+        n_neg = neg.count()
+        if positives is not None:
+            anchor, cand = positives
+            lse, pos_logit = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded,
+                                            pos_flat=anchor * shape[1] + cand)
+            n_pos = torch.zeros(shape[0], device=logits.device).index_add_(
+                0, anchor, torch.ones(anchor.shape, device=logits.device))
+        else:
+            anchor, pos_logit, per_anchor = None, logits, None
+            lse = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded)[0]
+            n_pos = scores.pos_mask.sum(dim=1, dtype=torch.float32)
+        if scores.positives is None:  # found from the mask: in row-major order, not a count per anchor
+            per_anchor = None
     if scores.min_logit is not None:
-        log_floor = logits.new_full((shape[0],), float(scores.min_logit))
+        log_floor: Tensor | float = float(scores.min_logit)
     else:
         log_floor = logits.detach().amin(dim=1)
-    return Prepared(logits=logits, lse=lse, pos_logit=pos_logit, anchor=anchor, pos_mask=scores.pos_mask,
-                    n_pos=n_pos, n_neg=neg.count(), log_floor=log_floor, bounded=_bounded(scores, (1.0,)))
+    return Prepared(logits=logits, lse=lse, pos_logit=pos_logit, anchor=anchor, per_anchor=per_anchor,
+                    pos_mask=scores.pos_mask, n_pos=n_pos, n_neg=n_neg, log_floor=log_floor,
+                    bounded=_bounded(scores, (1.0,)), layout=layout)
 
 
 def debiased_log_negative(log_neg_mean: Tensor, log_pos_mean_: Tensor, p: Prepared,
@@ -284,17 +448,25 @@ def debiased_log_negative(log_neg_mean: Tensor, log_pos_mean_: Tensor, p: Prepar
         # Past log(neg_coef/pos_coef) the estimate is negative and the floor wins anyway; capping
         # the exponent there keeps exp finite (an inf would turn the zero gradient into NaN).
         log_ratio = log_ratio.clamp_max(math.log(neg_coef / pos_coef) + 1.0)
-    ratio = torch.exp(log_ratio)
-    est = neg_coef - pos_coef * ratio  # (neg_coef·neg_mean - pos_coef·pos_mean) / neg_mean
+    # (neg_coef·neg_mean - pos_coef·pos_mean) / neg_mean, in one kernel
+    est = torch.rsub(torch.exp(log_ratio), neg_coef, alpha=pos_coef)
     floor_rel = torch.exp(p.log_floor - log_neg_mean.detach())
     above = est > floor_rel
-    log_est = torch.log(torch.where(above, est, torch.ones_like(est))) + log_neg_mean
+    log_est = torch.log(torch.where(above, est, 1.0)) + log_neg_mean
     return torch.where(above, log_est, p.log_floor)
 
 
 def contrast_with_negative_term(p: Prepared, log_neg_term: Tensor) -> Tensor:
-    """Per-anchor mean over positives of ``-log( e_ap / (e_ap + exp(log_neg_term_a)) )``."""
-    return p.per_anchor_mean(torch.logaddexp(p.pos_logit, p.row(log_neg_term)) - p.pos_logit)
+    """Per-anchor mean over positives of ``-log( e_ap / (e_ap + exp(log_neg_term_a)) )``, which is
+    ``softplus(log_neg_term_a - logit_ap)``: one kernel forward and one backward (``logaddexp`` takes
+    four each way)."""
+    return p.per_anchor_mean(F.softplus(p.row(log_neg_term) - p.pos_logit))
+
+
+def _gate(n_neg: Tensor) -> Tensor:
+    """0 where some anchor has a negative, NaN where none has: the factor by which :func:`_reduce` folds
+    that check into its finiteness check."""
+    return torch.where((n_neg > 0).any(), 0.0, float("nan"))
 
 
 def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str, n_neg: Tensor) -> Tensor:
@@ -308,12 +480,27 @@ def reduce_anchors(per_anchor: Tensor, valid: Tensor, loss: str, needs: str, n_n
     whose anchors need only a positive (their value would be a constant 0, and no gradient at all).
     Without boolean indexing (its shape depends on the data): the anchors that do not qualify are
     zeroed, and the sum divided by their count."""
-    require((n_neg > 0).any(), f"{loss}: no anchor has a negative (a batch of one sample?), so the loss is undefined")
-    require(valid.any(), f"{loss}: no anchor has {needs}, so the loss is undefined")
-    result = torch.where(valid, per_anchor, 0.0).sum() / valid.sum()
-    if not reads_values_now(result):  # the finiteness check the Scores left to the loss
-        require(torch.isfinite(result), f"{loss}: the loss is not finite: the logits contain NaN or infinite values",
-                NonFiniteError)
+    return _reduce(per_anchor, valid, valid.sum(), n_neg, loss, needs, None)
+
+
+def _reduce(per_anchor: Tensor, valid: Tensor, n_valid: Tensor, n_neg: Tensor, loss: str, needs: str,
+            gate: Tensor | None) -> Tensor:
+    """:func:`reduce_anchors` from the count of the anchors that qualify and, where known, the :func:`_gate`.
+
+    Where checks read values now (the CPU) each refusal raises its own ValueError. On an accelerator
+    the three checks (an anchor with a negative, an anchor that qualifies, a finite result; the last
+    stands in for the Scores' check of the logits) are one queued assertion of 3 kernels instead of 10:
+    without a qualifying anchor the result is 0/0, not finite, and the gate is NaN without a negative."""
+    result = torch.where(valid, per_anchor, 0.0).sum() / n_valid
+    if reads_values_now(result):
+        require((n_neg > 0).any(), f"{loss}: no anchor has a negative (a batch of one sample?), so the loss is "
+                "undefined")
+        require(valid.any(), f"{loss}: no anchor has {needs}, so the loss is undefined")
+    else:
+        gate = _gate(n_neg) if gate is None else gate
+        require((result * gate).eq(0.0),  # finite times 0 is 0; NaN, inf and the NaN gate are not
+                f"{loss}: the loss is undefined or not finite: no anchor has a negative, or none has {needs}, or "
+                "the logits contain NaN or infinite values", NonFiniteError)
     return result
 
 
@@ -324,19 +511,16 @@ def debiased_loss(scores: Scores, name: str, scales: tuple[float, ...],
     negative mean given in log form by ``log_neg_mean_fn(prepared)`` from the log-sum-exps over the
     negatives at ``scales``."""
     p = prepare(scores, scales)
-    log_r = log_neg_mean_fn(p)
-    valid = (p.n_pos > 0) & (p.n_neg > 0)
-    zeros = torch.zeros_like(log_r)
-    log_g = debiased_log_negative(torch.where(valid, log_r, zeros), torch.where(valid, p.log_pos_mean(), zeros),
-                                  p, neg_coef, pos_coef)
-    log_ng = torch.log(p.n_neg.clamp_min(1.0)) + log_g
-    return reduce_anchors(contrast_with_negative_term(p, log_ng), valid, name,
-                          "both a positive and a negative", n_neg=p.n_neg)
+    valid = p.valid(negative=True)
+    log_g = debiased_log_negative(torch.where(valid, log_neg_mean_fn(p), 0.0),
+                                  torch.where(valid, p.log_pos_mean(), 0.0), p, neg_coef, pos_coef)
+    return p.reduce(contrast_with_negative_term(p, p.log_n("n_neg") + log_g), name,
+                    "both a positive and a negative", negative=True)
 
 
 def log_neg_mean(p: Prepared) -> Tensor:
     """``log neg_mean_a``: the plain mean of the negatives' exponentiated logits (scale 1)."""
-    return p.lse[0] - torch.log(p.n_neg.clamp_min(1.0))
+    return p.lse[0] - p.log_n("n_neg")
 
 
 LOG2 = math.log(2.0)

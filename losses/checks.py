@@ -21,6 +21,9 @@ from torch import Tensor
 
 _sync_checks = False
 
+READS_VALUES_ON = frozenset({"cpu"})
+"""Devices whose tensors a check reads on the host at once (emptied, the CPU takes an accelerator's path)."""
+
 
 class NonFiniteError(ValueError):
     """The logits (or the loss computed from them) contain NaN or infinite values."""
@@ -35,7 +38,7 @@ def set_sync_checks(enabled: bool) -> bool:
 
 def reads_values_now(t: Tensor) -> bool:
     """Whether a check on ``t`` may read it on the host now: on the CPU, or with synchronous checks."""
-    return t.device.type == "cpu" or _sync_checks
+    return t.device.type in READS_VALUES_ON or _sync_checks
 
 
 def require(condition: Tensor, message: str, error: type[ValueError] = ValueError) -> None:

@@ -44,11 +44,12 @@ chance accuracy). At SimCLR's temperature 0.5 and on InfoGraph's pairs it trains
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
-from losses._core import prepare, reduce_anchors
+from losses._core import prepare
 from losses.registry import HParam, register_loss
 from losses.scores import Scores
 
@@ -63,33 +64,48 @@ def debiased_pos(scores: Scores, tau_plus: float = 0.1, aggregation: str = "grou
     p = prepare(scores)
     # Shift every row by log s_a, the largest logit it can hold, so all exponentials are <= 1 and
     # the self term is exactly 1.
-    if scores.max_logit is not None:
-        shift = p.logits.new_full((p.logits.shape[0],), float(scores.max_logit))
-    else:
-        shift = p.logits.detach().amax(dim=1)
-    valid = (p.n_pos > 0) & (p.n_neg > 0)
+    shift: Tensor | float = (float(scores.max_logit) if scores.max_logit is not None
+                             else p.logits.detach().amax(dim=1))
     neg_sum = torch.exp(p.lse[0] - shift)  # Σ_n e_an / s_a
-    e_pos = torch.exp(p.pos_logit - p.row(shift))  # e_ap / s_a per positive pair
+    e_pos = torch.exp(p.pos_logit - (p.row(shift) if isinstance(shift, Tensor) else shift))  # e_ap / s_a per pair
     log_floor = math.log(tau_plus) + p.log_floor - shift  # log(tau_plus·floor / s_a)
     if aggregation == "grouping":  # P_a from the mean of the anchor's positives: every term is per anchor
-        per_anchor = _loss(neg_sum, p.per_anchor_mean(e_pos), p.n_neg, log_floor, tau_plus)
+        counts = p.constant(f"debiased_pos counts, tau_plus={tau_plus}", lambda: _Counts.of(p.n_neg, tau_plus))
+        per_anchor = _loss(neg_sum, p.per_anchor_mean(e_pos), counts, log_floor, tau_plus)
     else:  # each positive builds P_a from itself alone
-        per_anchor = p.per_anchor_mean(_loss(p.row(neg_sum), e_pos, p.row(p.n_neg), p.row(log_floor), tau_plus))
-    return reduce_anchors(per_anchor, valid, "debiased_pos", "both a positive and a negative", n_neg=p.n_neg)
+        counts = p.constant(f"debiased_pos counts per pair, tau_plus={tau_plus}",
+                            lambda: _Counts.of(p.row(p.n_neg), tau_plus))
+        at_pairs = p.row(log_floor) if isinstance(log_floor, Tensor) else log_floor
+        per_anchor = p.per_anchor_mean(_loss(p.row(neg_sum), e_pos, counts, at_pairs, tau_plus))
+    return p.reduce(per_anchor, "debiased_pos", "both a positive and a negative", negative=True)
 
 
-def _loss(neg_sum: Tensor, pos_term: Tensor, n_neg: Tensor, log_floor: Tensor, tau_plus: float) -> Tensor:
+class _Counts(NamedTuple):
+    """What ``L`` takes of the negatives' count ``N``: ``N + 2``, ``max(N, 1)`` and ``max(N, 1)·tau_plus -
+    tau_minus`` (the layout's constants)."""
+
+    plus_two: Tensor
+    at_least_one: Tensor
+    denominator_coef: Tensor
+
+    @staticmethod
+    def of(n_neg: Tensor, tau_plus: float) -> _Counts:
+        at_least_one = n_neg.clamp_min(1.0)
+        return _Counts(n_neg + 2.0, at_least_one, at_least_one * tau_plus - (1.0 - tau_plus))
+
+
+def _loss(neg_sum: Tensor, pos_term: Tensor, counts: _Counts, log_floor: Tensor | float, tau_plus: float) -> Tensor:
     """``L`` from the sum of the negatives' exponentials, the positives' term of ``P_a`` (their mean, or one
-    positive), each divided by ``s_a``, the negatives' count, and the log of the numerator's floor; any
+    positive), each divided by ``s_a``, the negatives' counts, and the log of the numerator's floor; any
     broadcastable shapes."""
     tau_minus = 1.0 - tau_plus
-    density = (neg_sum + pos_term + 1.0) / (n_neg + 2.0)
-    n_neg = n_neg.clamp_min(1.0)
-    neg_mean = neg_sum / n_neg
-    estimate = density - tau_minus * neg_mean
-    above = estimate > torch.exp(log_floor)
-    log_num = torch.where(above, torch.log(torch.where(above, estimate, torch.ones_like(estimate))), log_floor)
-    denom = density + (n_neg * tau_plus - tau_minus) * neg_mean
+    density = (neg_sum + pos_term + 1.0) / counts.plus_two
+    neg_mean = neg_sum / counts.at_least_one
+    estimate = torch.sub(density, neg_mean, alpha=tau_minus)  # density - tau_minus·neg_mean
+    floor = torch.exp(log_floor) if isinstance(log_floor, Tensor) else math.exp(log_floor)
+    above = estimate > floor
+    log_num = torch.where(above, torch.log(torch.where(above, estimate, 1.0)), log_floor)
+    denom = torch.addcmul(density, counts.denominator_coef, neg_mean)  # density + (N·tau_plus - tau_minus)·neg_mean
     ok = denom > 0
-    log_den = torch.where(ok, torch.log(torch.where(ok, denom, torch.ones_like(denom))), log_num)
+    log_den = torch.where(ok, torch.log(torch.where(ok, denom, 1.0)), log_num)
     return log_den - log_num

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from losses._core import contrast_with_negative_term, prepare, reduce_anchors
+from losses._core import contrast_with_negative_term, prepare
 from losses.registry import register_loss
 from losses.scores import Scores
 
@@ -20,5 +20,4 @@ from losses.scores import Scores
                summary="InfoNCE / NT-Xent, the biased baseline")
 def infonce(scores: Scores) -> Tensor:
     p = prepare(scores)  # p.lse[0]: log Σ_{n∈U_a} e_an
-    return reduce_anchors(contrast_with_negative_term(p, p.lse[0]), p.n_pos > 0, "infonce", "a positive",
-                          n_neg=p.n_neg)
+    return p.reduce(contrast_with_negative_term(p, p.lse[0]), "infonce", "a positive", negative=False)

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from losses._core import LOG2, Mask, find_positives, negatives
+from losses import _core
+from losses._core import LOG2, Mask
 from losses.checks import require
 from losses.registry import LOGITS, register_loss
 from losses.scores import Scores
@@ -26,7 +27,7 @@ def _softplus(x: Tensor) -> Tensor:
     """``softplus(x)`` as a new tensor. ``F.softplus`` runs a scalar ``log1p`` kernel on the CPU (about
     ten times the cost of ``exp``); there ``softplus(x) = max(x, 0) - log(sigmoid(|x|))`` uses vectorised
     kernels only (absolute error below 1e-7), in place so that one matrix is held."""
-    if x.device.type != "cpu":
+    if x.device.type not in _core.CPU_KERNELS_ON:
         return F.softplus(x)
     return x.abs().sigmoid_().log_().neg_().add_(x.clamp_min(0.0))
 
@@ -70,16 +71,24 @@ class _SoftplusSums(torch.autograd.Function):
                summary="Jensen-Shannon MI estimator, InfoGraph's own objective")
 def jsd(scores: Scores) -> Tensor:
     logits = scores.logits.float().contiguous()
-    positives = find_positives(scores)
-    neg = negatives(scores, positives)
+    message = "jsd: the batch needs at least one positive and one negative pair"
+    layout = _core.layout_of(scores)
+    if layout is not None:  # the counts and their check depend on the layout alone
+        n_pos: Tensor | float = float(scores.positives[0].shape[0])
+        n_neg = layout.constant("n_neg total", lambda: layout.n_neg.sum())
+        require(layout.constant("jsd pairs", lambda: (n_neg > 0) & (n_pos > 0)), message)
+        neg_sum, pos_sum = _SoftplusSums.apply(logits, layout.neg, layout.pos_flat)
+        return pos_sum / n_pos + neg_sum / n_neg - 2.0 * LOG2
+    positives = _core.find_positives(scores)
+    neg = _core.negatives(scores, positives)
     n_neg = neg.count().sum()
     if positives is not None:
         anchor, cand = positives
-        n_pos: Tensor | float = float(anchor.shape[0])  # known from the shape: nothing to read
+        n_pos = float(anchor.shape[0])  # known from the shape: nothing to read
         neg_sum, pos_sum = _SoftplusSums.apply(logits, neg, anchor * logits.shape[1] + cand)
     else:  # dense positives: softplus(-x) on the whole matrix, read through pos_mask
         n_pos = scores.pos_mask.sum().float()
         neg_sum = _SoftplusSums.apply(logits, neg, None)[0]
         pos_sum = torch.where(scores.pos_mask, F.softplus(-logits), 0.0).sum()
-    require((n_neg > 0) & (n_pos > 0), "jsd: the batch needs at least one positive and one negative pair")
+    require((n_neg > 0) & (n_pos > 0), message)
     return pos_sum / n_pos + neg_sum / n_neg - 2.0 * LOG2

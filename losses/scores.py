@@ -43,6 +43,10 @@ class Scores:
     # entry but these, which the constructor guarantees, and the losses need no pass over the masks.
     positives: Entries | None = None
     ignored: Entries | None = None
+    # Optional, read only with positives: every anchor has exactly this many positives, listed anchor by
+    # anchor (positives[0] is 0, 0, ..., 1, 1, ...), which the constructors of regular layouts know. The
+    # losses then reach the pairs of an anchor by reshaping instead of gathering and scattering.
+    positives_per_anchor: int | None = None
 
     def __post_init__(self) -> None:
         logits, pos, neg = self.logits, self.pos_mask, self.neg_mask
@@ -71,6 +75,10 @@ class Scores:
                 raise ValueError(f"{name} must have shape [{size}], got {tuple(labels.shape)}")
         if (self.anchor_labels is None) != (self.candidate_labels is None):
             raise ValueError("anchor_labels and candidate_labels must be given together")
+        if self.positives is not None and self.positives_per_anchor is not None \
+                and self.positives[0].shape[0] != self.positives_per_anchor * logits.shape[0]:
+            raise ValueError(f"positives_per_anchor={self.positives_per_anchor} needs positives listing that many for "
+                             f"each of the {logits.shape[0]} anchors, got {self.positives[0].shape[0]} positives")
 
     @property
     def has_labels(self) -> bool:
@@ -101,14 +109,15 @@ def _prepare(z: Tensor, normalize: bool) -> Tensor:
 
 def _finish(anchors: Tensor, candidates: Tensor, pos: Tensor, neg: Tensor, temperature: float,
             normalize: bool, anchor_labels: Tensor | None = None, candidate_labels: Tensor | None = None,
-            positives: Entries | None = None, ignored: Entries | None = None) -> Scores:
+            positives: Entries | None = None, ignored: Entries | None = None,
+            positives_per_anchor: int | None = None) -> Scores:
     with torch.autocast(device_type=anchors.device.type, enabled=False):
         # The temperature divides the [A, d] anchors, not the [A, K] product: one pass over the
         # largest matrix fewer, forward and backward.
         logits = (anchors / temperature) @ candidates.T
     bound = 1.0 / temperature if normalize else None
     return Scores(logits, pos, neg, -bound if bound is not None else None, bound,
-                  anchor_labels, candidate_labels, positives, ignored)
+                  anchor_labels, candidate_labels, positives, ignored, positives_per_anchor)
 
 
 def _masks_from(shape: tuple[int, int], positives: Entries, ignored: Entries, device: torch.device
@@ -162,7 +171,7 @@ def multiview_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
     positives, ignored, pos, neg = _multiview_layout(len(views), batch, global_batch, offset, anchors.device)
     anchor_labels, cand_labels = _view_labels(labels, batch, len(views), len(views), gather)
     return _finish(anchors, candidates, pos, neg, temperature, normalize, anchor_labels, cand_labels,
-                   positives, ignored)
+                   positives, ignored, len(views) - 1)
 
 
 def pairwise_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
@@ -185,7 +194,7 @@ def pairwise_scores(views: Sequence[Tensor] | Tensor, temperature: float, *,
     n_pairs = len(views) * (len(views) - 1) // 2
     anchor_labels, cand_labels = _view_labels(labels, batch, 2 * n_pairs, len(views), gather)
     return _finish(rows.index_select(0, local), candidates, pos, neg, temperature, normalize, anchor_labels,
-                   cand_labels, positives, ignored)
+                   cand_labels, positives, ignored, 1)
 
 
 def _check_views(name: str, views: Sequence[Tensor] | Tensor, temperature: float) -> tuple[list[Tensor], int]:
@@ -219,7 +228,10 @@ def _view_labels(labels: Tensor | None, batch: int, anchor_repeats: int, n_views
     if labels is None:
         return None, None
     _check_labels(labels, batch)
-    return labels.repeat(anchor_repeats), (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
+    anchor_labels = labels.repeat(anchor_repeats)
+    if not gather and anchor_repeats == n_views:  # the anchors are the candidates: one copy serves both
+        return anchor_labels, anchor_labels
+    return anchor_labels, (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
 
 
 @functools.lru_cache(maxsize=4)
@@ -303,7 +315,7 @@ def bank_scores(query: Tensor, key: Tensor, bank: Tensor, temperature: float, *,
     bound = 1.0 / temperature if normalize else None
     positives = (torch.arange(q.shape[0], device=q.device), torch.zeros(q.shape[0], dtype=torch.long, device=q.device))
     return Scores(logits, pos, ~pos, -bound if bound is not None else None, bound, anchor_labels, cand_labels,
-                  positives, _no_entries(q.device))
+                  positives, _no_entries(q.device), 1)
 
 
 def label_scores(z: Tensor, labels: Tensor, temperature: float, *, normalize: bool = True,
@@ -361,7 +373,8 @@ def membership_scores(anchors: Tensor, candidates: Tensor, member_of: Tensor, te
     else:
         pos = (member_of + offset)[:, None] == torch.arange(c.shape[0], device=device)[None, :]
         positives = (torch.arange(a.shape[0], device=device), member_of + offset)
-    return _finish(a, c, pos, ~pos, temperature, normalize, positives=positives, ignored=_no_entries(device))
+    return _finish(a, c, pos, ~pos, temperature, normalize, positives=positives, ignored=_no_entries(device),
+                   positives_per_anchor=1 if members == "anchors" else None)
 
 
 def class_scores(logits: Tensor, labels: Tensor) -> Scores:
@@ -378,7 +391,7 @@ def class_scores(logits: Tensor, labels: Tensor) -> Scores:
     ignored = _no_entries(device)
     pos, neg = _masks_from(tuple(logits.shape), positives, ignored, device)
     return Scores(logits, pos, neg, anchor_labels=labels, candidate_labels=torch.arange(n_classes, device=device),
-                  positives=positives, ignored=ignored)
+                  positives=positives, ignored=ignored, positives_per_anchor=1)
 
 
 def _check_labels(labels: Tensor, size: int, name: str = "labels") -> None:

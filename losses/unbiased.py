@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from losses._core import Mask, contrast_with_negative_term, prepare, reduce_anchors
+from losses._core import Mask, contrast_with_negative_term, prepare
 from losses.registry import register_loss
 from losses.scores import Scores
 from losses.supcon import require_labels
@@ -28,6 +28,6 @@ def unbiased(scores: Scores) -> Tensor:
                     dense=scores.neg_mask & (scores.anchor_labels[:, None] != scores.candidate_labels[None, :]))
     p = prepare(scores, mask=true_neg)  # p.lse[0]: log Σ_{n∈T_a} e_an
     n_true = true_neg.count()
-    log_term = p.lse[0] + torch.log(p.n_neg.clamp_min(1.0)) - torch.log(n_true.clamp_min(1.0))
-    return reduce_anchors(contrast_with_negative_term(p, log_term), (p.n_pos > 0) & (n_true > 0),
-                          "unbiased", "a positive and a negative of another class", n_neg=p.n_neg)
+    log_term = p.lse[0] + p.log_n("n_neg") - torch.log(n_true.clamp_min(1.0))
+    return p.reduce(contrast_with_negative_term(p, log_term), "unbiased", "a positive and a negative of another class",
+                    valid=p.valid(negative=False) & (n_true > 0))

@@ -11,7 +11,7 @@ import losses
 from losses import benchmark
 
 KEYS = {"loss", "batch_size", "dim", "device", "threads", "repeats", "time_ms", "time_ratio", "cpu_ms", "cpu_ratio",
-        "best_cpu_ms", "best_cpu_ratio", "peak_mib", "memory_ratio"}
+        "best_cpu_ms", "best_cpu_ratio", "peak_mib", "memory_ratio", "kernels", "views", "kernel_ratio"}
 
 
 def test_run_benchmark_rows():
@@ -27,7 +27,7 @@ def test_run_benchmark_rows():
             assert math.isfinite(r[key]) and r[key] > 0, (r["loss"], key)
     for r in rows:
         if r["loss"] == benchmark.BASELINE:
-            assert r["time_ratio"] == r["memory_ratio"] == 1.0
+            assert r["time_ratio"] == r["memory_ratio"] == r["kernel_ratio"] == 1.0
 
 
 def test_peak_memory_counts_the_step():
@@ -52,4 +52,4 @@ def test_the_baseline_is_nt_xent():
 def test_main_prints_the_table(capsys):
     assert benchmark.main(["--batch-sizes", "8", "--dim", "4", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
-    assert "nt_xent" in out and "debiased_pos" in out and "peak MiB" in out
+    assert "nt_xent" in out and "debiased_pos" in out and "peak MiB" in out and "kernels" in out

@@ -20,6 +20,7 @@ from losses import _core
 
 READINGS = {
     "pairs-left-out": lambda s: s,
+    "pairs-listed": lambda s: dataclasses.replace(s, positives_per_anchor=None),  # gathered, not reshaped
     "pairs-dense-negatives": lambda s: dataclasses.replace(s, ignored=None),
     "dense-positives": lambda s: dataclasses.replace(s, positives=None),
     "dense-everything": lambda s: dataclasses.replace(s, positives=None, ignored=None),
