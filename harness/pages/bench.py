@@ -61,6 +61,10 @@ TARGETS: tuple[Target, ...] = (
     # On a shared CPU the least disturbed estimate of a step's own cost is its best CPU time.
     Target("loss step <= 1x NT-Xent (CPU, best CPU time)", "losses", "best_cpu_ratio", "<=", 1.0,
            {"loss": _is_not("nt_xent")}, device="cpu"),
+    # Kernels a step launches, counted on the CPU on the accelerator's path: at B=512 a GPU step is launch-bound,
+    # and the count's ratio tracked the H100's wall-time ratio within about 10% (losses/benchmark.py).
+    Target("loss step kernels <= 1.3x NT-Xent at B=512 (counted on the CPU)", "losses", "kernel_ratio", "<=", 1.3,
+           {"loss": _is_not("nt_xent"), "batch_size": 512}),
     Target("loss peak memory <= 1.5x NT-Xent at B=512", "losses", "memory_ratio", "<=", 1.5,
            {"loss": _is_not("nt_xent"), "batch_size": 512}),
     Target("vision harness loop >= 0.95x the hand-written loop", "vision", "ratio", ">=", 0.95,
