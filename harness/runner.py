@@ -314,8 +314,8 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain
-    trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, announce=not req.quiet) \
-        if write else []
+    trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, work_dir,
+                                      announce=not req.quiet) if write else []
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)

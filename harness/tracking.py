@@ -9,12 +9,19 @@ and the trackers are no part of a run's identity. Each tracker writes beside the
 - ``wandb``: an offline run in ``<results>/wandb/`` (``wandb sync`` uploads it; ``WANDB_MODE`` overrides);
 - ``mlflow``: MLflow's file store ``file:<results>/mlruns`` (``MLFLOW_TRACKING_URI`` overrides).
 
+A run resumed with ``--resume`` goes on in the same log: TensorBoard appends to its folder, W&B and MLflow reopen
+the run whose id the interrupted attempt kept in the run's work folder (:data:`STATE`, beside its checkpoint; a
+fresh start clears that folder). Each step keeps one value: the steps the interrupted attempt logged stay and the
+resumed run logs from the step after them (after a stop at a checkpoint, the step it goes on at), except
+TensorBoard, which purges what was logged from the step it goes on at.
+
 Each library is imported when its tracker is checked or opened; a missing one is a :class:`UserError` naming the
 install command, raised by :func:`check` before any run starts. W&B and MLflow are optional extras.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -30,6 +37,20 @@ DEFAULT = ("tensorboard",)
 NONE = "none"
 PROJECT = "contrastive-harness"  # the W&B project and the MLflow experiment, unless the environment names one
 FINAL = "final/"  # the prefix of the evaluation's metrics, logged once at the run's last step
+STATE = "trackers.json"  # in the run's work folder: the W&B and MLflow run ids that a resumed run reopens
+
+
+def _saved(work_dir: Path, name: str) -> dict[str, Any] | None:
+    """What tracker ``name`` kept in the work folder for a resumed run; None without it."""
+    path = work_dir / STATE
+    return json.loads(path.read_text()).get(name) if path.is_file() else None
+
+
+def _keep(work_dir: Path, name: str, entry: dict[str, Any]) -> None:
+    """Keep ``entry`` for tracker ``name`` in the work folder (one process per run id holds its lock)."""
+    path = work_dir / STATE
+    state = json.loads(path.read_text()) if path.is_file() else {}
+    path.write_text(json.dumps({**state, name: entry}))
 
 
 class Tracker(Protocol):
@@ -93,6 +114,10 @@ class _SummaryAtLastStep:
     _step, _closed = 0, False
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        self._write(step, scalars)
+        self._step = step
+
+    def _write(self, step: int, scalars: dict[str, float]) -> None:
         raise NotImplementedError
 
     def _end(self, failed: bool) -> None:
@@ -102,7 +127,7 @@ class _SummaryAtLastStep:
         if self._closed:
             return
         if summary:
-            self.log(self._step, {FINAL + k: v for k, v in summary.items()})
+            self._write(self._step, {FINAL + k: v for k, v in summary.items()})
         self._end(failed=summary is None)
         self._closed = True
 
@@ -114,7 +139,7 @@ class TensorBoardTracker(_SummaryAtLastStep):
 
     name = "tensorboard"
 
-    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         self._module = _library("tensorboard")
         self.folder = results / "tb" / run_id
         self.location = f"tb/{run_id}"
@@ -123,13 +148,12 @@ class TensorBoardTracker(_SummaryAtLastStep):
             shutil.rmtree(self.folder, ignore_errors=True)
         self._resume, self._writer, self._step, self._closed = resume, None, 0, False
 
-    def log(self, step: int, scalars: dict[str, float]) -> None:
+    def _write(self, step: int, scalars: dict[str, float]) -> None:
         if self._writer is None:
             self._writer = self._module.SummaryWriter(str(self.folder), flush_secs=10,
                                                       purge_step=step if self._resume else None)
         for key, value in scalars.items():
             self._writer.add_scalar(key, value, step)
-        self._step = step
 
     def _end(self, failed: bool) -> None:
         if self._writer is not None:
@@ -138,23 +162,38 @@ class TensorBoardTracker(_SummaryAtLastStep):
 
 class WandbTracker:
     """A W&B run, offline unless ``WANDB_MODE`` says otherwise, in ``<results>/wandb/``; its name is the run id,
-    its config the run's identity. The evaluation's metrics go to its summary."""
+    its config the run's identity. The evaluation's metrics go to its summary.
+
+    A resumed run reopens the W&B run of its interrupted attempt (``id=..., resume="allow"``), whose id and last
+    step logged are kept in the work folder, and logs only the steps after that one: W&B keeps one value a step and
+    refuses a step below its last. Offline, each attempt writes its own folder; ``wandb sync`` of them all, in
+    order, uploads one run. A crashed attempt (killed, not stopped) keeps no last step: its steps past the
+    checkpoint are logged again offline, and dropped by W&B's server when synced."""
 
     name = "wandb"
 
-    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         wandb = _library("wandb")
+        saved = _saved(work_dir, self.name) if resume else None
         self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=run_id, dir=str(results),
                                mode=os.environ.get("WANDB_MODE", "offline"), config=_params(spec),
                                group=run_id.rsplit("-s", 1)[0], tags=[spec.domain, spec.loss],
+                               id=saved and saved["id"], resume="allow" if saved else None,
                                reinit="create_new", settings=wandb.Settings(console="off", silent=True))
-        folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>/files
+        self._id, self._work_dir, self._last = self._run.id, work_dir, (saved or {}).get("last_step", -1)
+        _keep(work_dir, self.name, {"id": self._id, "last_step": self._last})
+        folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>[-<attempt>]/files
         self.location = os.path.relpath(folder, results)
-        self.hint = f"wandb sync {folder}" if self._run.settings.mode == "offline" else str(self._run.url)
+        every = folder.parent / f"offline-run-*-{self._id}*"  # each attempt's folder, in the order they ran
+        self.hint = (f"wandb sync {every if saved else folder}" if self._run.settings.mode == "offline"
+                     else str(self._run.url))
         self._closed = False
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        if step <= self._last:  # logged by the interrupted attempt
+            return
         self._run.log(scalars, step=step)
+        self._last = step
 
     def close(self, summary: dict[str, float] | None = None) -> None:
         if self._closed:
@@ -162,17 +201,22 @@ class WandbTracker:
         for key, value in (summary or {}).items():
             self._run.summary[FINAL + key] = value
         self._run.finish(exit_code=0 if summary is not None else 1)
+        _keep(self._work_dir, self.name, {"id": self._id, "last_step": self._last})
         self._closed = True
 
 
 class MlflowTracker(_SummaryAtLastStep):
     """An MLflow run named by the run id, in the file store ``file:<results>/mlruns`` unless
     ``MLFLOW_TRACKING_URI`` names another store (MLflow 3 keeps its file store only behind
-    ``MLFLOW_ALLOW_FILE_STORE``, which this sets for it); params are the run's identity."""
+    ``MLFLOW_ALLOW_FILE_STORE``, which this sets for it); params are the run's identity.
+
+    A resumed run reopens the MLflow run of its interrupted attempt (its id kept in the work folder), marks it
+    running again and logs only the steps after the last one the store holds (MLflow would keep a second value
+    for a step logged twice)."""
 
     name = "mlflow"
 
-    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool):
+    def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         mlflow = _library("mlflow")
         from mlflow.entities import Param
 
@@ -180,24 +224,39 @@ class MlflowTracker(_SummaryAtLastStep):
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = mlflow.tracking.MlflowClient(tracking_uri=uri)
-        experiment = _experiment(self._client, os.environ.get("MLFLOW_EXPERIMENT_NAME", PROJECT))
-        self._run_id = self._client.create_run(experiment, run_name=run_id,
-                                               tags={"harness.run_id": run_id}).info.run_id
-        params = [Param(k, str(v)[:6000]) for k, v in _params(spec).items()]
-        for first in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
-            self._client.log_batch(self._run_id, params=params[first:first + 100])
+        saved = _saved(work_dir, self.name) if resume else None
+        self._last = -1
+        if saved:
+            self._run_id = saved["run_id"]
+            run = self._client.get_run(self._run_id)
+            experiment = run.info.experiment_id
+            self._last = max((m.step for key in run.data.metrics
+                              for m in self._client.get_metric_history(self._run_id, key)), default=-1)
+            self._client.update_run(self._run_id, status="RUNNING")
+        else:
+            experiment = _experiment(self._client, os.environ.get("MLFLOW_EXPERIMENT_NAME", PROJECT))
+            self._run_id = self._client.create_run(experiment, run_name=run_id,
+                                                   tags={"harness.run_id": run_id}).info.run_id
+            params = [Param(k, str(v)[:6000]) for k, v in _params(spec).items()]
+            for first in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
+                self._client.log_batch(self._run_id, params=params[first:first + 100])
+            _keep(work_dir, self.name, {"run_id": self._run_id})
         local = uri.removeprefix("file:")
         self.location = (os.path.relpath(Path(local) / experiment / self._run_id, results)
                          if uri.startswith("file:") else f"{uri} run {self._run_id}")
         self.hint = f"mlflow ui --backend-store-uri {uri}"
-        self._step, self._closed = 0, False
+        # the evaluation's metrics go at the last step logged, also where the resumed run logs no new step
+        self._step, self._closed = max(self._last, 0), False
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
+        if step > self._last:  # else the interrupted attempt logged it
+            super().log(step, scalars)
+
+    def _write(self, step: int, scalars: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         self._client.log_batch(self._run_id, metrics=[Metric(k, v, now, step) for k, v in scalars.items()])
-        self._step = step
 
     def _end(self, failed: bool) -> None:
         self._client.set_terminated(self._run_id, "FAILED" if failed else "FINISHED")
@@ -220,13 +279,14 @@ def _experiment(client: Any, name: str) -> str:
 KINDS: dict[str, type] = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
-def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpec, resume: bool,
+def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path,
                   announce: bool = True) -> list[Tracker]:
-    """The run's trackers, opened; ``announce`` prints on stderr how to watch each as the run trains."""
+    """The run's trackers, opened; ``work_dir`` (the run's, beside its checkpoint) keeps what a resumed run needs
+    to go on in the same log. ``announce`` prints on stderr how to watch each as the run trains."""
     trackers: list[Tracker] = []
     try:
         for name in names:
-            trackers.append(KINDS[name](results, run_id, spec, resume))
+            trackers.append(KINDS[name](results, run_id, spec, resume, work_dir))
     except BaseException:
         close(trackers)
         raise

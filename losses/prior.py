@@ -11,10 +11,11 @@ training step already has, are offered; :data:`ESTIMATORS` names them, the first
   unlabelled mixture whose positive fraction is τ+ (Best Bin Estimation, Garg et al. 2021).
 
 :class:`PriorTracker` refreshes an estimate on a schedule, smooths it and keeps its history for the
-record's learning curve. :func:`class_structure` is the one function here that reads labels: an evaluation
-records with it whether the classes are the cluster structure of its embeddings, which decides whether the
-clustering estimate can find them. Every estimate is clamped into :data:`PRIOR_RANGE`, inside the ranges the losses
-accept (``tau_plus`` in [0, 1), ``alpha`` in (0, 1)).
+record's learning curve. Two things here read labels, for the prior page only: :func:`class_structure`
+(an evaluation records with it whether the classes are the cluster structure of its embeddings, which decides
+whether the clustering estimate can find them) and :class:`SameClassShare` (a training loop counts with it the
+share of its negatives that share the anchor's class: the τ+ an estimate is judged against). Every estimate is
+clamped into :data:`PRIOR_RANGE`, inside the ranges the losses accept (``tau_plus`` in [0, 1), ``alpha`` in (0, 1)).
 
 scikit-learn and scipy are imported inside the functions (the loss core imports only torch and numpy at
 module level). Errors are ``ValueError``; non-finite inputs raise :class:`losses.NonFiniteError`, as the
@@ -387,3 +388,49 @@ class PriorTracker:
         self.history.append({"epoch": epoch, "raw": estimate.value, "smoothed": self.value,
                              "estimator": self.estimator, **estimate.details})
         return self.value
+
+
+class SameClassShare:
+    """The share of the negatives a loss saw that share their anchor's class: τ+ as DCL defines it (Chuang et al.
+    2020, Sec. 3: the chance that a negative, drawn as the loss draws it, has the anchor's class). It reads labels,
+    so only the prior page uses it, after training; nothing in training reads it back.
+
+    Under batches drawn uniformly at random it equals the label prior Σ_c p_c² in expectation (up to the
+    O(1/N) of drawing N samples without replacement); where batches are not uniform (text's consecutive
+    sentences) it is what the loss really faced. :meth:`add` counts on the labels' device (two integers,
+    no wait for the device); :meth:`value` reads them once. :meth:`state_dict` carries the counts across a
+    checkpoint (it reads them, so call it where the loop waits for the device anyway)."""
+
+    def __init__(self) -> None:
+        self._saved = (0, 0)  # (same-class negatives, negatives) restored from a checkpoint
+        self._counts: Tensor | None = None  # the same two, counted on the device since
+
+    def add(self, neg_mask: Tensor, anchor_labels: Tensor, candidate_labels: Tensor) -> None:
+        """Count the negatives of one batch: ``neg_mask`` [A, K] (``Scores.neg_mask``) and the class labels of
+        its A anchors and K candidates."""
+        if anchor_labels.dim() != 1 or candidate_labels.dim() != 1 \
+                or neg_mask.shape != (anchor_labels.shape[0], candidate_labels.shape[0]):
+            raise ValueError(f"SameClassShare.add: neg_mask {tuple(neg_mask.shape)} does not match the anchor labels "
+                             f"{tuple(anchor_labels.shape)} and the candidate labels {tuple(candidate_labels.shape)}")
+        same = neg_mask & (anchor_labels[:, None] == candidate_labels[None, :])
+        counts = torch.stack([same.sum(), neg_mask.sum()])
+        self._counts = counts if self._counts is None else self._counts + counts
+
+    def add_batch(self, labels: Tensor) -> None:
+        """Count a batch whose negatives are every other item of the batch (SimCLR: each of an image's views has
+        every view of every other image as negatives, so the share is that of the ordered pairs of images)."""
+        self.add(~torch.eye(len(labels), dtype=torch.bool, device=labels.device), labels, labels)
+
+    def state_dict(self) -> dict[str, int]:
+        same, total = self._saved
+        if self._counts is not None:
+            same, total = same + int(self._counts[0]), total + int(self._counts[1])
+        return {"same": same, "negatives": total}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self._saved, self._counts = (int(state["same"]), int(state["negatives"])), None
+
+    def value(self) -> float | None:
+        """The share over every batch counted; None before any negative."""
+        state = self.state_dict()
+        return state["same"] / state["negatives"] if state["negatives"] else None

@@ -260,6 +260,24 @@ TINY = {
 }
 
 
+def naive_graph_share(batch_size: int) -> float:
+    """The share of same-class negatives InfoGraph's node anchors saw in epoch 1 of seed 0 on the 4-class motif
+    set, by a loop: a node of graph i has every other graph j of its batch as a negative."""
+    from domains.graph import synthetic
+    from domains.graph.infograph import epoch_batches
+
+    data = synthetic.load_synthetic(4)
+    nodes, labels = (data.node_ptr[1:] - data.node_ptr[:-1]).tolist(), data.y.tolist()
+    same = total = 0
+    for batch in epoch_batches(data.num_graphs, batch_size, 0, 0):
+        for i in batch.tolist():
+            for j in batch.tolist():
+                if i != j:
+                    total += nodes[i]
+                    same += nodes[i] * (labels[i] == labels[j])
+    return same / total
+
+
 def _harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True,
@@ -274,8 +292,14 @@ def test_a_run_at_four_classes_records_the_prior(domain, tmp_path):
                    "--results", str(results), *TINY[domain])
     assert out.returncode == 0, out.stderr
     (path,) = results.glob("*.json")
-    details = json.loads(path.read_text())["details"]
+    record = json.loads(path.read_text())
+    details = record["details"]
     assert details["label_classes"] == 4
+    share = record["info"].get("negative_same_class_fraction")
+    if domain == "graph":  # the nodes of the batch against its other graphs (InfoGraph, anchor=node)
+        assert share == pytest.approx(naive_graph_share(record["config"]["batch_size"]), rel=1e-12)
+    if domain == "vision":  # SimCLR: each image against the batch's other images (losses.prior.SameClassShare)
+        assert 0 < share < 1
     # vision: the digits 0-3 are nearly balanced (their counts differ by a few images)
     assert details["label_prior"] == pytest.approx(0.25, abs=1e-3 if domain == "vision" else 1e-12)
     # whether the classes are the clusters of the evaluation embeddings (losses.prior.class_structure)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import signal
 import struct
 import subprocess
 import sys
@@ -16,11 +17,13 @@ import pytest
 import tiny_domain
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness
 
 from domains.base import RunContext, RunSpec, UserError
 from domains.rl.curl import _means_since
 from harness import tracking
+from harness.stopping import EXIT_STOPPED
 
 
 def _record(results: Path) -> dict:
@@ -85,16 +88,16 @@ def _spec() -> RunSpec:
 
 
 def test_a_resumed_run_keeps_one_value_per_step_and_a_fresh_start_clears_the_log(tmp_path):
-    first = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False)
+    first = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False, work_dir=tmp_path)
     for step in range(1, 5):
         first.log(step, {"loss": 1.0})
     first.close()  # interrupted after step 4; its checkpoint was at step 2
-    resumed = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=True)
+    resumed = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=True, work_dir=tmp_path)
     for step in range(3, 6):
         resumed.log(step, {"loss": 2.0})
     resumed.close()
     assert _scalars(tmp_path / "tb" / "r-s0")["loss"] == [(1, 1.0), (2, 1.0), (3, 2.0), (4, 2.0), (5, 2.0)]
-    fresh = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False)
+    fresh = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=False, work_dir=tmp_path)
     fresh.log(1, {"loss": 3.0})
     fresh.close()
     assert _scalars(tmp_path / "tb" / "r-s0")["loss"] == [(1, 3.0)]
@@ -237,3 +240,100 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     assert failed.returncode == 1
     statuses = {r.info.run_name: r.info.status for r in client.search_runs([run.info.experiment_id])}
     assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
+
+
+def _stopped_then_resumed(results: Path, tracker: str) -> tuple[dict, int, str]:
+    """A tiny run of 6 epochs stopped (SIGTERM) at a checkpoint after epoch 2 or later, then resumed with the command it
+    printed (``--tracker`` included): the record, the epoch the first attempt stopped at, the resumed run's stderr."""
+    proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set",
+                   "sleep_s=0.3", "--results", str(results), "--tracker", tracker])
+    _wait_for_epoch(results, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
+    hint = stderr.strip().splitlines()[-1]
+    out = harness(*hint.split("continue with: harness ")[1].split())
+    assert out.returncode == 0, out.stderr
+    record = _record(results)
+    assert record["resumed"] and 2 <= record["info"]["start_epoch"] < 6
+    return record, record["info"]["start_epoch"], out.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
+def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    record, stopped, stderr = _stopped_then_resumed(tmp_path, "wandb")
+    logs = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
+    assert len(logs) == 2  # one offline folder per attempt
+    attempts = [_wandb_records(log) for log in logs]
+    ids = {r.run.run_id for found in attempts for r in found if r.HasField("run")}
+    assert len(ids) == 1  # the resumed attempt reopened the interrupted attempt's W&B run
+    assert f"tracking: wandb sync {tmp_path / 'wandb'}/offline-run-*-{ids.pop()}*" in stderr
+    steps = [[_items(r.history.item)["_step"] for r in found if r.HasField("history")] for found in attempts]
+    assert steps == [list(range(1, stopped + 1)), list(range(stopped + 1, 7))]
+    history = [_items(r.history.item) for found in attempts for r in found if r.HasField("history")]
+    assert [(row["_step"], row["loss"]) for row in history] == [
+        (p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
+    assert [[r.exit.exit_code for r in found if r.HasField("exit")] for found in attempts] == [[1], [0]]
+    summary = {k: v for r in attempts[1] if r.HasField("summary") for k, v in _items(r.summary.update).items()}
+    assert summary["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
+def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    record, _, _ = _stopped_then_resumed(tmp_path, "mlflow")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    [run] = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
+    assert run.info.run_name == record["run_id"] and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in history] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "final/accuracy")] == [
+        (6, pytest.approx(record["metrics"]["accuracy"]))]
+
+
+def _crashed_then_resumed(kind: type, results: Path, work: Path) -> None:
+    """An attempt that logged steps 1-4 and ended without a summary (its checkpoint was at step 2), then a resumed
+    one that logs steps 3-5 and finishes."""
+    first = kind(results, "r-s0", _spec(), False, work)
+    for step in range(1, 5):
+        first.log(step, {"loss": 1.0})
+    first.close()
+    resumed = kind(results, "r-s0", _spec(), True, work)
+    for step in range(3, 6):
+        resumed.log(step, {"loss": 2.0})
+    resumed.close({"accuracy": 0.5})
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
+def test_mlflow_keeps_the_steps_an_interrupted_attempt_logged_and_a_fresh_start_opens_a_new_run(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    work = tmp_path / "work"
+    work.mkdir()
+    _crashed_then_resumed(tracking.MlflowTracker, tmp_path, work)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    experiment = client.get_experiment_by_name("contrastive-harness").experiment_id
+    [run] = client.search_runs([experiment])
+    assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "loss")] == [
+        (1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0), (5, 2.0)]
+    assert run.data.metrics["final/accuracy"] == 0.5 and run.info.status == "FINISHED"
+    tracking.MlflowTracker(tmp_path, "r-s0", _spec(), False, work).close()  # not resumed: a run of its own
+    assert len(client.search_runs([experiment])) == 2
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
+def test_wandb_logs_only_the_steps_after_the_interrupted_attempts_last(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    work = tmp_path / "work"
+    work.mkdir()
+    _crashed_then_resumed(tracking.WandbTracker, tmp_path, work)
+    logs = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
+    rows = [[(_items(r.history.item)["_step"], _items(r.history.item)["loss"]) for r in _wandb_records(log)
+             if r.HasField("history")] for log in logs]
+    assert rows == [[(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)], [(5, 2.0)]]

@@ -27,6 +27,7 @@ from domains.base import PretrainResult, RunContext, RunSpec
 from domains.graph.config import GraphConfig
 from domains.graph.data import GraphSet
 from domains.graph.model import InfoGraph
+from losses.prior import SameClassShare
 
 
 @dataclass
@@ -72,9 +73,12 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     curve: list[dict[str, Any]] = []
     start = 0
     training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
+    same_class = SameClassShare()  # the share of same-class negatives the loss saw, for the prior page
     state = ctx.restore_checkpoint(training)
     if state is not None:
         start, curve = state["epoch"], state["curve"]
+        if "same_class" in state:  # absent from a checkpoint written before it was counted
+            same_class.load_state_dict(state["same_class"])
         ctx.log(f"resuming graph pretraining at epoch {start + 1}")
     seen, train_seconds = 0, 0.0
     for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start):
@@ -87,10 +91,13 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
             graph_out, node_out = model(b.x, b.edge_index, b.batch, b.num_graphs)
             loss_fn.observe(graph_out)  # the graph embeddings, for an estimated class prior (else a no-op)
             try:
-                loss = loss_fn(infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize))
+                scores = infograph_scores(graph_out, node_out, b.batch, cfg.anchor, temperature, normalize)
+                loss = loss_fn(scores)
             except losses.NonFiniteError:  # the loss core refuses non-finite scores: the weights diverged
                 ctx.check_loss(math.nan, step, f"the encoder's outputs or their scores are no longer finite; {hint}")
                 raise
+            node_y = b.y[b.batch]
+            same_class.add(scores.neg_mask, *((node_y, b.y) if cfg.anchor == "node" else (b.y, node_y)))
             value = loss.item()
             ctx.check_loss(value, step, hint)
             ctx.log_scalars(step, {"step_loss": value})
@@ -104,13 +111,13 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         curve.append({"epoch": epoch + 1, "loss": total / count, "seconds": seconds, "graphs_per_s": count / seconds,
                       **loss_fn.refresh_prior(epoch + 1)})
         ctx.log_scalars((epoch + 1) * len(batches), {**curve[-1], "lr": optimizer.param_groups[0]["lr"]})
-        ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
+        ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, same_class=same_class.state_dict())
     throughput = {"graphs_per_s": seen / train_seconds} if train_seconds > 0 else {}
     info = {"anchor": cfg.anchor, "normalize": normalize, "temperature": temperature if normalize else None,
             "node_features": data.node_features, "num_graphs": data.num_graphs,
             "num_features": data.num_features, "num_classes": data.num_classes,
             "embedding_dim": model.encoder.out_dim, "resumed_at_epoch": start if state is not None else None,
-            "prior": loss_fn.prior_summary()}
+            "prior": loss_fn.prior_summary(), "negative_same_class_fraction": same_class.value()}
     return PretrainResult(Pretrained(model, data), curve=curve, throughput=throughput, info=info)
 
 

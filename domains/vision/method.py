@@ -40,6 +40,10 @@ class DataInfo:
 class Method(nn.Module):
     """Base class: ``cfg`` is resolved (:func:`config.resolved`); ``loss`` a core loss or None."""
 
+    # Whether the loss's negatives are the batch's other images (SimCLR), not a bank or a queue: then the
+    # pretraining loop counts the share of them that share the anchor's class (for the prior page).
+    in_batch_negatives = False
+
     def __init__(self, cfg: VisionConfig, info: DataInfo, loss, needs_labels: bool):
         super().__init__()
         self.cfg, self.info, self.loss, self.needs_labels = cfg, info, loss, needs_labels

@@ -19,6 +19,8 @@ from domains.vision.models import encoder, projection_head
 
 
 class SimCLR(Method):
+    in_batch_negatives = True
+
     def __init__(self, cfg, info, loss, needs_labels):
         super().__init__(cfg, info, loss, needs_labels)
         self.encoder = encoder(cfg.arch, 3, info.image_size)

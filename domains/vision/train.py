@@ -30,6 +30,7 @@ from domains.vision.data import VisionData, batches
 from domains.vision.evaluate import extract, knn_top1
 from domains.vision.method import Batch, DataInfo, Method
 from losses.distributed import is_distributed
+from losses.prior import SameClassShare
 
 
 def world() -> tuple[int, int]:
@@ -149,9 +150,14 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     start, curve, seen, train_time = 0, [], 0, 0.0
     # Every rank restores rank 0's checkpoint.
     training = {"method": method, "optimizer": opt, "scheduler": sched, "loss": method.loss}
+    # The share of same-class negatives the loss saw (the prior page's τ+): on sets labelled throughout, where
+    # the negatives are the batch's other images; under torchrun, this rank's batches.
+    same_class = SameClassShare() if method.in_batch_negatives and bool((data.pretrain.labels >= 0).all()) else None
     state = ctx.restore_checkpoint(training)
     if state is not None:
         start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
+        if same_class is not None and state.get("same_class"):
+            same_class.load_state_dict(state["same_class"])
         ctx.log(f"resumed from epoch {start}")
     local_batch = cfg.batch_size // size
     pre = data.pretrain
@@ -183,6 +189,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
                 loss = step(batch)
             total += loss.float()
             steps += 1
+            if same_class is not None:
+                same_class.add_batch(batch.labels)
         mean_loss = float(total) / steps  # float() waits for the device: the epoch's time is honest
         elapsed = time.perf_counter() - t0
         seen, train_time = seen + steps * local_batch * size, train_time + elapsed
@@ -199,7 +207,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         ctx.log_scalars((epoch + 1) * steps, {**point, "images_per_s": steps * local_batch * size / elapsed})
         ctx.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()))
         if rank == 0:
-            ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, seen=seen, train_time=train_time)
+            ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, seen=seen, train_time=train_time,
+                                same_class=same_class and same_class.state_dict())
     n_params = sum(p.numel() for p in method.parameters() if p.requires_grad)
     return PretrainResult(
         model=method, curve=curve,
@@ -207,5 +216,6 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
               "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment,
               "compiled": bool(parts) and parts[0]._compiled_call_impl is not None,
-              "prior": method.loss.prior_summary()},
+              "prior": method.loss.prior_summary(),
+              "negative_same_class_fraction": same_class and same_class.value()},
     )
