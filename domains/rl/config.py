@@ -69,6 +69,10 @@ class CurlConfig:
     # Replay and optimisation.
     buffer_capacity: PositiveInt = 100_000  # transitions (agent steps)
     batch_size: PositiveInt = 64  # quick; the presets set theirs (the paper's 512)
+    # On CUDA, replay each kind of update (with and without the actor/EMA parts) from a CUDA graph, replay
+    # sampling included (domains.graphed); no effect on the CPU. The same updates with the launches batched:
+    # a runtime field (float differences at most, of the order another cuDNN algorithm gives).
+    cuda_graph: bool = field(default=True, metadata={RUNTIME: True})
     lr: float | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
     beta: float = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
     # SAC.
