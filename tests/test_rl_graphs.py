@@ -74,9 +74,10 @@ def accelerator_path(monkeypatch, agent: CurlSac) -> None:
             group["fused"] = True
 
 
-@pytest.mark.parametrize("loss,num_positives", [("infonce", 1), ("dcl", 1), ("dcl", 2)])
-def test_an_update_reads_no_device_value(monkeypatch, loss, num_positives):
-    agent, buffer = agent_and_buffer(loss, num_positives=num_positives)
+@pytest.mark.parametrize("loss,num_positives,bf16", [("infonce", 1, False), ("dcl", 1, False), ("dcl", 2, False),
+                                                     ("infonce", 1, True)])
+def test_an_update_reads_no_device_value(monkeypatch, loss, num_positives, bf16):
+    agent, buffer = agent_and_buffer(loss, num_positives=num_positives, encoder_bf16=bf16)
     accelerator_path(monkeypatch, agent)
     updates = GraphedUpdates(agent, buffer, enabled=False)
     for step in (0, 1):  # with the actor, α and EMA parts, then without
@@ -174,3 +175,14 @@ def test_cuda_graph_is_a_runtime_setting():
     # Graphs batch the launches of the same updates: the setting is recorded, not part of the run's identity.
     assert "cuda_graph" in runtime_fields(CurlConfig)
     assert CurlConfig().cuda_graph
+
+
+def test_bf16_encoder_features_are_float32_and_near_the_float32_ones():
+    agent, buffer = agent_and_buffer()
+    bf16, _ = agent_and_buffer(encoder_bf16=True)  # the same initial weights (same seed)
+    obs = buffer.sample(6, CROP).obs
+    exact, approx = agent.critic.encoder(obs), bf16.critic.encoder(obs)
+    assert approx.dtype == torch.float32 and not torch.equal(approx, exact)
+    # LayerNorm'd features of order 1; bf16 keeps ~3 significant digits through 4 convolutions.
+    torch.testing.assert_close(approx, exact, rtol=0.05, atol=0.05)
+    assert CurlConfig().encoder_bf16 is False and "encoder_bf16" not in runtime_fields(CurlConfig)

@@ -4,9 +4,10 @@ sampling and cropping included, the replay buffer on the device) at batch 128 an
 
 Every row has ``what`` (``env_steps_per_s`` or ``updates_per_s``) and ``value`` in that unit; update rows
 also have ``batch_size``, ``device``, ``cuda_graph`` (whether the updates were replayed from CUDA graphs:
-on CUDA both ways, one row each), ``ms_per_update``, the milliseconds of each kind of update alone
-(``ms_with_actor``: with the actor, α and target EMA parts; ``ms_without_actor``), ``sample_ms`` (one replay
-sample alone, eager) and on CUDA ``peak_memory_mb``."""
+on CUDA both ways, one row each), ``encoder_bf16`` (the convolutions in bf16: one more CUDA row),
+``ms_per_update``, the milliseconds of each kind of update alone (``ms_with_actor``: with the actor, α and
+target EMA parts; ``ms_without_actor``), ``sample_ms`` (one replay sample alone, eager) and on CUDA
+``peak_memory_mb``."""
 
 from __future__ import annotations
 
@@ -52,13 +53,13 @@ def filled_buffer(cfg: CurlConfig, action_dim: int, device: torch.device, capaci
     return buffer
 
 
-def update_speed(device: torch.device, batch_size: int, updates: int, cuda_graph: bool,
+def update_speed(device: torch.device, batch_size: int, updates: int, cuda_graph: bool, encoder_bf16: bool = False,
                  action_dim: int = 1) -> dict[str, float]:
     """Updates per second as training runs them (replay sampling and crops included; the two kinds of
     update alternate), the milliseconds of each kind alone (with the actor, α and target EMA parts, and
     without), of one replay sample alone (indices, stacks and the three crops, eager), and on CUDA the peak
     of allocated memory (what decides how many runs share a GPU)."""
-    cfg = CurlConfig(batch_size=batch_size, cuda_graph=cuda_graph)
+    cfg = CurlConfig(batch_size=batch_size, cuda_graph=cuda_graph, encoder_bf16=encoder_bf16)
     torch.manual_seed(0)
     agent = CurlSac(cfg, action_dim, 1e-3, losses.get("infonce"), device)
     buffer = filled_buffer(cfg, action_dim, device)
@@ -98,17 +99,19 @@ def benchmark(device: torch.device, quick: bool) -> list[dict[str, Any]]:
         rows.append({"what": "env_steps_per_s", "task": task, "action_repeat": TASKS[task].action_repeat,
                      "rendering": backend, "value": round(rate, 1),
                      "note": "environment steps (agent steps x action repeat), rendering 100x100 included"})
-    # On CUDA each batch size with the updates replayed from CUDA graphs (training's default) and eagerly.
+    # On CUDA each batch size with the updates replayed from CUDA graphs (training's default), eagerly, and
+    # graphed with the encoder's convolutions in bf16 (encoder_bf16, not the paper's float32).
+    settings = [(True, False), (False, False), (True, True)] if device.type == "cuda" else [(False, False)]
     for batch in (128, 512):
-        for cuda_graph in (True, False) if device.type == "cuda" else (False,):
+        for cuda_graph, bf16 in settings:
             if device.type == "cuda":
                 n = 50 if quick else 200
             else:
                 n = (2 if batch == 128 else 1) if quick else (20 if batch == 128 else 10)
-            speed = update_speed(device, batch, n, cuda_graph)
+            speed = update_speed(device, batch, n, cuda_graph, bf16)
             rate = speed["updates_per_s"]
             rows.append({"what": "updates_per_s", "device": str(device), "batch_size": batch,
-                         "cuda_graph": speed["replayed"], "value": round(rate, 3),
+                         "cuda_graph": speed["replayed"], "encoder_bf16": bf16, "value": round(rate, 3),
                          "ms_per_update": round(1000.0 / rate, 2),
                          "ms_with_actor": round(speed["ms_with_actor"], 2),
                          "ms_without_actor": round(speed["ms_without_actor"], 2),

@@ -214,11 +214,13 @@ def make_convs(in_channels: int, num_filters: int, num_layers: int) -> nn.Sequen
 
 class Encoder(nn.Module):
     """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder.
-    Pixels may come as uint8: the division makes them float32 in the same pass."""
+    Pixels may come as uint8: the division makes them float32 in the same pass. ``bf16``: the convolutions
+    under bf16 autocast, their features back in float32 (see ``CurlConfig.encoder_bf16``)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], feature_dim: int, num_filters: int, num_layers: int,
-                 convs: nn.Sequential | None = None):
+                 convs: nn.Sequential | None = None, bf16: bool = False):
         super().__init__()
+        self.bf16 = bf16
         self.convs = convs if convs is not None else make_convs(obs_shape[0], num_filters, num_layers)
         weight = next(self.convs.parameters())
         with torch.no_grad():  # probe where the convolutions live (shared ones may already be on the GPU)
@@ -227,7 +229,11 @@ class Encoder(nn.Module):
         self.ln = nn.LayerNorm(feature_dim)
 
     def conv_features(self, obs: Tensor) -> Tensor:
-        return self.convs(obs / 255.0)
+        if not self.bf16:
+            return self.convs(obs / 255.0)
+        # No cache of the weights' casts: it would hold tensors of a CUDA graph's capture past it.
+        with torch.autocast(obs.device.type, dtype=torch.bfloat16, cache_enabled=False):
+            return self.convs(obs / 255.0).float()
 
     def head(self, h: Tensor) -> Tensor:
         return self.ln(self.fc(h))
@@ -339,10 +345,10 @@ class CurlSac:
     def __init__(self, cfg: CurlConfig, action_dim: int, lr: float, loss_fn, device: torch.device):
         self.cfg, self.device, self.loss_fn = cfg, torch.device(device), loss_fn
         obs_shape = (3 * cfg.frame_stack, cfg.crop_size, cfg.crop_size)
-        encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers)
+        encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers, bf16=cfg.encoder_bf16)
         self.critic = Critic(encoder, action_dim, cfg.hidden_dim).to(device)
         actor_encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers,
-                                convs=encoder.convs)
+                                convs=encoder.convs, bf16=cfg.encoder_bf16)
         self.actor = Actor(actor_encoder, action_dim, cfg.hidden_dim, cfg.actor_log_std_min,
                            cfg.actor_log_std_max).to(device)
         self.critic.apply(weight_init)
