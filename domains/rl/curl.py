@@ -497,8 +497,8 @@ _OPTIMISERS = ("actor_opt", "critic_opt", "alpha_opt", "encoder_opt", "curl_opt"
 class GraphedUpdates:
     """Replay sampling and one update per call, each kind of update (its :class:`Schedule`: with or without
     the actor and EMA parts) replayed from its own CUDA graph after a few eager warm-up updates
-    (``domains.graphed``). An update's hundreds of small kernels then cost one launch: at CURL's batch sizes
-    the eager update is mostly the host's time to launch them.
+    (``domains.graphed``). An update's hundreds of small kernels then cost one launch: launching them one by
+    one is most of an eager update's time at batch 128 (the bench's rows give each way).
 
     The graphs read the replay buffer in place, sampling from its device-side size, and draw their random
     numbers from the default CUDA generator, whose state a replay advances as the eager update would: a
