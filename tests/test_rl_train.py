@@ -52,6 +52,7 @@ def test_run_records_return_and_learning_curve(tmp_path):
     assert [p["env_steps"] for p in d["learning_curve"]] == [1000, 2000]
     assert d["updates"] == 20 - 5
     assert "curl_loss" in pretrained.curve[-1] and pretrained.throughput["updates_per_s"] > 0
+    assert pretrained.info["cuda_graph"] == {"replayed_updates": 0, "eager_updates": 15}  # the CPU: no graphs
     assert not (tmp_path / "checkpoint.pt").exists()
 
 

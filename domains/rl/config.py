@@ -69,6 +69,10 @@ class CurlConfig:
     # Replay and optimisation.
     buffer_capacity: PositiveInt = 100_000  # transitions (agent steps)
     batch_size: PositiveInt = 64  # quick; the presets set theirs (the paper's 512)
+    # On CUDA, replay each kind of update (with and without the actor/EMA parts) from a CUDA graph, replay
+    # sampling included (domains.graphed); no effect on the CPU. The same updates with the launches batched:
+    # a runtime field (float differences at most, of the order another cuDNN algorithm gives).
+    cuda_graph: bool = field(default=True, metadata={RUNTIME: True})
     lr: float | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
     beta: float = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
     # SAC.
@@ -87,6 +91,11 @@ class CurlConfig:
     num_filters: PositiveInt = 32
     num_conv_layers: PositiveInt = 4
     encoder_tau: Rate = 0.05  # EMA rate of the key encoder (the critic target's encoder)
+    # bf16 autocast for the encoder's convolutions (all encoders: online, target, acting), features back in
+    # float32 for the heads, SAC and the contrastive loss. Not the paper's (it ran float32): on a GPU it halves
+    # the memory traffic of the conv passes, most of an update's device time at batch 512; it changes the
+    # arithmetic (bf16's 8-bit mantissa in the convolutions), so it is part of the run's identity. Off by default.
+    encoder_bf16: bool = False
     curl_update_freq: PositiveInt = 1
     # M: key crops per query (the DCL paper's M); 2 adds a second random crop (B x 2B logits)
     num_positives: Annotated[int, Field(ge=1, le=2)] = 1

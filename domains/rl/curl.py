@@ -32,9 +32,9 @@ import copy
 import functools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 import losses
 from domains.base import RunContext
+from domains.graphed import Backend, CudaGraphBackend, GraphedStep, learning_rates, make_capturable
 from domains.rl.config import CurlConfig, TaskSpec
 from domains.rl.env import PixelEnv
 from domains.rl.gym_envs import make_pixel_env
@@ -100,6 +101,9 @@ class ReplayBuffer:
         # action, reward, not_done side by side: one host-to-device copy per transition, not three.
         self.scalars = torch.zeros((capacity, action_dim + 2), dtype=torch.float32, device=self.device)
         self.idx = self.size = self.frame_idx = 0
+        # The size again, on the device: sampling reads it there, so that a captured update (a CUDA graph
+        # freezes every host value) draws from the whole buffer as it grows.
+        self.count = torch.zeros((), dtype=torch.int64, device=self.device)
         self.frames_wrapped = False
         self._stack: list[int] = []  # frame slots of the current observation
 
@@ -129,6 +133,7 @@ class ReplayBuffer:
                                                            np.float32([reward, not_done])]))
         self.idx = (i + 1) % self.capacity
         self.size = min(self.size + 1, self.capacity)
+        self.count.fill_(self.size)
         self._stack = slots[1:]
 
     def sample(self, batch_size: int, crop_size: int, num_keys: int = 1,
@@ -136,14 +141,18 @@ class ReplayBuffer:
         """A uniform batch (with replacement, as CURL) with one random crop per sample and view: obs,
         next_obs and ``num_keys`` key crops of obs, each at its own uniformly drawn offset (all
         ``H - crop_size + 1`` positions; CURL's numpy version never picks the last one). Indices and
-        offsets are drawn on the buffer's device: sampling never waits for the host."""
+        offsets are drawn on the buffer's device from the size held there (:attr:`count`): sampling never
+        waits for the host, and a CUDA graph of it keeps sampling from the whole buffer as it grows."""
         if self.size == 0:
             raise RuntimeError("the replay buffer is empty")
         _, h, w = self.frames.shape[1:]
         if not 0 < crop_size <= min(h, w):
             raise ValueError(f"crop_size must lie in [1, {min(h, w)}], got {crop_size}")
         dev, views = self.device, 2 + num_keys
-        index = torch.randint(0, self.size, (batch_size,), device=dev, generator=generator)
+        # floor(u·size) with u uniform on [0, 1) in float64: below size for any size under 2^53, and uniform
+        # over the indices up to ~size/2^53 (float32's 2^24 steps would tilt 100k slots by ~0.6%).
+        u = torch.rand(batch_size, dtype=torch.float64, device=dev, generator=generator)
+        index = (u * self.count).long()
         tops = torch.randint(0, h - crop_size + 1, (views, batch_size), device=dev, generator=generator)
         lefts = torch.randint(0, w - crop_size + 1, (views, batch_size), device=dev, generator=generator)
         return self.gather(index, tops, lefts, crop_size)
@@ -176,6 +185,7 @@ class ReplayBuffer:
         for name in ("frames", "slots", "scalars"):
             getattr(self, name)[:len(state[name])] = state[name]
         self.idx, self.size, self.frame_idx = state["idx"], state["size"], state["frame_idx"]
+        self.count.fill_(self.size)
         self.frames_wrapped = state["frames_wrapped"]
         self._stack = list(state["stack"])
 
@@ -204,11 +214,13 @@ def make_convs(in_channels: int, num_filters: int, num_layers: int) -> nn.Sequen
 
 class Encoder(nn.Module):
     """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder.
-    Pixels may come as uint8: the division makes them float32 in the same pass."""
+    Pixels may come as uint8: the division makes them float32 in the same pass. ``bf16``: the convolutions
+    under bf16 autocast, their features back in float32 (see ``CurlConfig.encoder_bf16``)."""
 
     def __init__(self, obs_shape: tuple[int, int, int], feature_dim: int, num_filters: int, num_layers: int,
-                 convs: nn.Sequential | None = None):
+                 convs: nn.Sequential | None = None, bf16: bool = False):
         super().__init__()
+        self.bf16 = bf16
         self.convs = convs if convs is not None else make_convs(obs_shape[0], num_filters, num_layers)
         weight = next(self.convs.parameters())
         with torch.no_grad():  # probe where the convolutions live (shared ones may already be on the GPU)
@@ -217,7 +229,11 @@ class Encoder(nn.Module):
         self.ln = nn.LayerNorm(feature_dim)
 
     def conv_features(self, obs: Tensor) -> Tensor:
-        return self.convs(obs / 255.0)
+        if not self.bf16:
+            return self.convs(obs / 255.0)
+        # No cache of the weights' casts: it would hold tensors of a CUDA graph's capture past it.
+        with torch.autocast(obs.device.type, dtype=torch.bfloat16, cache_enabled=False):
+            return self.convs(obs / 255.0).float()
 
     def head(self, h: Tensor) -> Tensor:
         return self.ln(self.fc(h))
@@ -305,20 +321,34 @@ def _cudnn_autotune() -> Iterator[None]:
         torch.backends.cudnn.benchmark = before
 
 
+class Schedule(NamedTuple):
+    """Which parts an update runs besides the critic's step: the actor and α, the target EMA, the
+    contrastive step (CURL runs them every N updates)."""
+
+    actor: bool
+    target: bool
+    curl: bool
+
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """The names of the statistics such an update returns, in order."""
+        return ("critic_loss", *(("actor_loss", "alpha") if self.actor else ()), *(("curl_loss",) if self.curl else ()))
+
+
 class CurlSac:
     """The networks, optimisers and update rule of CURL + SAC (see the module docstring).
 
-    On a GPU nothing in an update waits for the host (losses come back as tensors, the schedule follows
-    the step number) except inside the core loss, which checks its ``Scores`` and finds the positives on
-    the host (tests/test_rl_gpu.py checks the rest with a stand-in loss)."""
+    On a GPU nothing in an update reads a device value on the host: losses come back as tensors, the schedule
+    follows the step number, the core loss queues its checks on the device (tests/test_rl_graphs.py checks
+    it op by op), so :class:`GraphedUpdates` can capture it."""
 
     def __init__(self, cfg: CurlConfig, action_dim: int, lr: float, loss_fn, device: torch.device):
         self.cfg, self.device, self.loss_fn = cfg, torch.device(device), loss_fn
         obs_shape = (3 * cfg.frame_stack, cfg.crop_size, cfg.crop_size)
-        encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers)
+        encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers, bf16=cfg.encoder_bf16)
         self.critic = Critic(encoder, action_dim, cfg.hidden_dim).to(device)
         actor_encoder = Encoder(obs_shape, cfg.feature_dim, cfg.num_filters, cfg.num_conv_layers,
-                                convs=encoder.convs)
+                                convs=encoder.convs, bf16=cfg.encoder_bf16)
         self.actor = Actor(actor_encoder, action_dim, cfg.hidden_dim, cfg.actor_log_std_min,
                            cfg.actor_log_std_max).to(device)
         self.critic.apply(weight_init)
@@ -402,19 +432,30 @@ class CurlSac:
         self.curl_opt.step()
         return loss.detach()
 
+    def schedule(self, step: int) -> Schedule:
+        """The parts of the update at agent step ``step`` (CURL's every-N schedule)."""
+        cfg = self.cfg
+        return Schedule(actor=step % cfg.actor_update_freq == 0, target=step % cfg.critic_target_update_freq == 0,
+                        curl=step % cfg.curl_update_freq == 0)
+
     def update(self, batch: Batch, step: int) -> dict[str, Tensor]:
         """One CURL update on a replay batch; ``step`` is the agent step (it sets the every-2 schedule).
         Returns the losses (and α) as detached 0-d tensors, so that nothing waits for the device."""
+        return self.update_parts(batch, self.schedule(step))
+
+    def update_parts(self, batch: Batch, parts: Schedule) -> dict[str, Tensor]:
+        """The update's ``parts`` on a replay batch; the statistics come back named and ordered as
+        ``parts.stats``. Everything the update reads from the host is fixed by ``parts``, the config and the
+        tensors' shapes: no value is read back from the device, so the update can be captured as a graph."""
         cfg = self.cfg
         with _cudnn_autotune() if self.device.type == "cuda" else contextlib.nullcontext():
             stats = {"critic_loss": self.update_critic(batch.obs, batch.action, batch.reward, batch.next_obs,
                                                        batch.not_done)}
-            curl_due = step % cfg.curl_update_freq == 0
             # From here to the contrastive step the convolutions stay as they are (the actor never trains
             # them, the EMA moves the target only), so CURL's two passes over the anchor crop (the actor's,
             # detached, and the query's) are one.
-            h = self.critic.encoder.conv_features(batch.obs) if curl_due else None
-            if step % cfg.actor_update_freq == 0:
+            h = self.critic.encoder.conv_features(batch.obs) if parts.curl else None
+            if parts.actor:
                 if h is None:
                     with torch.no_grad():
                         h_actor = self.critic.encoder.conv_features(batch.obs)
@@ -422,13 +463,16 @@ class CurlSac:
                     h_actor = h.detach()
                 stats["actor_loss"] = self.update_actor_and_alpha(h_actor)
                 stats["alpha"] = self.alpha.detach()
-            if step % cfg.critic_target_update_freq == 0:
+            if parts.target:
                 ema_update(self.critic.q1, self.critic_target.q1, cfg.critic_tau)
                 ema_update(self.critic.q2, self.critic_target.q2, cfg.critic_tau)
                 ema_update(self.critic.encoder, self.critic_target.encoder, cfg.encoder_tau)
             if h is not None:
                 stats["curl_loss"] = self.update_curl(h, batch.keys)
         return stats
+
+    def optimisers(self) -> list[torch.optim.Optimizer]:
+        return [getattr(self, name) for name in _OPTIMISERS]
 
     def state_dict(self) -> dict[str, Any]:
         return {"actor": self.actor.state_dict(), "critic": self.critic.state_dict(),
@@ -448,6 +492,55 @@ class CurlSac:
 
 
 _OPTIMISERS = ("actor_opt", "critic_opt", "alpha_opt", "encoder_opt", "curl_opt")
+
+
+class GraphedUpdates:
+    """Replay sampling and one update per call, each kind of update (its :class:`Schedule`: with or without
+    the actor and EMA parts) replayed from its own CUDA graph after a few eager warm-up updates
+    (``domains.graphed``). An update's hundreds of small kernels then cost one launch: launching them one by
+    one is most of an eager update's time at batch 128 (the bench's rows give each way).
+
+    The graphs read the replay buffer in place, sampling from its device-side size, and draw their random
+    numbers from the default CUDA generator, whose state a replay advances as the eager update would: a
+    seed gives the same run again. Where capture fails, a one-line warning goes to ``log`` and the updates
+    run eagerly. On the CPU, or with ``enabled=False``, every update is eager. ``backend``: a stand-in for
+    CUDA graphs (tests)."""
+
+    def __init__(self, agent: CurlSac, buffer: ReplayBuffer, *, enabled: bool,
+                 log: Callable[[str], None] | None = None, backend: Backend | None = None):
+        self.agent, self.buffer, self.log = agent, buffer, log
+        if backend is None and enabled and agent.device.type == "cuda" and torch.cuda.is_available():
+            # One memory pool for the graphs of both kinds: they never run at once, and none reads what
+            # another left in the pool (every buffer of a graph is written in it before it is read).
+            backend = CudaGraphBackend(agent.device)
+            for opt in agent.optimisers():  # after a restored checkpoint, whose groups may say otherwise
+                make_capturable(opt)
+        self.backend = backend if enabled else None
+        self.runs: dict[Schedule, GraphedStep] = {}
+
+    @property
+    def replays(self) -> int:
+        """How many updates were replayed from a graph."""
+        return sum(run.replays for run in self.runs.values())
+
+    def __call__(self, step: int) -> dict[str, Tensor]:
+        """Sample a batch and update at agent step ``step``; the statistics as in :meth:`CurlSac.update`."""
+        parts = self.agent.schedule(step)
+        run = self.runs.get(parts)
+        if run is None:
+            run = self.runs[parts] = GraphedStep(
+                functools.partial(self._sample_and_update, parts), self.agent.device,
+                enabled=self.backend is not None, key=lambda: learning_rates(*self.agent.optimisers()),
+                name=f"CURL update ({', '.join(parts.stats)})", log=self.log, backend=self.backend)
+        values = run()
+        if run.captured:
+            values = values.clone()  # the graph's output: its next replay overwrites it
+        return dict(zip(parts.stats, values.unbind()))
+
+    def _sample_and_update(self, parts: Schedule) -> Tensor:
+        cfg = self.agent.cfg
+        batch = self.buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives)
+        return torch.stack(list(self.agent.update_parts(batch, parts).values()))
 
 
 # --------------------------------------------------------------------------------------------- train & evaluate
@@ -505,7 +598,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     buffer = ReplayBuffer(cfg.buffer_capacity, (3, cfg.image_size, cfg.image_size), cfg.frame_stack,
                           env.action_shape[0], episode_length, device=ctx.device)
     rng = np.random.default_rng(ctx.seed)
-    start, updates, curve, episode_returns = 0, 0, [], []
+    start, updates, replayed, curve, episode_returns = 0, 0, 0, [], []
     update_time = env_time = 0.0
     recent: dict[str, list[Tensor]] = {}  # the update statistics since the last evaluation, on the device
     tracked: dict[str, int] = {}  # how many of each the live trackers have had (a mean per episode)
@@ -518,9 +611,12 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
         env.set_rng_state(state["env_rng"])
         env.env_steps = state["env_steps"]
         start, updates, curve, episode_returns = state["step"], state["updates"], state["curve"], state["returns"]
+        replayed = state.get("replayed_updates", 0)  # absent from checkpoints written before the graphs
         update_time, env_time = state["update_time"], state["env_time"]
         recent = {key: list(values.to(ctx.device).unbind()) for key, values in state["recent"].items()}
         ctx.log(f"resumed from agent step {start} ({env.env_steps} environment steps)")
+    # Made after the restore: it makes the restored optimisers capturable again.
+    updater = GraphedUpdates(agent, buffer, enabled=cfg.cuda_graph, log=ctx.log)
     next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
     next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq if cfg.checkpoint_freq else None
 
@@ -533,11 +629,10 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             action = env.sample_action(rng)
         else:
             action = agent.act(obs, sample=True)
-            # On a GPU this times the host until the update's work is queued (the core loss waits for the
-            # device on the way); the rest overlaps the environment step.
+            # On a GPU this times the host until the update's work is queued (one graph launch once
+            # captured); the rest overlaps the environment step.
             t0 = time.perf_counter()
-            batch = buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives)
-            for key, value in agent.update(batch, step).items():
+            for key, value in updater(step).items():
                 recent.setdefault(key, []).append(value)
             update_time += time.perf_counter() - t0
             updates += 1
@@ -567,8 +662,9 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
         if (due or ctx.stop_requested) and step + 1 < total_agent_steps:
             ctx.save_checkpoint(
                 training, rng=rng.bit_generator.state, env_rng=env.rng_state(), env_steps=env.env_steps,
-                step=step + 1, updates=updates, curve=curve, returns=episode_returns, update_time=update_time,
-                env_time=env_time, recent={key: torch.stack(values) for key, values in recent.items()})
+                step=step + 1, updates=updates, replayed_updates=replayed + updater.replays, curve=curve,
+                returns=episode_returns, update_time=update_time, env_time=env_time,
+                recent={key: torch.stack(values) for key, values in recent.items()})
             if due:
                 next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq
         obs, _ = env.reset()
@@ -578,7 +674,11 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     throughput = {"env_steps_per_s": env.env_steps / env_time if env_time else 0.0,
                   "updates_per_s": updates / update_time if update_time else 0.0}
     info = {"env_steps": env.env_steps, "agent_steps": total_agent_steps, "action_repeat": repeat,
-            "step_unit": "environment steps", "updates": updates, "train_episode_returns": episode_returns}
+            "step_unit": "environment steps", "updates": updates, "train_episode_returns": episode_returns,
+            # What ran: how many updates were replayed from CUDA graphs (0 on the CPU, with cuda_graph off,
+            # or where capture failed; the log then says why).
+            "cuda_graph": {"replayed_updates": replayed + updater.replays, "eager_updates":
+                           updates - replayed - updater.replays}}
     trained = Trained(agent, task_name, repeat, env.env_steps, total_agent_steps, updates,
                       eval_seed(ctx.seed, env.env_steps))
     return trained, {"curve": curve, "throughput": throughput, "info": info}
