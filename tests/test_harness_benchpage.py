@@ -41,8 +41,11 @@ def fixtures(folder: Path) -> None:
         {"loss": "hcl", "batch_size": 4096, "time_ms": 2.8, "time_ratio": 1.4},  # no memory_ratio: "–"
     ])
     bench_file(folder, "vision", [vision_row(False, 15_000.0, 15_500.0), vision_row(True, 26_000.0, 27_000.0)])
-    bench_file(folder, "rl", [{"what": "updates_per_s", "batch_size": 128, "value": 400.0},
-                              {"what": "updates_per_s", "batch_size": 512, "value": 240.0}])
+    graphed = {"cuda_graph": True, "encoder_bf16": False}  # the target reads the default setting's row only
+    bench_file(folder, "rl", [{"what": "updates_per_s", "batch_size": 128, "value": 400.0, **graphed},
+                              {"what": "updates_per_s", "batch_size": 512, "value": 240.0, **graphed},
+                              {"what": "updates_per_s", "batch_size": 512, "value": 90.0, "cuda_graph": False,
+                               "encoder_bf16": False}])
     tasks = ("MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC")
     bench_file(folder, "text", [{"benchmark": "train", "sentences_per_s": 5000.0}]
                + [{"benchmark": "senteval", "task": t, "seconds": 9.5} for t in tasks])

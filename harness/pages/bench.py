@@ -75,7 +75,7 @@ TARGETS: tuple[Target, ...] = (
     Target("vision biased track: epoch time reported", "vision", "epoch_s", "reported", None,
            {"benchmark": _contains("biased")}),
     Target("rl >= 250 updates/s at batch 512 (GPU)", "rl", "value", ">=", 250,
-           {"what": "updates_per_s", "batch_size": 512}, device="cuda"),
+           {"what": "updates_per_s", "batch_size": 512, "cuda_graph": True, "encoder_bf16": False}, device="cuda"),
     Target("text SentEval six tasks <= 60 s (GPU)", "text", "seconds", "<=", 60,
            {"benchmark": "senteval"}, device="cuda", total=True, full=True),
     Target("text SentEval six tasks <= 5 min (CPU)", "text", "seconds", "<=", 300,
