@@ -30,7 +30,7 @@ IDENTITY = {
 }
 # defaults changed since, with the value they had when IDENTITY was taken (text: SentEval's raw features, issue 27)
 MOVED = {"text": {"probe_standardize": "true"}}
-RUNTIME = {"graph": {"svm_jobs", "download"}, "vision": {"compile", "num_workers", "download"},
+RUNTIME = {"graph": {"svm_jobs", "download"}, "vision": {"compile", "cuda_graph", "num_workers", "download"},
            "text": {"log_every", "checkpoint_every", "eval_jobs", "eval_batch_size"}, "rl": {"checkpoint_freq"}}
 
 
