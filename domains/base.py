@@ -513,6 +513,10 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
 
 
 RUNTIME = "runtime"  # config field metadata key: field(default=..., metadata={RUNTIME: True})
+# Config field metadata key for an experiment field added after records were committed: field(default=...,
+# metadata={ADDED: True}). At its default it is left out of the experiment part (the run's identity), so a run
+# of the default setting keeps the identity the committed records have; set to anything else, it is hashed.
+ADDED = "added"
 
 
 def runtime_fields(config_class: type) -> frozenset[str]:
@@ -524,9 +528,13 @@ def runtime_fields(config_class: type) -> frozenset[str]:
 
 
 def split_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A config dataclass as (experiment fields, runtime fields), each a dict."""
+    """A config dataclass as (experiment fields, runtime fields), each a dict. An experiment field marked
+    :data:`ADDED` is left out at its default."""
     values, runtime = dataclasses.asdict(config), runtime_fields(type(config))
-    return ({k: v for k, v in values.items() if k not in runtime}, {k: v for k, v in values.items() if k in runtime})
+    at_default = {f.name for f in dataclasses.fields(config) if f.metadata.get(ADDED) and f.name not in runtime
+                  and f.default is not dataclasses.MISSING and values[f.name] == f.default}
+    return ({k: v for k, v in values.items() if k not in runtime and k not in at_default},
+            {k: v for k, v in values.items() if k in runtime})
 
 
 def _umask() -> int:

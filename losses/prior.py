@@ -416,10 +416,17 @@ class SameClassShare:
         counts = torch.stack([same.sum(), neg_mask.sum()])
         self._counts = counts if self._counts is None else self._counts + counts
 
-    def add_batch(self, labels: Tensor) -> None:
-        """Count a batch whose negatives are every other item of the batch (SimCLR: each of an image's views has
-        every view of every other image as negatives, so the share is that of the ordered pairs of images)."""
-        self.add(~torch.eye(len(labels), dtype=torch.bool, device=labels.device), labels, labels)
+    def add_batches(self, labels: Tensor) -> None:
+        """Count S batches (the rows of ``labels`` [S, B]) whose negatives are every other item of their batch
+        (SimCLR: each of an image's views has every view of every other image as negatives, so the share is that
+        of the ordered pairs of distinct images), in one pass."""
+        if labels.dim() != 2:
+            raise ValueError(f"SameClassShare.add_batches: labels must be [batches, batch size], got "
+                             f"{tuple(labels.shape)}")
+        n, b = labels.shape
+        same = (labels[:, :, None] == labels[:, None, :]).sum() - n * b  # ordered pairs, each item with itself out
+        counts = torch.stack([same, torch.tensor(n * b * (b - 1), device=labels.device)])
+        self._counts = counts if self._counts is None else self._counts + counts
 
     def state_dict(self) -> dict[str, int]:
         same, total = self._saved

@@ -40,13 +40,16 @@ def test_the_share_over_batches_is_a_naive_count_and_survives_a_checkpoint(seed)
     assert share.value() == resumed.value() == pytest.approx(_naive(batches), rel=1e-12)
 
 
-def test_a_batch_whose_negatives_are_the_other_items_counts_ordered_pairs_of_distinct_items():
-    labels = torch.tensor([0, 0, 1, 2, 2, 2])
+def test_batches_whose_negatives_are_the_other_items_count_ordered_pairs_of_distinct_items():
+    labels = torch.tensor([[0, 0, 1, 2, 2, 2], [3, 1, 3, 1, 3, 0]])
     share = SameClassShare()
-    share.add_batch(labels)
-    # same-class ordered pairs: 2·1 (class 0) + 3·2 (class 2) = 8 of 6·5 = 30
-    assert share.value() == pytest.approx(8 / 30)
-    assert share.value() == pytest.approx(_naive([(~torch.eye(6, dtype=torch.bool), labels, labels)]))
+    share.add_batches(labels)
+    # same-class ordered pairs: 2·1 (class 0) + 3·2 (class 2) = 8, then 3·2 + 2·1 = 8, of 2·6·5 = 60
+    assert share.value() == pytest.approx(16 / 60)
+    every_other = ~torch.eye(6, dtype=torch.bool)
+    assert share.value() == pytest.approx(_naive([(every_other, row, row) for row in labels]))
+    with pytest.raises(ValueError, match=r"\[batches, batch size\]"):
+        share.add_batches(labels[0])
 
 
 def test_nothing_counted_is_none_and_a_mismatched_mask_is_refused():

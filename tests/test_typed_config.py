@@ -30,8 +30,9 @@ IDENTITY = {
 }
 # defaults changed since, with the value they had when IDENTITY was taken (text: SentEval's raw features, issue 27)
 MOVED = {"text": {"probe_standardize": "true"}}
-RUNTIME = {"graph": {"svm_jobs", "download"}, "vision": {"compile", "num_workers", "download"},
-           "text": {"log_every", "checkpoint_every", "eval_jobs", "eval_batch_size"}, "rl": {"checkpoint_freq"}}
+RUNTIME = {"graph": {"svm_jobs", "download"}, "vision": {"compile", "cuda_graph", "num_workers", "download"},
+           "text": {"log_every", "checkpoint_every", "eval_jobs", "eval_batch_size"},
+           "rl": {"checkpoint_freq", "cuda_graph"}}
 
 
 def _spec(name: str, preset: str, sets: dict[str, str] | None = None) -> RunSpec:
@@ -48,6 +49,15 @@ def _typed(values: dict) -> dict:
 @pytest.mark.parametrize(("name", "preset"), sorted(IDENTITY))
 def test_the_identity_of_the_defaults_is_unchanged(name, preset):
     assert hash_jsonable(_spec(name, preset, MOVED.get(name)).config_dict()) == IDENTITY[name, preset]
+
+
+def test_a_field_added_later_is_hashed_only_away_from_its_default():
+    """rl's encoder_bf16 came after the committed records: at its default a run keeps their identity (above);
+    set, it is another experiment."""
+    default = _spec("rl", "paper", MOVED.get("rl")).config_dict()
+    assert "encoder_bf16" not in default
+    changed = _spec("rl", "paper", {"encoder_bf16": "true"}).config_dict()
+    assert changed["encoder_bf16"] is True and hash_jsonable(changed) != IDENTITY["rl", "paper"]
 
 
 @pytest.mark.parametrize("name", DOMAINS)

@@ -58,6 +58,26 @@ def test_jitter_and_grayscale_probabilities():
     assert (out.flatten(1).mean(1).unique().numel()) > 1
 
 
+@pytest.mark.parametrize("subsets", [True, False], ids=["cpu-subsets", "accelerator-where"])
+def test_jitter_applies_each_images_own_order_of_the_operations(subsets, monkeypatch):
+    """Per image, the four operations in its own drawn order with its own factors (as torchvision draws them),
+    on both paths: the CPU's subsets of images and the accelerator's choice on the device."""
+    monkeypatch.setattr(aug, "SUBSETS_ON", frozenset({"cpu"}) if subsets else frozenset())
+    n = 48
+    x = torch.rand(n, 3, 5, 5)
+    torch.manual_seed(7)
+    out = aug.color_jitter(x)
+    torch.manual_seed(7)  # the same draws, in color_jitter's order: the factors and p, then the order keys
+    u, order = torch.rand(5, n), torch.rand(n, 4).argsort(dim=1)
+    assert len({tuple(o) for o in order.tolist()}) > 1  # the images do not share one order
+    for i in range(n):
+        expected = x[i:i + 1]
+        if u[4, i] < aug.JITTER_P:
+            for k in order[i].tolist():
+                expected = aug.JITTER_OPS[k](expected, u[k, i:i + 1], aug.JITTER[k])
+        assert torch.allclose(out[i:i + 1], expected, atol=1e-6), i
+
+
 def test_random_resized_crop_is_per_sample_and_in_range():
     torch.manual_seed(0)
     ramp = torch.linspace(0, 1, 16).view(1, 1, 1, 16).expand(32, 3, 16, 16).contiguous()

@@ -98,9 +98,10 @@ def test_pixel_functions_agree_on_cpu_cuda_and_compiled(cuda, monkeypatch):
     def crop(x, u, flip=True):
         return aug._crop(x, u, 24, 0.2, flip, 1 / 255)
 
-    def jitter(x, u):
-        for op, s in ((aug._brightness, 0.4), (aug._contrast, 0.4), (aug._saturation, 0.4), (aug._hue, 0.1)):
-            x = op(x, u[1], s)
+    def jitter(x, u):  # each image's operation at each position, as color_jitter draws them on the device
+        which = (u[:4] * 4).long().clamp(max=3)
+        for position in range(4):
+            x = aug._jitter_position(x, which[position], u, aug.JITTER)
         return x
 
     pipelines = {

@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from domains.base import RUNTIME, Preset
+from domains.base import ADDED, RUNTIME, Preset
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class CurlConfig:
     # float32 for the heads, SAC and the contrastive loss. Not the paper's (it ran float32): on a GPU it halves
     # the memory traffic of the conv passes, most of an update's device time at batch 512; it changes the
     # arithmetic (bf16's 8-bit mantissa in the convolutions), so it is part of the run's identity. Off by default.
-    encoder_bf16: bool = False
+    encoder_bf16: bool = field(default=False, metadata={ADDED: True})
     curl_update_freq: PositiveInt = 1
     # M: key crops per query (the DCL paper's M); 2 adds a second random crop (B x 2B logits)
     num_positives: Annotated[int, Field(ge=1, le=2)] = 1

@@ -4,15 +4,17 @@ data loading never bounds throughput), and the Lab views of CMC.
 SimCLR's augmentation (Chen et al. 2020, as used by Chuang et al. 2020): random resized crop
 (scale ``(s, 1)``, aspect ratio ``(3/4, 4/3)``) with a horizontal flip (p 0.5), colour jitter
 (brightness 0.4, contrast 0.4, saturation 0.4, hue 0.1) with p 0.8, grayscale with p 0.2. Each sample
-draws its own crop, flip and jitter factors; the order of the four jitter operations is drawn once
-per batch (torchvision draws it per image). Images enter as uint8 ``[B, 3, H, W]`` and leave as float
-in [0, 1]; :func:`normalize` or :func:`lab_views` follow.
+draws its own crop, flip, jitter factors and order of the four jitter operations (as torchvision and
+SimCLR's code do). Images enter as uint8 ``[B, 3, H, W]`` and leave as float in [0, 1]; :func:`normalize`
+or :func:`lab_views` follow.
 
-Speed: every random number of a step is drawn in one call per operation group (no per-sample loop,
-nothing read back to the host), constants live on the device once (a host-to-device copy of a fresh
-tensor waits for the device), and the pixel work is done by a few pure functions (``@_kernel``) that
-:func:`set_compiled` runs through ``torch.compile``, which fuses each into one or two kernels. The
-random draws stay outside those functions, so compiled and eager augmentation see the same numbers.
+Speed: every random number of a step is drawn on the batch's device by its default generator, in one call
+per operation group (no per-sample loop, nothing read back to the host, no choice made on the host), so a
+training step captured as a CUDA graph draws new numbers at every replay; constants live on the device once
+(a host-to-device copy of a fresh tensor waits for the device), and the pixel work is done by a few pure
+functions (``@_kernel``) that :func:`set_compiled` runs through ``torch.compile``, which fuses each into one
+or two kernels. The random draws stay outside those functions, so compiled and eager augmentation see the
+same numbers.
 """
 
 from __future__ import annotations
@@ -150,26 +152,50 @@ def _factor(u: Tensor, s: float) -> Tensor:
     return (lo + (1 + s - lo) * u).view(-1, 1, 1, 1)
 
 
-@_kernel
 def _brightness(x: Tensor, u: Tensor, s: float) -> Tensor:
     return (x * _factor(u, s)).clamp(0, 1)
 
 
-@_kernel
 def _contrast(x: Tensor, u: Tensor, s: float) -> Tensor:
     mean = grayscale(x).mean(dim=(1, 2, 3), keepdim=True)
     return torch.lerp(mean, x, _factor(u, s)).clamp(0, 1)
 
 
-@_kernel
 def _saturation(x: Tensor, u: Tensor, s: float) -> Tensor:
     return torch.lerp(grayscale(x), x, _factor(u, s)).clamp(0, 1)
 
 
-@_kernel
 def _hue(x: Tensor, u: Tensor, s: float) -> Tensor:
     h, sat, v = _hsv(x)
     return _rgb(h + ((2 * u - 1) * s).view(-1, 1, 1), sat, v)
+
+
+JITTER_OPS = (_brightness, _contrast, _saturation, _hue)  # in the order of ``strength``
+SUBSETS_ON = frozenset({"cpu"})
+"""Devices where a jitter position applies each operation to the images that drew it, found by ``nonzero``
+(which waits for any other device); elsewhere every operation runs on the batch and each image keeps its own."""
+
+
+@_kernel
+def _jitter_position(x: Tensor, which: Tensor, u: Tensor, strength: tuple[float, ...]) -> Tensor:
+    """Operation ``which[i]`` (an index of :data:`JITTER_OPS`) on image ``i``: every operation of nonzero
+    strength is computed on the whole batch and each image keeps the one it drew, a choice made on the device
+    (four passes where one would do, so that nothing waits for the device; compiled, one fused pass)."""
+    out = x
+    for k, op in enumerate(JITTER_OPS):
+        if strength[k] != 0:
+            out = torch.where((which == k).view(-1, 1, 1, 1), op(x, u[k], strength[k]), out)
+    return out
+
+
+def _jitter_subsets(x: Tensor, which: Tensor, u: Tensor, strength: tuple[float, ...]) -> Tensor:
+    """What :func:`_jitter_position` gives, with each operation applied only to the images that drew it."""
+    out = x.clone()
+    for k, op in enumerate(JITTER_OPS):
+        rows = (which == k).nonzero().flatten()
+        if strength[k] != 0 and rows.numel():
+            out[rows] = op(x[rows], u[k, rows], strength[k])
+    return out
 
 
 @_kernel
@@ -178,14 +204,15 @@ def _choose(u: Tensor, p: float, changed: Tensor, x: Tensor) -> Tensor:
 
 
 def color_jitter(x: Tensor, strength: tuple[float, float, float, float] = JITTER, p: float = JITTER_P) -> Tensor:
-    """Brightness, contrast, saturation and hue jitter with per-sample factors, applied with
-    probability ``p`` per sample; an operation of strength 0 is skipped."""
-    u = torch.rand(5, x.shape[0], device=x.device)  # one draw per operation in the order drawn, then p
-    ops = (_brightness, _contrast, _saturation, _hue)
+    """Brightness, contrast, saturation and hue jitter with per-sample factors, in a per-sample random
+    order, applied with probability ``p`` per sample; an operation of strength 0 is skipped."""
+    u = torch.rand(5, x.shape[0], device=x.device)  # rows 0-3: the operations' factors, row 4: p
+    # Each image's order of the four operations: the ranks of four uniform keys, a uniform permutation.
+    order = torch.rand(x.shape[0], len(JITTER_OPS), device=x.device).argsort(dim=1)
+    apply = _jitter_subsets if x.device.type in SUBSETS_ON else _jitter_position
     out = x
-    for row, op in enumerate(torch.randperm(4).tolist()):
-        if strength[op] != 0:
-            out = ops[op](out, u[row], strength[op])
+    for position in range(len(JITTER_OPS)):
+        out = apply(out, order[:, position], u, tuple(strength))
     return _choose(u[4], p, out, x)
 
 

@@ -72,6 +72,9 @@ class Biased(Method):
         main.register_step_post_hook(lambda *_: self._step_online())
         return main
 
+    def inner_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [] if self.online is None else [self.online]
+
     def _step_online(self) -> None:
         self.online.step()
         self.online.zero_grad(set_to_none=True)

@@ -45,10 +45,11 @@ class CMC(Method):
         (this rank's share under torchrun)."""
         world = torch.distributed.get_world_size() if self.gather else 1
         k = max(1, self.cfg.num_negatives // world)
-        if k >= self.info.size - index.numel():  # every other row
-            allowed = torch.ones(self.info.size, dtype=torch.bool, device=index.device)
-            allowed[index] = False
-            return allowed.nonzero().flatten()
+        others = self.info.size - index.numel()
+        if k >= others:  # every other row, in order: the first ``others`` of a stable sort that puts the
+            # batch's rows last (nonzero would give the same rows, after waiting for the device)
+            in_batch = torch.zeros(self.info.size, dtype=torch.uint8, device=index.device).index_fill_(0, index, 1)
+            return in_batch.argsort(stable=True)[:others]
         # The K smallest of uniform keys, the batch's rows keyed out of reach: a uniform K-subset in
         # random order, with a size known in advance (nonzero would wait for the device).
         keys = torch.rand(self.info.size, device=index.device).index_fill_(0, index, 2.0)

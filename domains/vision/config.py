@@ -70,6 +70,9 @@ class VisionConfig:
     # torch.compile the networks and the augmentation (eager, with a warning, if it fails): the same model and
     # maths in fused kernels, so a runtime field (float differences of the order another thread count gives)
     compile: bool = field(default=False, metadata={RUNTIME: True})
+    # on CUDA, one process: each training step replayed from a CUDA graph (one launch for its hundreds of kernels;
+    # eager, with a warning, if capture fails): the same kernels on the same numbers, so a runtime field
+    cuda_graph: bool = field(default=True, metadata={RUNTIME: True})
     num_workers: int = field(default=4, metadata={RUNTIME: True})  # image-folder loader processes: speed only
     download: bool = field(default=False, metadata={RUNTIME: True})  # try torchvision's download when missing
 

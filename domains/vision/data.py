@@ -154,22 +154,29 @@ class VisionData:
                        test=moved[id(self.test)])
 
 
+def chunks(order: Tensor, batch_size: int, drop_last: bool) -> list[Tensor]:
+    """Consecutive ``batch_size`` slices of ``order`` (views: nothing is copied), the last shorter one dropped
+    when ``drop_last``."""
+    parts = list(torch.split(order, batch_size))
+    if drop_last and parts and len(parts[-1]) < batch_size:
+        parts.pop()
+    return parts
+
+
 def batches(images: ImageSet, order: Tensor, batch_size: int, drop_last: bool,
             num_workers: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
     """``(index, uint8 images)`` for consecutive chunks of ``order``; in-memory images are indexed where
     they are (on the device: one copy of ``order``, none per batch)."""
     if isinstance(images.images, Tensor):
         order = order.to(images.images.device)
-    chunks = list(torch.split(order, batch_size))
-    if drop_last and chunks and len(chunks[-1]) < batch_size:
-        chunks.pop()
+    parts = chunks(order, batch_size, drop_last)
     if isinstance(images.images, Tensor):
-        for idx in chunks:
+        for idx in parts:
             yield idx, images.images[idx]
         return
-    loader = torch.utils.data.DataLoader(images.images, batch_sampler=[c.tolist() for c in chunks],
+    loader = torch.utils.data.DataLoader(images.images, batch_sampler=[c.tolist() for c in parts],
                                          num_workers=num_workers, pin_memory=torch.cuda.is_available())
-    yield from zip(chunks, loader)
+    yield from zip(parts, loader)
 
 
 def assign_colours(labels: Tensor, rho: float, generator: torch.Generator, n_colours: int = 10) -> Tensor:

@@ -73,6 +73,20 @@ class Method(nn.Module):
         method is on its device."""
         return self._make_optimizer([p for p in self.parameters() if p.requires_grad])
 
+    def inner_optimizers(self) -> list[torch.optim.Optimizer]:
+        """Optimizers that :meth:`optimizer`'s step runs from its hooks (the biased track's online classifier):
+        a captured training step freezes their learning rates too, and they must be capturable."""
+        return []
+
+    def graph_unsafe(self) -> str | None:
+        """Why a training step of this method cannot be replayed from a CUDA graph, or None when it can.
+        A graph replays the step's kernels and nothing of its Python: the steps must do the same work every
+        time, on device values only. An estimated class prior breaks that: the loss keeps each step's
+        embeddings on the host side (``observe``) and is rebound to a new prior between epochs."""
+        if getattr(self.loss, "prior", None) is not None:
+            return "an estimated class prior (the loss observes each step on the host)"
+        return None
+
     def monitor(self, test: ImageSet, device: torch.device) -> dict[str, float]:
         """Cheap per-epoch metrics for the learning curve (the biased track: its online classifier)."""
         return {}

@@ -4,11 +4,18 @@ torchrun, the kNN monitor for the learning curve, and a checkpoint after every e
 continues from.
 
 Speed on a GPU: the network in channels_last (what bf16 convolutions and BatchNorm run fastest in),
-cuDNN's autotuner, the fused optimizer implementation (foreach on the CPU), batches indexed where the
-images are (in-memory sets live on the device: no copy per step), no host-device synchronisation inside
-an epoch (the loss is summed on the device), and, with ``compile=true``, ``torch.compile`` on the
-method's networks and the augmentation's pixel functions; if compiling fails the run warns and trains
-eagerly.
+cuDNN's autotuner, the fused optimizer implementation (foreach on the CPU), the data on the device (an
+in-memory set lives there: a step's images, labels and bias labels are gathered there from its rows'
+indices, and the epoch's order is copied there once), no host-device synchronisation inside an epoch (the
+loss is summed on the device), with ``cuda_graph=true`` (the default) the whole step (forward, backward,
+optimizer steps) replayed from a CUDA graph (:mod:`domains.graphed`; one process, a method whose step is
+graph-safe; a new learning rate recaptures it; a failed capture warns and trains eagerly), and, with
+``compile=true``, ``torch.compile`` on the method's networks and the augmentation's pixel functions; if
+compiling fails the run warns and trains eagerly. Both together: the compiled kernels are what the graph
+captures, after its warm-up steps compiled them.
+
+A curve point's ``seconds`` is the epoch's training steps alone; ``monitor_seconds`` what its kNN monitor and
+the method's own monitor (the biased track's online classifier on the test set) took after them.
 """
 
 from __future__ import annotations
@@ -18,15 +25,16 @@ import functools
 import os
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
 from domains.base import PretrainResult, RunContext, UserError, rng_state, set_rng_state
+from domains.graphed import Backend, GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig
-from domains.vision.data import VisionData, batches
+from domains.vision.data import ImageSet, VisionData, batches, chunks
 from domains.vision.evaluate import extract, knn_top1
 from domains.vision.method import Batch, DataInfo, Method
 from losses.distributed import is_distributed
@@ -123,18 +131,52 @@ def first_compiled_step(step: Callable[[], Tensor], method: Method, parts: list[
         return loss
 
 
+def graphs_skipped(method: Method, cfg: VisionConfig, world_size: int) -> str | None:
+    """Why the training step runs eagerly whatever the device, or None where it may be a CUDA graph."""
+    if not cfg.cuda_graph:
+        return "cuda_graph=false"
+    if world_size > 1:  # DDP's gradient all-reduce runs from autograd hooks, outside what is captured here
+        return "DistributedDataParallel"
+    return method.graph_unsafe()
+
+
+def step_inputs(pre: ImageSet, order: Tensor, batch_size: int, device: torch.device,
+                num_workers: int) -> Iterator[tuple[Tensor, ...]]:
+    """The inputs of each step of an epoch (full batches only): the rows' indices on ``device``, copied there
+    once with the epoch's order, and, for a set that is not on ``device`` (a folder, a set too large for it),
+    the images of those rows."""
+    if isinstance(pre.images, Tensor) and pre.images.device.type == device.type:
+        yield from ((idx,) for idx in chunks(order.to(device), batch_size, drop_last=True))
+        return
+    for idx, images in batches(pre, order, batch_size, drop_last=True, num_workers=num_workers):
+        yield idx.to(device, non_blocking=True), images.to(device, non_blocking=True)
+
+
+def monitor(method: Method, data: VisionData, cfg: VisionConfig, device: torch.device, epoch: int) -> dict:
+    """The learning curve's monitors after ``epoch`` (counted from 1): the kNN accuracy when due, and the
+    method's own (each reads its result on the host, so the time they take is theirs)."""
+    out = {}
+    if cfg.knn_every and (epoch % cfg.knn_every == 0 or epoch == cfg.epochs):
+        feats = [extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test)]
+        out["knn_top1"] = knn_top1(feats[0], data.train.labels.to(device), feats[1],
+                                   data.test.labels.to(device), data.num_classes, cfg.knn_k, cfg.knn_temperature)
+    out.update(method.monitor(data.test, device))
+    return out
+
+
 def pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunContext, device: torch.device,
-             desc: str) -> PretrainResult:
-    """Train ``method`` (already on ``device``) for ``cfg.epochs`` epochs, resuming from a checkpoint."""
+             desc: str, graph_backend: Backend | None = None) -> PretrainResult:
+    """Train ``method`` (already on ``device``) for ``cfg.epochs`` epochs, resuming from a checkpoint.
+    ``graph_backend``: for tests, what stands in for CUDA graphs (:class:`domains.graphed.ReplayBackend`)."""
     previous = aug.set_compiled(False)
     try:
-        return _pretrain(method, data, cfg, ctx, device, desc)
+        return _pretrain(method, data, cfg, ctx, device, desc, graph_backend)
     finally:
         aug.set_compiled(previous)
 
 
 def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunContext, device: torch.device,
-              desc: str) -> PretrainResult:
+              desc: str, graph_backend: Backend | None) -> PretrainResult:
     rank, size = world()
     accelerate(method, device)
     parts = compile_parts(method) if cfg.compile else []
@@ -163,46 +205,58 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     pre = data.pretrain
     if len(pre) // size < local_batch:
         raise UserError(f"batch_size {cfg.batch_size} is larger than the {len(pre)} pretraining images")
-    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda")
+    labels, bias = pre.labels.to(device), None if pre.bias is None else pre.bias.to(device)
+    # No autocast cache: every weight is used once per step, and a cache kept across a capture is unsafe.
+    autocast = dict(device_type=device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda",
+                    cache_enabled=False)
 
-    def step(batch: Batch) -> Tensor:
+    def step(idx: Tensor, *streamed: Tensor) -> Tensor:
+        """One step on the pretraining rows ``idx``: their images are gathered here, on the device, unless
+        ``streamed`` brings them (a set that is not on the device)."""
+        images = streamed[0] if streamed else pre.images[idx]
+        batch = Batch(idx, images, labels[idx], None if bias is None else bias[idx])
         with torch.autocast(**autocast):
             loss = model(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        opt.step()  # the post-hooks step the method's inner optimizers
         return loss.detach()
 
+    optimizers = [opt, *method.inner_optimizers()]
+    skipped = graphs_skipped(method, cfg, size)
+    graphed = GraphedStep(step, device, enabled=skipped is None, key=lambda: learning_rates(*optimizers),
+                          log=ctx.log, backend=graph_backend)
+    graphs_requested = graphed.active
+    if graphed.active and device.type == "cuda":
+        for o in optimizers:  # after the restore: a checkpoint's step counts move to the device
+            make_capturable(o)
     method.train()
     for epoch in ctx.progress(range(start, cfg.epochs), desc=desc, total=cfg.epochs - start):
         order = torch.randperm(len(pre), generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + epoch))
         if size > 1:
             order = order[: len(order) // size * size][rank::size]
         t0, total, steps = time.perf_counter(), torch.zeros((), device=device), 0
-        for idx, images in batches(pre, order, local_batch, drop_last=True, num_workers=cfg.num_workers):
-            batch = Batch(idx.to(device, non_blocking=True), images.to(device, non_blocking=True),
-                          pre.labels[idx].to(device, non_blocking=True),
-                          None if pre.bias is None else pre.bias[idx].to(device, non_blocking=True))
+        for inputs in step_inputs(pre, order, local_batch, device, cfg.num_workers):
             if cfg.compile and steps == 0 and epoch == start:
-                loss = first_compiled_step(functools.partial(step, batch), method, parts, ctx)
+                loss = first_compiled_step(functools.partial(graphed, *inputs), method, parts, ctx)
             else:
-                loss = step(batch)
-            total += loss.float()
+                loss = graphed(*inputs)
+            total += loss  # queued on the device: a graph's static output is read before the next replay
             steps += 1
-            if same_class is not None:
-                same_class.add_batch(batch.labels)
+        if same_class is not None:  # the epoch's batches counted at once, outside the steps (and their graph)
+            used = order[: steps * local_batch].to(device)
+            same_class.add_batches(labels[used].view(steps, local_batch))
         mean_loss = float(total) / steps  # float() waits for the device: the epoch's time is honest
         elapsed = time.perf_counter() - t0
         seen, train_time = seen + steps * local_batch * size, train_time + elapsed
         sched.step()
         point = {"epoch": epoch + 1, "loss": mean_loss, "seconds": elapsed, "lr": opt.param_groups[0]["lr"]}
         point.update(method.loss.refresh_prior(epoch + 1))  # an estimated class prior, when one is due
-        if rank == 0 and cfg.knn_every and ((epoch + 1) % cfg.knn_every == 0 or epoch + 1 == cfg.epochs):
-            feats = [extract(method, s, device, num_workers=cfg.num_workers) for s in (data.train, data.test)]
-            point["knn_top1"] = knn_top1(feats[0], data.train.labels.to(device), feats[1],
-                                         data.test.labels.to(device), data.num_classes, cfg.knn_k, cfg.knn_temperature)
         if rank == 0:
-            point.update(method.monitor(data.test, device))
+            tic = time.perf_counter()
+            monitored = monitor(method, data, cfg, device, epoch + 1)
+            if monitored:
+                point.update(monitored, monitor_seconds=time.perf_counter() - tic)
         curve.append(point)
         ctx.log_scalars((epoch + 1) * steps, {**point, "images_per_s": steps * local_batch * size / elapsed})
         ctx.log(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in point.items()))
@@ -210,12 +264,17 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
             ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve, seen=seen, train_time=train_time,
                                 same_class=same_class and same_class.state_dict())
     n_params = sum(p.numel() for p in method.parameters() if p.requires_grad)
+    if skipped is None and not graphs_requested:
+        skipped = f"not on CUDA ({device.type})"
     return PretrainResult(
         model=method, curve=curve,
         throughput={"images_per_s": seen / train_time if train_time else 0.0},
         info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
               "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment,
               "compiled": bool(parts) and parts[0]._compiled_call_impl is not None,
+              # what ran: steps replayed from a graph in this process, a capture that failed (then eager)
+              "cuda_graph": {"replays": graphed.replays, "fell_back": graphs_requested and not graphed.active,
+                             "skipped": skipped},
               "prior": method.loss.prior_summary(),
               "negative_same_class_fraction": same_class and same_class.value()},
     )
