@@ -70,10 +70,13 @@ TARGETS: tuple[Target, ...] = (
     Target("vision harness loop >= 0.95x the hand-written loop", "vision", "ratio", ">=", 0.95,
            {"benchmark": "simclr_pretrain"}),
     Target("SimCLR ResNet-18 32x32 batch 512 bf16 >= 25,000 img/s on an H100", "vision", "harness_images_per_s",
-           ">=", 25_000, {"arch": "resnet18", "image_size": 32, "batch_size": 512, "bf16": True},
-           device="cuda", gpu="H100"),
-    Target("vision biased track: epoch time reported", "vision", "epoch_s", "reported", None,
-           {"benchmark": _contains("biased")}),
+           ">=", 25_000, {"arch": "resnet18", "image_size": 32, "batch_size": 512, "bf16": True, "cuda_graph": True},
+           device="cuda", gpu="H100", full=True),
+    # The paper-biased setting (float32, batch 256), its steps only: the bench reports the monitor and the
+    # checkpoint beside it (monitor_s, checkpoint_s, epoch_total_s).
+    Target("vision biased track <= 0.3 s per Biased-MNIST epoch on an H100", "vision", "epoch_s", "<=", 0.3,
+           {"benchmark": "biased_pretrain", "batch_size": 256, "bf16": False, "cuda_graph": True},
+           device="cuda", gpu="H100", full=True),
     Target("rl >= 250 updates/s at batch 512 (GPU)", "rl", "value", ">=", 250,
            {"what": "updates_per_s", "batch_size": 512, "cuda_graph": True, "encoder_bf16": False}, device="cuda"),
     Target("text SentEval six tasks <= 60 s (GPU)", "text", "seconds", "<=", 60,
