@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import losses
+from domains.base import UserError
 from domains.vision.data import ImageSet
 from domains.vision.evaluate import extract, group_accuracy, topk_accuracy
 from domains.vision.method import Batch, Method
@@ -55,7 +56,11 @@ class Biased(Method):
             for m in self.encoder.modules():
                 if isinstance(m, nn.Conv2d):
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-        self.head = nn.Identity() if small or self.ce else projection_head(cfg.arch, cfg.proj_dim)
+        if self.ce and cfg.biased_head:
+            raise UserError("biased_head=true is for the contrastive losses: ce scores the classifier's logits")
+        # ResNets always score a head; the small nets only as the labelled ablation (paper-biased-head)
+        head = not self.ce and (cfg.biased_head or not small)
+        self.head = projection_head(cfg.arch, cfg.proj_dim) if head else nn.Identity()
         self.classifier = nn.Linear(FEATURE_DIM[cfg.arch], info.num_classes)
         self.online: torch.optim.Optimizer | None = None  # built in optimizer(), once on the device
         self._pending_online_state: dict | None = None

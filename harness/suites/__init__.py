@@ -2,8 +2,10 @@
 ``tools/regression-suite``).
 
 A suite file (``harness/suites/<name>.txt``) has one setting per line, six columns separated by spaces:
-``domain method dataset loss preset seeds``; ``#`` starts a comment. Each setting becomes one ``harness run`` per
-seed, so that a pool of parallel jobs can spread the seeds of the slowest setting over every worker.
+``domain method dataset loss preset seeds``, then any ``key=value`` overrides (``harness run --set``); ``#``
+starts a comment. Each setting becomes one ``harness run`` per seed, so that a pool of parallel jobs can spread
+the seeds of the slowest setting over every worker. A campaign plan (:mod:`harness.suites.campaign`) has a
+seventh column before the overrides: the estimated device seconds of one seed (``load_suite(..., costed=True)``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import domains
 from domains.base import UserError
-from harness.config import parse_seeds
+from harness import runner
+from harness.config import parse_assignments, parse_seeds
 
 SUITES = Path(__file__).resolve().parent
 COLUMNS = ("domain", "method", "dataset", "loss", "preset", "seeds")
@@ -29,11 +32,21 @@ class Setting:
     loss: str
     preset: str
     seeds: tuple[int, ...]
+    sets: tuple[str, ...] = ()  # key=value overrides, as harness run --set takes them
+    cost_s: float | None = None  # a plan's estimate: device seconds of one seed (None in a suite)
+    line: int = 0  # where the setting is in its file, for the messages
 
     def run_args(self, seed: int) -> list[str]:
         """The arguments of ``harness run`` for one seed (results folder, device and output flags apart)."""
-        return ["--domain", self.domain, "--method", self.method, "--dataset", self.dataset, "--loss", self.loss,
+        args = ["--domain", self.domain, "--method", self.method, "--dataset", self.dataset, "--loss", self.loss,
                 "--preset", self.preset, "--seeds", str(seed)]
+        for item in self.sets:
+            args += ["--set", item]
+        return args
+
+    def label(self, seed: int) -> str:
+        """One line that names the run: its columns, its overrides and the seed."""
+        return " ".join([self.domain, self.method, self.dataset, self.loss, self.preset, *self.sets, f"seed {seed}"])
 
 
 def suite_path(name: str) -> Path:
@@ -46,31 +59,48 @@ def suite_path(name: str) -> Path:
     return path
 
 
-def load_suite(path: Path) -> list[Setting]:
-    """The settings of a suite file, each checked against its domain (:func:`check`); UserError naming the file
-    and line for a malformed or invalid one, or for a file without settings."""
+def load_suite(path: Path, costed: bool = False) -> list[Setting]:
+    """The settings of a suite file (``costed``: of a plan, with its cost column), each checked against its domain
+    (:func:`check`); UserError naming the file and line for a malformed or invalid one, or for a file without
+    settings."""
+    columns = (*COLUMNS, "cost") if costed else COLUMNS
     settings = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         fields = line.split("#", 1)[0].split()
         if not fields:
             continue
         where = f"{path}:{number}"
-        if len(fields) != len(COLUMNS):
-            raise UserError(f"{where}: expected {len(COLUMNS)} columns ({' '.join(COLUMNS)}), got {len(fields)}")
+        if len(fields) < len(columns):
+            raise UserError(f"{where}: expected {len(columns)} columns ({' '.join(columns)}) and then any "
+                            f"key=value overrides, got {len(fields)} columns")
         try:
-            setting = Setting(*fields[:5], seeds=tuple(parse_seeds(fields[5])))
+            sets = fields[len(columns):]
+            parse_assignments(sets)
+            setting = Setting(*fields[:5], seeds=tuple(parse_seeds(fields[5])), sets=tuple(sets),
+                              cost_s=parse_cost(fields[6]) if costed else None, line=number)
             check(setting)
         except UserError as exc:
-            raise UserError(f"{where}: {exc}") from None
+            raise UserError(f"{where}: {' '.join(str(exc).split())}") from None
         settings.append(setting)
     if not settings:
         raise UserError(f"{path} lists no setting")
     return settings
 
 
+def parse_cost(text: str) -> float:
+    """A plan's cost column: seconds, a positive number."""
+    try:
+        cost = float(text)
+    except ValueError:
+        cost = float("nan")
+    if not cost > 0 or cost == float("inf"):
+        raise UserError(f"the cost '{text}' is not a positive number of seconds")
+    return cost
+
+
 def check(setting: Setting) -> None:
-    """UserError unless the domain has the method, the dataset and the preset, and the method takes the loss.
-    Only names are checked: a missing extra or data set shows when the run starts."""
+    """UserError unless the domain has the method, the dataset and the preset, the method takes the loss and the
+    overrides resolve. Nothing is loaded: a missing extra or data set shows when the run starts."""
     domain = domains.get(setting.domain)
     for what, name, known in (("method", setting.method, domain.methods), ("dataset", setting.dataset, domain.datasets),
                               ("preset", setting.preset, domain.presets)):
@@ -80,3 +110,7 @@ def check(setting: Setting) -> None:
     if setting.loss not in accepted:
         raise UserError(f"method '{setting.method}' of domain '{setting.domain}' takes the losses "
                         f"{', '.join(accepted)}, not '{setting.loss}'")
+    # the overrides, resolved as harness run resolves them (their names, values and the domain's own rules)
+    runner.plan(runner.RunRequest(domain=setting.domain, loss=setting.loss, method=setting.method,
+                                  dataset=setting.dataset, seeds=list(setting.seeds), preset=setting.preset,
+                                  sets=parse_assignments(list(setting.sets))))

@@ -14,18 +14,15 @@ comparison): for a change that moves the numbers on purpose; commit the new reco
 from __future__ import annotations
 
 import argparse
-import os
-import resource
 import shlex
 import subprocess
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from domains.base import UserError
 from harness.suites import Setting, load_suite, suite_path
+from harness.suites.pool import run_all
 
 BASELINE = "leaderboards/regression"
 
@@ -51,37 +48,9 @@ def harness_command(*args: str) -> list[str]:
 
 def run_commands(settings: list[Setting], results: Path) -> list[tuple[str, list[str]]]:
     """One ``harness run`` per setting and seed, in the suite's order, each with a label for the progress lines."""
-    return [(f"{s.domain} {s.method} {s.dataset} {s.loss} {s.preset} seed {seed}",
-             harness_command("run", *s.run_args(seed), "--device", "cpu", "--results", str(results), "--quiet"))
+    return [(s.label(seed), harness_command("run", *s.run_args(seed), "--device", "cpu", "--results", str(results),
+                                            "--quiet"))
             for s in settings for seed in s.seeds]
-
-
-def _run_one(command: list[str]) -> tuple[int, float, str]:
-    """One run in a subprocess with one thread (as the baseline ran): exit status, seconds, its output."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    start = time.perf_counter()
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
-    return done.returncode, time.perf_counter() - start, done.stdout + done.stderr
-
-
-def run_all(commands: list[tuple[str, list[str]]], jobs: int) -> list[int]:
-    """The runs, ``jobs`` at a time; one line per finished run (the output's tail when it failed) and the
-    suite's wall and CPU time (the CPU time is what a busy machine does not inflate). Returns the exit statuses."""
-    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    codes = []
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(_run_one, command): label for label, command in commands}
-        for future in as_completed(futures):
-            code, seconds, output = future.result()
-            print(f"[{'ok' if code == 0 else f'exit {code}'}] {futures[future]} ({seconds:.0f} s)", flush=True)
-            if code:
-                print("\n".join("    " + line for line in output.strip().splitlines()[-15:]), flush=True)
-            codes.append(code)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    print(f"suite: {len(commands)} runs in {time.perf_counter() - start:.0f} s wall, {cpu:.0f} s CPU, "
-          f"{jobs} at a time", flush=True)
-    return codes
 
 
 def clear_baseline(baseline: Path) -> None:

@@ -1,0 +1,245 @@
+"""``python -m harness.suites.campaign`` (``tools/campaign``): run a GPU campaign's plan in the time a device
+command has, then bring its records back in one tarball.
+
+A plan (``harness/suites/campaign/<name>.txt``, or a path) is a suite file with a cost column: ``domain method
+dataset loss preset seeds cost [key=value ...]``, the cost being the estimated device seconds of one seed run
+alone on the GPU, and the overrides what ``harness run --set`` takes. A line ``#! records: leaderboards/prior``
+sends the plan's records to that folder of the repository (default ``leaderboards/results``).
+
+    run PLAN     every setting's seeds as ``harness run --device cuda``, ``--jobs`` at a time with ``--threads``
+                 each, into the staging folder ``<stage>/<records folder>``, which starts with a copy of the
+                 repository's records of that folder (so a run already recorded is skipped, not run again) and
+                 of any checkpoint carried along. Each run gets ``--time-limit`` = what is left of ``--time``; one
+                 not finished by then stops at its next checkpoint and exits 75, listed as "not finished yet":
+                 the same command again resumes it (``--resume`` is passed where a checkpoint waits). No run starts
+                 with less than a minute left, and one still going 90 s after ``--time`` is killed (its last
+                 checkpoint stays). ``--dry-run`` prints the commands and the estimated device time: the sum of the
+                 costs (runs that keep the GPU busy share it, so their times add up) and the schedule of
+                 ``--jobs`` workers (perfect overlap, the least it can take). A plan whose least time is over
+                 ``--budget`` (the device time it may use, default ``--time``) is refused: it cannot fit.
+    pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
+                 see :mod:`harness.suites.pack`.
+    unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
+                 whole tarball when a record would replace a different one.
+
+Exit status of ``run``: 0 every run completed; 75 some stopped at a checkpoint or did not start (run it again);
+1 a run crashed or was killed; 2 bad input (the plan, an argument, a run refused as bad input). ``pack`` and
+``unpack``: 0, or 2 with a one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from domains.base import UserError
+from harness.stopping import EXIT_STOPPED, parse_duration
+from harness.suites import SUITES, Setting, load_suite
+from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
+from harness.suites.pool import run_all
+
+PLANS = SUITES / "campaign"
+RECORDS = "leaderboards/results"
+DIRECTIVE = "#! records:"
+STAGE = "/tmp/campaign"
+MIN_START_S = 60.0  # a run started later would not reach its first checkpoint
+GRACE_S = 90.0  # after --time: the step under way, the checkpoint, an evaluation that cannot stop
+
+
+@dataclass(frozen=True)
+class Plan:
+    path: Path
+    records: str  # the repository's records folder the runs belong to
+    settings: list[Setting]
+
+    def runs(self, only: list[str]) -> list[tuple[Setting, int]]:
+        """(setting, seed) of every run, in the plan's order; with ``only``, the settings whose line holds one of
+        those texts."""
+        lines = self.path.read_text().splitlines()
+        chosen = [s for s in self.settings if not only or any(text in lines[s.line - 1] for text in only)]
+        if not chosen:
+            raise UserError(f"no setting of {self.path} matches --only {' '.join(only)}")
+        return [(s, seed) for s in chosen for seed in s.seeds]
+
+
+def plan_path(name: str) -> Path:
+    """A plan: a name under ``harness/suites/campaign/`` or a path to a file."""
+    bare = Path(name).name == name and not Path(name).suffix
+    path = PLANS / f"{name}.txt" if bare else Path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PLANS.glob("*.txt")))
+        raise UserError(f"no plan file '{path}' (plans under {PLANS}: {known})")
+    return path
+
+
+def load_plan(path: Path) -> Plan:
+    """The plan's settings, each with its cost, and its records folder; UserError naming the file and line."""
+    records = RECORDS
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith(DIRECTIVE):
+            records = line[len(DIRECTIVE):].strip()
+            folder = PurePosixPath(records)
+            if folder.parts[:1] != ("leaderboards",) or len(folder.parts) != 2 or folder.name == "bench":
+                raise UserError(f"{path}:{number}: the records folder must be leaderboards/<folder> (not bench), "
+                                f"got '{records}'")
+    return Plan(path, records, load_suite(path, costed=True))
+
+
+def schedule(costs: list[float], jobs: int) -> float:
+    """When the last of ``costs`` ends when ``jobs`` workers take them in order and overlap perfectly."""
+    workers = [0.0] * jobs
+    for cost in costs:
+        heapq.heappush(workers, heapq.heappop(workers) + cost)
+    return max(workers)
+
+
+def harness_run(setting: Setting, seed: int, device: str, results: Path) -> list[str]:
+    return [sys.executable, "-m", "harness", "run", *setting.run_args(seed), "--device", device,
+            "--results", str(results), "--quiet", "--tracker", "none"]
+
+
+def seed_stage(repo_records: Path, staged: Path) -> int:
+    """Copy the repository's records (and carried checkpoints) of the folder into the stage where absent: a run
+    recorded there is then skipped, a carried checkpoint resumed. Returns how many files were copied."""
+    copied = 0
+    for source in [*repo_records.glob("*.json"), *repo_records.glob(".work/*/checkpoint.pt")]:
+        target = staged / source.relative_to(repo_records)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+            copied += 1
+    return copied
+
+
+def has_checkpoint(staged: Path, setting: Setting, seed: int) -> bool:
+    """Whether a checkpoint of this setting's method, loss and seed waits in the stage (the run id's hash needs
+    the data; a checkpoint of another run of the same names only starts the run fresh)."""
+    pattern = f"{setting.domain}-*-{setting.method}-{setting.loss}-*-s{seed}/checkpoint.pt"
+    return any((staged / ".work").glob(pattern))
+
+
+def estimate_lines(runs: list[tuple[Setting, int]], jobs: int) -> tuple[float, float, str]:
+    costs = [s.cost_s for s, _ in runs]
+    serial, least = sum(costs), schedule(costs, jobs)
+    return serial, least, (f"estimated device time (an estimate from the plan's costs): {serial:.0f} s "
+                           f"({serial / 60:.1f} min) if the runs keep the GPU busy and their times add up; at least "
+                           f"{least:.0f} s ({least / 60:.1f} min) with {jobs} jobs overlapping perfectly")
+
+
+def run(args: argparse.Namespace) -> int:
+    the_plan = load_plan(plan_path(args.plan))
+    runs = the_plan.runs(args.only)
+    time_s = parse_duration(args.time)
+    budget = parse_duration(args.budget) if args.budget else time_s
+    repo_records = Path(args.repo) / the_plan.records
+    staged = Path(args.stage) / the_plan.records
+    serial, least, summary = estimate_lines(runs, args.jobs)
+    commands = [(f"{s.label(seed)} [line {s.line}, estimate {s.cost_s:.0f} s]",
+                 harness_run(s, seed, args.device, staged)) for s, seed in runs]
+    if args.dry_run:
+        print(f"# {the_plan.path}: {len(runs)} runs, records into {staged}, then `campaign pack` from {args.stage}")
+        for (label, command) in commands:
+            print(shlex.join(command), " # ", label)
+        print(summary)
+    if least > budget:
+        raise UserError(f"the plan cannot fit: at least {least:.0f} s with {args.jobs} jobs, over the "
+                        f"{budget:.0f} s given (--budget); run part of it (--only) or give it more time")
+    if serial > time_s:
+        print(f"note: the runs may not all finish in --time {args.time}: those still going then stop at a "
+              "checkpoint (exit 75); the same command again resumes them", flush=True)
+    if args.dry_run:
+        return 0
+    staged.mkdir(parents=True, exist_ok=True)
+    print(f"staged {seed_stage(repo_records, staged)} records and checkpoints of {repo_records} in {staged}")
+    print(summary, flush=True)
+    deadline = time.monotonic() + time_s
+    by_command = {id(command): (s, seed) for (_, command), (s, seed) in zip(commands, runs)}
+
+    def prepare(command: list[str]) -> list[str] | None:
+        left = deadline - time.monotonic()
+        if left < MIN_START_S:
+            return None
+        setting, seed = by_command[id(command)]
+        resume = ["--resume"] if has_checkpoint(staged, setting, seed) else []
+        return [*command, "--time-limit", f"{left:.0f}s", *resume]
+
+    codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S)
+    return report(commands, codes, Path(args.stage) / CAMPAIGN_LOG)
+
+
+def report(commands: list[tuple[str, list[str]]], codes: list[int | None], log: Path) -> int:
+    """Count the outcomes, append them to the campaign log (it travels in the tarball), and the exit status."""
+    counts = {"completed": codes.count(0), "not finished yet (exit 75)": codes.count(EXIT_STOPPED),
+              "not started": codes.count(None),
+              "failed": sum(c not in (0, EXIT_STOPPED, None) for c in codes)}
+    line = ", ".join(f"{n} {what}" for what, n in counts.items())
+    print(f"campaign: {line}", flush=True)
+    with open(log, "a") as fh:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        for (label, _), code in zip(commands, codes):
+            fh.write(f"{stamp} {'not started' if code is None else f'exit {code}'}: {label}\n")
+        fh.write(f"{stamp} campaign: {line}\n")
+    if 2 in codes:
+        return 2
+    if counts["failed"]:
+        return 1
+    return EXIT_STOPPED if counts["not finished yet (exit 75)"] or counts["not started"] else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tools/campaign", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="verb", required=True)
+    r = sub.add_parser("run", help="run a plan's settings (or print them: --dry-run)")
+    r.add_argument("plan", help=f"a plan under {PLANS} (its name) or a plan file")
+    r.add_argument("--only", action="append", default=[],
+                   help="run only the settings whose plan line holds this text (repeatable: any of them)")
+    r.add_argument("--device", default="cuda", help="harness run --device (default: cuda)")
+    r.add_argument("--jobs", type=int, default=4, help="runs at a time (default: 4)")
+    r.add_argument("--threads", type=int, default=0, help="threads per run (default: the CPUs over --jobs)")
+    r.add_argument("--time", default="7m", help="wall time the runs of this command may take (default: 7m)")
+    r.add_argument("--budget", help="device time the plan may use, over several commands (default: --time)")
+    r.add_argument("--stage", default=STAGE, help=f"staging folder, outside the working tree (default: {STAGE})")
+    r.add_argument("--repo", default=".", help="the repository whose records are copied in first (default: .)")
+    r.add_argument("--dry-run", action="store_true", help="print the commands and the estimate, run nothing")
+    k = sub.add_parser("pack", help="pack the new records, logs, bench files (and checkpoints) into one tarball")
+    k.add_argument("--out", required=True, help="folder of the tarball (on the GPU machine: $OUT)")
+    k.add_argument("--stage", default=STAGE, help=f"the campaign's staging folder (default: {STAGE})")
+    k.add_argument("--repo", default=".", help="the repository the records are new to (default: .)")
+    k.add_argument("--checkpoints", action="store_true", help="also the checkpoints of unfinished runs")
+    k.add_argument("--max-mib", type=float, default=16.0, help="the tarball's largest size (default: 16)")
+    u = sub.add_parser("unpack", help="write a tarball's records, logs, bench files and checkpoints into the repo")
+    u.add_argument("tarball")
+    u.add_argument("--repo", default=".", help="the repository (default: .)")
+    u.add_argument("--side", help="folder for failed runs' records, unfinished runs' logs and the campaign log "
+                                  "(default: a fresh temporary folder)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.verb == "run":
+            if args.jobs < 1 or args.threads < 0:
+                raise UserError("--jobs must be at least 1 and --threads at least 0")
+            args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
+            return run(args)
+        if args.verb == "pack":
+            pack(Path(args.stage), Path(args.out), Path(args.repo), args.checkpoints, args.max_mib)
+        else:
+            unpack(Path(args.tarball), Path(args.repo), Path(args.side) if args.side else None)
+        return 0
+    except UserError as exc:
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,250 @@
+"""One tarball of what a campaign produced on the GPU machine, and its way back into the repository.
+
+The campaign's staging folder mirrors the repository: ``<stage>/leaderboards/<folder>/`` holds the records of
+that folder (``results``, ``prior``), their logs and, in ``.work/<run id>/``, the checkpoints of unfinished runs;
+``<stage>/leaderboards/bench/`` the files ``harness bench --out`` wrote there. :func:`pack` puts what is new into
+one ``.tar.gz`` with a ``MANIFEST.json`` (each member's kind, size and sha256):
+
+- ``record`` and ``log``: each completed record that the repository does not hold byte for byte, and its log;
+- ``bench``: each benchmark file that differs from the repository's;
+- ``checkpoint`` (``checkpoints=True``): the checkpoints of unfinished runs, for a later session to resume;
+- ``side``: what explains a run that did not complete (its failed record, its log) and the campaign's own log,
+  under ``campaign/``; they never go into ``leaderboards/``.
+
+The device tool brings back files of at most 16 MiB. Records, logs, bench files and side files must fit together
+(one record is tens of KiB, so this fails only with thousands); then checkpoints are added, smallest first, while
+their raw size fits in what is left (a checkpoint of weights hardly compresses). Those that do not fit are listed
+in the manifest and the output as left out: their runs start over in a later session.
+
+:func:`unpack` checks every member against the manifest, validates each record, and refuses the whole tarball,
+writing nothing, when one record would replace a different file of the same name: a completed record is the truth
+of its run, never overwritten. An identical record is skipped; a bench file replaces the old measurement (git
+keeps its history); every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+from domains.base import UserError, refuse_link, write_atomic
+from harness.records import InvalidRecordError, load_record, parse_record, read_record
+
+MANIFEST = "MANIFEST.json"
+BENCH = PurePosixPath("leaderboards/bench")
+SIDE = PurePosixPath("campaign")
+CAMPAIGN_LOG = "campaign.log"
+MIB = 1024 * 1024
+MARGIN = 64 * 1024  # room for the manifest and the tar headers of the last members
+REPO_KINDS = ("record", "log", "bench", "checkpoint")
+
+
+@dataclass(frozen=True)
+class Member:
+    """A file of the tarball: where it lies in the stage, its path in the tarball (the repository's path for
+    the repository's kinds, ``campaign/...`` for side files) and its kind."""
+
+    source: Path
+    path: PurePosixPath
+    kind: str
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return b.is_file() and a.read_bytes() == b.read_bytes()
+
+
+def records_folders(stage: Path) -> list[Path]:
+    """The records folders of a stage: every ``leaderboards/<folder>/`` but the bench folder."""
+    root = stage / "leaderboards"
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name != BENCH.name) if root.is_dir() else []
+
+
+def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], list[Member]]:
+    """What the stage holds that the repository lacks: (records, logs, bench and side files; checkpoints)."""
+    members: list[Member] = []
+    saved: list[Member] = []
+    for folder in records_folders(stage):
+        rel = PurePosixPath(folder.relative_to(stage).as_posix())
+        finished = set()
+        for path in sorted(folder.glob("*.json")):
+            if _same_file(path, repo / rel / path.name):  # the repository's own (the stage starts with a copy)
+                finished.add(path.stem)
+                continue
+            record = read_record(path)
+            if record is None:
+                continue
+            finished.add(path.stem)
+            log = path.with_suffix(".log")
+            if record.status != "completed":
+                members += [Member(p, SIDE / "failed" / p.name, "side") for p in (path, log) if p.is_file()]
+            else:
+                members.append(Member(path, rel / path.name, "record"))
+                if log.is_file():
+                    members.append(Member(log, rel / log.name, "log"))
+        members += [Member(log, SIDE / "unfinished" / log.name, "side") for log in sorted(folder.glob("*.log"))
+                    if log.stem not in finished]
+        if checkpoints:
+            saved += [Member(p, rel / ".work" / p.parent.name / p.name, "checkpoint")
+                      for p in sorted((folder / ".work").glob("*/checkpoint.pt")) if p.parent.name not in finished]
+    bench = stage / BENCH
+    members += [Member(p, BENCH / p.name, "bench") for p in sorted(bench.glob("*.json"))
+                if not _same_file(p, repo / BENCH / p.name)]
+    if (stage / CAMPAIGN_LOG).is_file():
+        members.append(Member(stage / CAMPAIGN_LOG, SIDE / CAMPAIGN_LOG, "side"))
+    return members, sorted(saved, key=lambda m: m.source.stat().st_size)
+
+
+def _write(tarball: Path, members: list[Member], left_out: list[str]) -> int:
+    """Write the tarball with its manifest; its size in bytes."""
+    entries = []
+    with tarfile.open(tarball, "w:gz") as tar:
+        for m in members:
+            data = m.source.read_bytes()
+            entries.append({"path": m.path.as_posix(), "kind": m.kind, "bytes": len(data), "sha256": _digest(data)})
+            _add(tar, m.path.as_posix(), data)
+        manifest = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "members": entries,
+                    "left_out": left_out}
+        _add(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
+    return tarball.stat().st_size
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = len(data), 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib: float = 16.0) -> Path:
+    """Pack what is new in ``stage`` into ``out/campaign-<UTC time>.tar.gz`` (at most ``max_mib``); UserError when
+    nothing new is there or the records alone do not fit."""
+    members, saved = collect(stage, repo, checkpoints)
+    kinds = [m.kind for m in members]
+    if "record" not in kinds and "bench" not in kinds:
+        raise UserError(f"nothing to pack: {stage} holds no completed record and no bench file that "
+                        f"{repo / 'leaderboards'} does not already have")
+    out.mkdir(parents=True, exist_ok=True)
+    tarball = out / f"campaign-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.tar.gz"
+    limit = int(max_mib * MIB)
+    size = _write(tarball, members, [])
+    if size > limit:
+        tarball.unlink()
+        raise UserError(f"the records, logs and bench files take {size / MIB:.1f} MiB packed, over the "
+                        f"{max_mib:g} MiB that comes back from the GPU machine: pack them in parts")
+    chosen, left_out = [], []
+    room = limit - size - MARGIN
+    for m in saved:
+        raw = m.source.stat().st_size
+        if raw <= room:
+            chosen.append(m)
+            room -= raw
+        else:
+            left_out.append(f"{m.path} ({raw / MIB:.1f} MiB: over the room left)")
+    while (size := _write(tarball, members + chosen, left_out)) > limit:  # the raw sizes were a safe estimate
+        dropped = chosen.pop()
+        left_out.append(f"{dropped.path} ({dropped.source.stat().st_size / MIB:.1f} MiB: over the room left)")
+    counts = {kind: kinds.count(kind) for kind in ("record", "log", "bench", "side")}
+    print(f"packed {tarball} ({size / MIB:.2f} MiB of {max_mib:g}): {counts['record']} records, {counts['log']} "
+          f"logs, {counts['bench']} bench files, {len(chosen)} checkpoints, {counts['side']} side files (failed or "
+          "unfinished runs, the campaign log)")
+    for line in left_out:
+        print(f"left out: {line}; its run starts over in a later session")
+    return tarball
+
+
+def _checked_path(name: str, kind: str) -> PurePosixPath:
+    """A member's path, refused unless it is a plain relative path where its kind belongs."""
+    path = PurePosixPath(name)
+    home = SIDE if kind == "side" else PurePosixPath("leaderboards")
+    if path.is_absolute() or ".." in path.parts or path.parts[:1] != home.parts or len(path.parts) < 2:
+        raise UserError(f"the tarball's member '{name}' ({kind}) is not a path under {home}/")
+    return path
+
+
+def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
+    """Every member of a campaign tarball with its manifest entry, checked: regular files only, each listed in
+    the manifest with its size and sha256, each record a valid record named after its run."""
+    try:
+        with tarfile.open(tarball, "r:gz") as tar:
+            files = {}
+            for info in tar.getmembers():
+                if not info.isfile():
+                    raise UserError(f"{tarball}: member '{info.name}' is not a regular file")
+                files[info.name] = tar.extractfile(info).read()
+    except (OSError, tarfile.TarError) as exc:
+        raise UserError(f"{tarball}: not a readable campaign tarball ({exc})") from None
+    if MANIFEST not in files:
+        raise UserError(f"{tarball}: no {MANIFEST}; not a tarball of `campaign pack`")
+    try:
+        entries = {e["path"]: e for e in json.loads(files.pop(MANIFEST))["members"]}
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{tarball}: its {MANIFEST} is damaged") from None
+    if set(entries) != set(files):
+        raise UserError(f"{tarball}: the members and the manifest differ: "
+                        f"{', '.join(sorted(set(entries) ^ set(files)))}")
+    out = []
+    for name, data in files.items():
+        entry = entries[name]
+        _checked_path(name, entry["kind"])
+        if entry["kind"] not in (*REPO_KINDS, "side"):
+            raise UserError(f"{tarball}: member '{name}' has an unknown kind '{entry['kind']}'")
+        if len(data) != entry["bytes"] or _digest(data) != entry["sha256"]:
+            raise UserError(f"{tarball}: member '{name}' does not match its manifest entry (damaged in transfer?)")
+        if entry["kind"] == "record":
+            try:
+                record = parse_record(json.loads(data), name)
+            except ValueError as exc:  # JSON errors and pydantic's; InvalidRecordError is a UserError
+                raise UserError(f"{tarball}: {name} is not a valid record ({' '.join(str(exc).split())})") from None
+            if record.run_id != PurePosixPath(name).stem or record.status != "completed":
+                raise UserError(f"{tarball}: {name} is not the completed record of run '{PurePosixPath(name).stem}'")
+        out.append((entry, data))
+    return out
+
+
+def unpack(tarball: Path, repo: Path, side: Path | None = None) -> Path:
+    """Write the tarball's files into ``repo`` (side files into ``side``, default a fresh temporary folder, which
+    is returned). UserError, writing nothing, when a record would replace a different file."""
+    members = read_tarball(tarball)
+    conflicts = [e["path"] for e, data in members if e["kind"] == "record" and (repo / e["path"]).exists()
+                 and (repo / e["path"]).read_bytes() != data]
+    if conflicts:
+        raise UserError(f"refusing to unpack {tarball}: {len(conflicts)} record(s) would replace a different record "
+                        f"of the same run id ({', '.join(conflicts)}); a record is the truth of its run: move the "
+                        "repository's file away if it is the wrong one")
+    side = side or Path(tempfile.mkdtemp(prefix="campaign-side-"))
+    done = {kind: 0 for kind in (*REPO_KINDS, "side", "same")}
+    for entry, data in sorted(members, key=lambda m: m[0]["kind"] != "record"):  # records first
+        kind, path = entry["kind"], PurePosixPath(entry["path"])
+        root, target = (side, side / path.relative_to(SIDE)) if kind == "side" else (repo, repo / path)
+        refuse_link(target, root)
+        if kind == "checkpoint" and _completed_beside(repo / path):
+            continue  # the run completed since: nothing to resume
+        if target.is_file() and target.read_bytes() == data:
+            done["same"] += 1
+            continue
+        write_atomic(target, data)
+        done[kind] += 1
+    print(f"unpacked {tarball}: {done['record']} new records, {done['log']} logs, {done['bench']} bench files, "
+          f"{done['checkpoint']} checkpoints into {repo}; {done['same']} files already there, identical; "
+          f"{done['side']} side files (failed or unfinished runs, the campaign log) in {side}")
+    return side
+
+
+def _completed_beside(checkpoint: Path) -> bool:
+    """Whether the records folder of a checkpoint (``<folder>/.work/<run id>/checkpoint.pt``) holds its run's
+    completed record."""
+    rid = checkpoint.parent.name
+    record = checkpoint.parent.parent.parent / f"{rid}.json"
+    try:
+        return record.is_file() and load_record(record).status == "completed"
+    except (OSError, InvalidRecordError):
+        return False

@@ -1,0 +1,186 @@
+"""The GPU campaign's runner (``tools/campaign``) through its command line: plans and their estimates, a plan that
+cannot fit, bad lines, and the tarball's round trip from tiny CPU runs back into a repository, with the refusal
+to overwrite a different record and the refusal to pack nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from tiny_domain import REPO, harness_env
+
+from harness.suites.campaign import PLANS, load_plan
+
+SCRIPT = REPO / "tools" / "campaign"
+
+
+def campaign(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``tools/campaign`` in a subprocess with this interpreter and the tiny domain plugged in."""
+    return subprocess.run([str(SCRIPT), *args], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable, **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def write_plan(folder: Path, *lines: str) -> Path:
+    path = folder / "plan.txt"
+    path.write_text("# a tiny plan\n" + "".join(line + "\n" for line in lines))
+    return path
+
+
+def estimate(out: str) -> tuple[float, float]:
+    match = re.search(r"estimated device time .*?: (\d+) s .* at least (\d+) s", out)
+    assert match, out
+    return float(match[1]), float(match[2])
+
+
+def test_every_committed_plan_loads_and_orders_its_items_as_the_issue():
+    names = sorted(p.stem for p in PLANS.glob("*.txt"))
+    assert names == ["2-biased-head", "2-biased-table3", "3a-cifar-debiased-pos", "3b-cifar-bench", "3c-cifar-prior",
+                     "4-curl-100k", "5-quickthought-books"]
+    for name in names:
+        plan = load_plan(PLANS / f"{name}.txt")
+        assert all(s.cost_s > 0 for s in plan.settings)
+    grid = load_plan(PLANS / "2-biased-table3.txt")
+    runs = {(s.loss, dict(kv.split("=") for kv in s.sets)["rho"], seed) for s in grid.settings for seed in s.seeds}
+    assert len(runs) == 4 * 3 * 3 - 2  # two runs of the grid are committed (rho 0.99 and 0.997, seed 0)
+    assert load_plan(PLANS / "3c-cifar-prior.txt").records == "leaderboards/prior"
+    curl = load_plan(PLANS / "4-curl-100k.txt")
+    assert {s.dataset for s in curl.settings} == {"cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk",
+                                                 "ball_in_cup-catch", "finger-spin"}
+
+
+def test_dry_run_prints_every_run_and_the_estimated_totals(tmp_path):
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 100", "tiny linear blobs dcl quick 0 50 epochs=2",
+                      "tiny linear blobs_hard infonce quick 0-1 30")
+    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "10m", "--stage", str(tmp_path / "s"))
+    assert out.returncode == 0, out.stderr
+    commands = [line for line in out.stdout.splitlines() if " -m harness run " in line]
+    assert len(commands) == 6
+    assert "--set epochs=2" in commands[3] and "--seeds 0" in commands[3] and "[line 3, estimate 50 s]" in commands[3]
+    assert f"--results {tmp_path / 's' / 'leaderboards' / 'results'}" in commands[0]
+    # serial: 3 x 100 + 50 + 2 x 30 = 410. Two workers taking the runs in order: 100 and 100 end at 100; the
+    # third 100 and the 50 take them to 200 and 150; the 30s go to the first free one: 150 + 30 = 180, then 210.
+    assert estimate(out.stdout) == (410.0, 210.0)
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_plan_that_cannot_fit_the_time_given_is_refused(tmp_path):
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300")
+    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")
+    assert out.returncode == 2
+    assert "error: the plan cannot fit: at least 600 s with 2 jobs, over the 540 s given" in out.stderr
+    out = campaign("run", str(plan), "--jobs", "2", "--time", "9m", "--stage", str(tmp_path / "s"))
+    assert out.returncode == 2 and not (tmp_path / "s").exists()  # refused before anything runs
+
+
+@pytest.mark.parametrize("line, message", [
+    ("tiny linear blobs infonce quick 0", "expected 7 columns (domain method dataset loss preset seeds cost)"),
+    ("tiny linear blobs infonce quick 0 soon", "the cost 'soon' is not a positive number of seconds"),
+    ("tiny linear blobs infonce quick 0 -5", "the cost '-5' is not a positive number"),
+    ("tiny linear blobs infonce quick 0 10 epochs", "--set expects key=value, got 'epochs'"),
+    ("tiny linear blobs infonce quick 0 10 epochz=3", "epochz"),
+    ("tiny linear blobs infonce quick 0 10 epochs=zero", "epochs"),
+    ("tiny linear blobs_hard infonce quick 0 10 loss.tau_plus=0.1", "tau_plus"),
+    ("tiny linear2 blobs_hard infonce quick 0 10", "does not support blobs_hard"),
+])
+def test_a_bad_line_gets_one_line_naming_it(tmp_path, line, message):
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 10", line)
+    out = campaign("run", str(plan), "--dry-run")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"error: {plan}:3: ") and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path):
+    empty = write_plan(tmp_path)
+    out = campaign("run", str(empty), "--dry-run")
+    assert out.returncode == 2 and "lists no setting" in out.stderr
+    plan = write_plan(tmp_path, "#! records: /etc", "tiny linear blobs infonce quick 0 10")
+    out = campaign("run", str(plan), "--dry-run")
+    assert out.returncode == 2 and "must be leaderboards/<folder>" in out.stderr
+
+
+def test_nothing_to_pack_fails_loudly(tmp_path):
+    (tmp_path / "stage" / "leaderboards" / "results").mkdir(parents=True)
+    out = campaign("pack", "--stage", str(tmp_path / "stage"), "--out", str(tmp_path / "out"), "--repo", str(tmp_path))
+    assert out.returncode == 2 and "error: nothing to pack" in out.stderr
+    assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
+
+
+def _repo(tmp_path: Path) -> Path:
+    """A repository's records folders: one record of another run already committed."""
+    repo = tmp_path / "repo"
+    (repo / "leaderboards" / "results").mkdir(parents=True)
+    (repo / "leaderboards" / "bench").mkdir()
+    (repo / "leaderboards" / "bench" / "tiny-cpu.json").write_text('{"rows": []}\n')
+    return repo
+
+
+def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwritten(tmp_path):
+    repo, stage, out = _repo(tmp_path), tmp_path / "stage", tmp_path / "out"
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-1 5", "tiny linear blobs dcl quick 0 5 fail=true")
+    done = campaign("run", str(plan), "--device", "cpu", "--jobs", "2", "--stage", str(stage), "--repo", str(repo))
+    assert done.returncode == 1, done.stdout + done.stderr  # the planted failure
+    assert "campaign: 2 completed, 0 not finished yet (exit 75), 0 not started, 1 failed" in done.stdout
+    staged = stage / "leaderboards" / "results"
+    made = sorted(staged.glob("*.json"))
+    completed = [p for p in made if json.loads(p.read_text())["status"] == "completed"]
+    assert len(made) == 3 and len(completed) == 2
+    (stage / "leaderboards" / "bench").mkdir()
+    (stage / "leaderboards" / "bench" / "tiny-cpu.json").write_text('{"rows": [1]}\n')  # a new measurement
+
+    packed = campaign("pack", "--stage", str(stage), "--out", str(out), "--repo", str(repo))
+    assert packed.returncode == 0, packed.stderr
+    tarball, = out.glob("campaign-*.tar.gz")
+    with tarfile.open(tarball) as tar:
+        names = set(tar.getnames())
+    failed = next(p for p in made if p not in completed)
+    assert {f"leaderboards/results/{p.name}" for p in completed} <= names
+    assert {f"leaderboards/results/{p.with_suffix('.log').name}" for p in completed} <= names
+    assert f"campaign/failed/{failed.name}" in names and f"leaderboards/results/{failed.name}" not in names
+    assert {"leaderboards/bench/tiny-cpu.json", "campaign/campaign.log", "MANIFEST.json"} <= names
+
+    side = tmp_path / "side"
+    back = campaign("unpack", str(tarball), "--repo", str(repo), "--side", str(side))
+    assert back.returncode == 0, back.stderr
+    for path in completed:
+        assert (repo / "leaderboards" / "results" / path.name).read_bytes() == path.read_bytes()
+    assert not (repo / "leaderboards" / "results" / failed.name).exists()
+    assert (side / "failed" / failed.name).is_file()
+    assert (repo / "leaderboards" / "bench" / "tiny-cpu.json").read_text() == '{"rows": [1]}\n'
+    again = campaign("unpack", str(tarball), "--repo", str(repo), "--side", str(side))
+    assert again.returncode == 0 and "0 new records" in again.stdout  # identical files: nothing to do
+
+    # The stage's records and bench file are now the repository's: nothing new to pack.
+    nothing = campaign("pack", "--stage", str(stage), "--out", str(tmp_path / "out2"), "--repo", str(repo))
+    assert nothing.returncode == 2 and "nothing to pack" in nothing.stderr
+
+    # A record of the same run id that differs: the whole tarball is refused, nothing written.
+    mine = repo / "leaderboards" / "results" / completed[0].name
+    edited = json.loads(mine.read_text())
+    edited["metrics"]["accuracy"] = 1.0
+    mine.write_text(json.dumps(edited))
+    other = repo / "leaderboards" / "results" / completed[1].name
+    other.unlink()
+    refused = campaign("unpack", str(tarball), "--repo", str(repo))
+    assert refused.returncode == 2 and "would replace a different record" in refused.stderr
+    assert completed[0].name in refused.stderr
+    assert json.loads(mine.read_text())["metrics"]["accuracy"] == 1.0 and not other.exists()
+
+
+def test_a_second_run_skips_what_the_repository_holds(tmp_path):
+    repo, stage = _repo(tmp_path), tmp_path / "stage"
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 5")
+    first = campaign("run", str(plan), "--device", "cpu", "--stage", str(stage), "--repo", str(repo))
+    assert first.returncode == 0, first.stdout + first.stderr
+    record, = (stage / "leaderboards" / "results").glob("*.json")
+    (repo / "leaderboards" / "results" / record.name).write_bytes(record.read_bytes())  # committed since
+    fresh = tmp_path / "fresh-stage"  # a new machine: the stage starts with the repository's records
+    second = campaign("run", str(plan), "--device", "cpu", "--stage", str(fresh), "--repo", str(repo))
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (fresh / "leaderboards" / "results" / record.name).read_bytes() == record.read_bytes()  # skipped
+    assert not list((fresh / "leaderboards" / "results").glob("*.log"))  # no run wrote a log
