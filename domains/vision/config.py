@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from pydantic.dataclasses import dataclass
 
-from domains.base import RUNTIME, Preset
+from domains.base import ADDED, RUNTIME, Preset
 
 # Temperatures of the source papers: SimCLR as in Chuang et al. 2020 (DCL), CMC's NCE softmax
 # (Tian et al. 2020), MoCo v2 (Chen et al. 2020), the biased track as Barbano et al. 2023.
@@ -39,7 +39,7 @@ class VisionConfig:
     proj_dim: PositiveInt = 128
     # the biased track (--method biased) on its small nets: the contrastive loss scores the encoder's features
     # (false, the authors' public code) or a projection head's (true: an ablation). ResNets always have the head.
-    biased_head: bool = False
+    biased_head: bool = field(default=False, metadata={ADDED: True})
     n_views: Annotated[int, Field(ge=2)] = 2  # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
     # auto: simclr (CMC: crop, biased track: none, as Barbano et al.)
     augment: Literal["auto", "simclr", "crop", "none"] = "auto"
