@@ -49,14 +49,19 @@ class Setting:
         return " ".join([self.domain, self.method, self.dataset, self.loss, self.preset, *self.sets, f"seed {seed}"])
 
 
+def named_file(name: str, folder: Path, kind: str) -> Path:
+    """A ``kind`` ("suite", "plan") file: a bare name under ``folder`` (``.txt`` added) or a path to a file."""
+    bare = Path(name).name == name and not Path(name).suffix
+    path = folder / f"{name}.txt" if bare else Path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.txt")))
+        raise UserError(f"no {kind} file '{path}' ({kind}s under {folder}: {known})")
+    return path
+
+
 def suite_path(name: str) -> Path:
     """A suite's file: a name under ``harness/suites/`` (``regression``) or a path to a file."""
-    bare = Path(name).name == name and not Path(name).suffix
-    path = SUITES / f"{name}.txt" if bare else Path(name)
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SUITES.glob("*.txt")))
-        raise UserError(f"no suite file '{path}' (suites under {SUITES}: {known})")
-    return path
+    return named_file(name, SUITES, "suite")
 
 
 def load_suite(path: Path, costed: bool = False) -> list[Setting]:

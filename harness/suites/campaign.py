@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 
 from domains.base import UserError
 from harness.stopping import EXIT_STOPPED, parse_duration
-from harness.suites import SUITES, Setting, load_suite
+from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
 from harness.suites.pool import run_all
 
@@ -71,12 +71,7 @@ class Plan:
 
 def plan_path(name: str) -> Path:
     """A plan: a name under ``harness/suites/campaign/`` or a path to a file."""
-    bare = Path(name).name == name and not Path(name).suffix
-    path = PLANS / f"{name}.txt" if bare else Path(name)
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PLANS.glob("*.txt")))
-        raise UserError(f"no plan file '{path}' (plans under {PLANS}: {known})")
-    return path
+    return named_file(name, PLANS, "plan")
 
 
 def load_plan(path: Path) -> Plan:
