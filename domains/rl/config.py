@@ -120,8 +120,8 @@ PRESETS: dict[str, Preset] = {
                          "scaled-down CURL (64x64 frames cropped to 56, 16 filters, hidden 1024 -> 256) for 10k env "
                          "steps at batch 32 after 100 seed agent steps (cartpole: 1150 updates), 5 final eval "
                          "episodes, 3 seeds; about 2 CPU-minutes a seed on one core and 2.3 GB of memory (the "
-                         "100k-transition replay buffer). A smoke test, not a measurement: infonce returned 66, 46 "
-                         "and 239, and an untrained agent 116, 17 and 20 (3 initialisations, 5 episodes each): "
+                         "100k-transition replay buffer). A smoke test, not a measurement: infonce returned 205, 192 "
+                         "and 180, and an untrained agent 116, 17 and 20 (3 initialisations, 5 episodes each): "
                          "the gate catches a crash or a missing record here, not a drop of a few points",
                          dict(num_env_steps=10_000, eval_freq=10_000, eval_episodes=5, seed_agent_steps=100,
                               batch_size=32, image_size=64, crop_size=56, num_filters=16, hidden_dim=256),
