@@ -149,9 +149,10 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
             room -= raw
         else:
             left_out.append(f"{m.path} ({raw / MIB:.1f} MiB: over the room left)")
-    while (size := _write(tarball, members + chosen, left_out)) > limit:  # the raw sizes were a safe estimate
-        dropped = chosen.pop()
-        left_out.append(f"{dropped.path} ({dropped.source.stat().st_size / MIB:.1f} MiB: over the room left)")
+    if chosen or left_out:  # written again with them; the raw sizes were a safe estimate
+        while (size := _write(tarball, members + chosen, left_out)) > limit:
+            dropped = chosen.pop()
+            left_out.append(f"{dropped.path} ({dropped.source.stat().st_size / MIB:.1f} MiB: over the room left)")
     counts = {kind: kinds.count(kind) for kind in ("record", "log", "bench", "side")}
     print(f"packed {tarball} ({size / MIB:.2f} MiB of {max_mib:g}): {counts['record']} records, {counts['log']} "
           f"logs, {counts['bench']} bench files, {len(chosen)} checkpoints, {counts['side']} side files (failed or "
