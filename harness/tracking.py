@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from domains.base import RunSpec, UserError, require
+from domains.base import RunSpec, UserError, require, write_atomic
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 DEFAULT = ("tensorboard",)
@@ -50,7 +50,7 @@ def _keep(work_dir: Path, name: str, entry: dict[str, Any]) -> None:
     """Keep ``entry`` for tracker ``name`` in the work folder (one process per run id holds its lock)."""
     path = work_dir / STATE
     state = json.loads(path.read_text()) if path.is_file() else {}
-    path.write_text(json.dumps({**state, name: entry}))
+    write_atomic(path, json.dumps({**state, name: entry}))  # a crash never leaves a half-written file to resume
 
 
 class Tracker(Protocol):
