@@ -194,15 +194,18 @@ class GraphedStep:
         return self._graph
 
 
-def make_capturable(optimizer: torch.optim.Optimizer) -> None:
+def make_capturable(optimizer: torch.optim.Optimizer, capturable: bool = True) -> None:
     """Let ``optimizer.step`` be captured: Adam-like optimizers keep their step count on the device then
     (``capturable=True``; PyTorch refuses to capture them otherwise). Optimizers without the flag (SGD) need
     nothing. Step counts already built on the host (a checkpoint of an eager run) move to the parameter's
-    device."""
+    device. ``capturable=False`` puts the flag back for a step that runs eagerly: a checkpoint written by a
+    graphed run on a GPU says True, and PyTorch refuses a capturable step whose parameters are on the CPU."""
     for group in optimizer.param_groups:
         if "capturable" not in group:
             continue
-        group["capturable"] = True
+        group["capturable"] = capturable
+        if not capturable:
+            continue
         for p in group["params"]:
             step = optimizer.state.get(p, {}).get("step")
             if isinstance(step, Tensor) and step.device != p.device:

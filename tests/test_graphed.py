@@ -125,3 +125,19 @@ def test_make_capturable_moves_host_step_counts_to_the_parameters():
     sgd = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     make_capturable(sgd)  # nothing to do: SGD keeps no step count
     assert "capturable" not in sgd.param_groups[0]
+
+
+def test_make_capturable_false_lets_a_restored_capturable_adam_step_on_the_cpu():
+    net = nn.Linear(2, 1)
+    adam = torch.optim.Adam(net.parameters(), lr=0.1)
+    net(torch.ones(1, 2)).sum().backward()
+    adam.step()
+    saved = adam.state_dict()
+    saved["param_groups"][0]["capturable"] = True  # as a graphed run on a GPU checkpoints it
+    restored = torch.optim.Adam(net.parameters(), lr=0.1)
+    restored.load_state_dict(saved)
+    with pytest.raises(AssertionError, match="capturable"):
+        restored.step()  # what a resumed run hit before the flag was put back
+    make_capturable(restored, False)
+    restored.step()
+    assert not restored.param_groups[0]["capturable"]

@@ -56,12 +56,24 @@ def test_run_records_return_and_learning_curve(tmp_path):
     assert not (tmp_path / "checkpoint.pt").exists()
 
 
-def test_resume_after_kill_matches_uninterrupted_run(tmp_path):
+@pytest.mark.parametrize("saved_on", ["cpu", "graphed gpu"])
+def test_resume_after_kill_matches_uninterrupted_run(tmp_path, saved_on):
+    """Also from a checkpoint whose Adam groups say ``capturable`` (as a graphed run on a GPU saves them), which
+    PyTorch refuses to step on the CPU unless the resumed run puts the flag back."""
     straight = run(spec(), context(tmp_path / "a"))
     with pytest.raises(Killed):
         run(spec(), context(tmp_path / "b", KilledAfterCheckpoint))
-    state = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    path = tmp_path / "b" / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
     assert state["extra"]["env_steps"] == 1000 and len(state["objects"]["buffer"]["slots"]) == 10
+    if saved_on == "graphed gpu":
+        agent = state["objects"]["agent"]
+        groups = [g for name in ("actor_opt", "critic_opt", "alpha_opt", "encoder_opt", "curl_opt")
+                  for g in agent[name]["param_groups"]]
+        assert groups and all("capturable" in g for g in groups)
+        for g in groups:
+            g["capturable"] = True
+        torch.save(state, path)
     resumed = run(spec(), context(tmp_path / "b", resume=True))
     assert resumed[1].metrics == straight[1].metrics
     assert resumed[0].curve == straight[0].curve

@@ -80,6 +80,23 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert {"top1", "top5", "knn_top1"} <= set(result.metrics)
 
 
+def test_a_checkpoint_of_a_graphed_gpu_run_resumes_on_the_cpu(tmp_path):
+    """A graphed run on a GPU saves its Adam groups with ``capturable=True``; PyTorch refuses such a step on the
+    CPU, so the resumed run must put the flag back (the campaign packs GPU checkpoints that may resume here)."""
+    small = dict(epochs=1, batch_size=256, knn_every=0, proj_dim=32)
+    data = _data(_spec(**small), _ctx(tmp_path, resume=False))
+    VISION.pretrain(_spec(**small), _ctx(tmp_path, resume=False), data)
+    path = tmp_path / "work" / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
+    groups = state["objects"]["optimizer"]["param_groups"]
+    assert all("capturable" in g for g in groups)  # the default optimizer is Adam-like: the flag is there to undo
+    for g in groups:
+        g["capturable"] = True
+    torch.save(state, path)
+    resumed = VISION.pretrain(_spec(**{**small, "epochs": 2}), _ctx(tmp_path, resume=True), data)
+    assert [p["epoch"] for p in resumed.curve] == [1, 2]
+
+
 def test_failed_compilation_warns_and_trains_exactly_as_eager(tmp_path, monkeypatch):
     import domains.vision.augment as aug
 

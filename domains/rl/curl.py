@@ -509,12 +509,13 @@ class GraphedUpdates:
     def __init__(self, agent: CurlSac, buffer: ReplayBuffer, *, enabled: bool,
                  log: Callable[[str], None] | None = None, backend: Backend | None = None):
         self.agent, self.buffer, self.log = agent, buffer, log
-        if backend is None and enabled and agent.device.type == "cuda" and torch.cuda.is_available():
+        graphed_here = enabled and agent.device.type == "cuda" and torch.cuda.is_available()
+        if backend is None and graphed_here:
             # One memory pool for the graphs of both kinds: they never run at once, and none reads what
             # another left in the pool (every buffer of a graph is written in it before it is read).
             backend = CudaGraphBackend(agent.device)
-            for opt in agent.optimisers():  # after a restored checkpoint, whose groups may say otherwise
-                make_capturable(opt)
+        for opt in agent.optimisers():  # after a restored checkpoint, whose groups may say otherwise
+            make_capturable(opt, graphed_here)
         self.backend = backend if enabled else None
         self.runs: dict[Schedule, GraphedStep] = {}
 

@@ -227,9 +227,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     graphed = GraphedStep(step, device, enabled=skipped is None, key=lambda: learning_rates(*optimizers),
                           log=ctx.log, backend=graph_backend)
     graphs_requested = graphed.active
-    if graphed.active and device.type == "cuda":
-        for o in optimizers:  # after the restore: a checkpoint's step counts move to the device
-            make_capturable(o)
+    for o in optimizers:  # after the restore, whose groups may say otherwise (a checkpoint of the other kind)
+        make_capturable(o, graphed.active and device.type == "cuda")
     method.train()
     for epoch in ctx.progress(range(start, cfg.epochs), desc=desc, total=cfg.epochs - start):
         order = torch.randperm(len(pre), generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + epoch))
