@@ -14,7 +14,7 @@ import losses  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
 from domains.graph.data import add_featureless, from_data_list  # noqa: E402
 from domains.graph.infograph import epoch_batches, infograph_scores  # noqa: E402
-from domains.graph.model import InfoGraph  # noqa: E402
+from domains.graph.models import InfoGraph  # noqa: E402
 
 
 def _three_graphs():

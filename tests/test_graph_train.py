@@ -69,7 +69,7 @@ def test_trained_encoder_beats_random_on_the_embedded_default(tmp_path):
 
 def test_benchmark_parts_and_skipped_rows(tmp_path, monkeypatch):
     from domains.graph.bench import PARTS, run_benchmark, time_epoch
-    from domains.graph.model import InfoGraph
+    from domains.graph.models import InfoGraph
 
     data = from_data_list("small", synthetic.generate(SMALL), "constant")
     model = InfoGraph(data.num_features, 8, 2)

@@ -16,7 +16,9 @@ from torch import nn
 import domains
 import losses
 from domains.rl.config import CurlConfig
-from domains.rl.curl import Batch, CurlSac, ReplayBuffer, center_crop, curl_scores, ema_update
+from domains.rl.curl import CurlSac, curl_scores
+from domains.rl.models import ema_update
+from domains.rl.replay import Batch, ReplayBuffer, center_crop
 
 # --------------------------------------------------------------------------------------------- crops
 

@@ -19,7 +19,8 @@ import domains
 import losses
 from domains.base import RunContext, RunSpec
 from domains.rl.config import CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates, ReplayBuffer
+from domains.rl.curl import CurlSac, GraphedUpdates
+from domains.rl.replay import ReplayBuffer
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent

@@ -17,7 +17,8 @@ import losses.scores
 from domains.base import runtime_fields
 from domains.graphed import ReplayBackend
 from domains.rl.config import CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates, ReplayBuffer
+from domains.rl.curl import CurlSac, GraphedUpdates
+from domains.rl.replay import ReplayBuffer
 
 # Ops that read a tensor's value on the host: each one waits for the device, and a CUDA graph refuses it.
 HOST_READS = ("aten._local_scalar_dense", "aten.nonzero", "aten.item", "aten.is_nonzero", "aten.equal",

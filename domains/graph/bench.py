@@ -18,7 +18,7 @@ from domains.base import DatasetMissingError, Domain
 from domains.graph.config import GraphConfig
 from domains.graph.evaluate import svm_protocol
 from domains.graph.infograph import Pretrained, embed_all, epoch_batches, infograph_scores, scoring
-from domains.graph.model import InfoGraph
+from domains.graph.models import InfoGraph
 
 DATASETS = ("MUTAG", "REDDIT-BINARY")
 LOSSES = ("jsd", "pucl")

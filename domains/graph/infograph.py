@@ -26,7 +26,7 @@ import losses
 from domains.base import PretrainResult, RunContext, RunSpec
 from domains.graph.config import GraphConfig
 from domains.graph.data import GraphSet
-from domains.graph.model import InfoGraph
+from domains.graph.models import InfoGraph
 from losses.prior import SameClassShare
 
 

@@ -160,7 +160,7 @@ class RLDomain(Domain):
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, task: TaskSpec) -> EvalResult:
         import numpy as np
 
-        from domains.rl.curl import final_evaluation
+        from domains.rl.evaluate import final_evaluation
 
         trained = pretrained.model
         returns = final_evaluation(trained, spec.config)

@@ -20,8 +20,9 @@ import torch
 
 import losses
 from domains.rl.config import TASKS, CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates, ReplayBuffer
+from domains.rl.curl import CurlSac, GraphedUpdates
 from domains.rl.env import DMCEnv, rendering_backend
+from domains.rl.replay import ReplayBuffer
 
 
 def env_steps_per_s(task: str, agent_steps: int) -> float:

@@ -1,17 +1,17 @@
 """CURL: contrastive unsupervised representations with SAC, from pixels (Srinivas, Laskin & Abbeel 2020),
 with any unsupervised loss of the core as the contrastive objective (Chuang et al. 2020 used DCL).
 
-The algorithm, top to bottom, as in CURL's public code:
+The algorithm, top to bottom, as in CURL's public code. Its parts live beside it: the replay buffer and the
+crops in ``domains.rl.replay``, the encoder, actor and critic in ``domains.rl.models``, the evaluation of the
+policy in ``domains.rl.evaluate``.
 
-- Observations: 3 stacked 100x100 RGB frames, stored as uint8; a random 84x84 crop (one offset per sample)
-  for every update, the centre crop for acting and evaluation.
-- Encoder: 4 convolutions of 32 filters 3x3 (stride 2, then 1), ReLU, a linear layer to 50, LayerNorm
-  (no tanh: CURL builds it with ``output_logits=True``). Actor and critic share the convolutions; each
-  has its own linear + LayerNorm head. The actor never trains the convolutions (its gradient is cut
-  after them); the critic and the contrastive loss do.
-- SAC: twin Q MLPs and a tanh-Gaussian actor MLP of 1024 units, entropy temperature learned from 0.1 with
-  target entropy -|A|; the critic target (Q heads and encoder) follows the critic by EMA, τ=0.01 for the
-  Q heads and τ=0.05 for the encoder, every 2 updates; the actor and α are updated every 2 updates.
+- Networks: actor and critic share the encoder's convolutions; each has its own linear + LayerNorm head.
+  The actor never trains the convolutions (its gradient is cut after them); the critic and the contrastive
+  loss do.
+- SAC: entropy temperature learned from 0.1 with target entropy -|A|; the critic target (Q heads and
+  encoder) follows the critic by EMA, τ=0.01 for the Q heads and τ=0.05 for the encoder, every 2 updates;
+  the actor and α are updated every 2 updates. Every update reads random crops of a replay batch; acting
+  reads the centre crop.
 - Contrastive part: query q = f(crop₁(o)) from the online (critic) encoder, key k = f_EMA(crop₂(o)) from
   the critic target's encoder, detached; logits ``qᵢᵀ W kⱼ`` (B x B, a learned bilinear W) become a
   ``losses.Scores`` with the diagonal as positives and raw logits (no bound is known: min/max None).
@@ -19,8 +19,6 @@ The algorithm, top to bottom, as in CURL's public code:
   CURL's cross-entropy (after subtracting the row max, which no core loss depends on) is ``infonce``.
 - Schedule: ``seed_agent_steps`` uniformly random actions, then one update per agent step (critic,
   actor and α every 2nd, target EMA every 2nd, contrastive every step), then the environment step.
-- Replay lives on the agent's device (uint8 frames on the GPU when training there): a batch is sampled,
-  stacked and cropped there by indexing, and an update never copies from or waits for the host.
 
 Budgets and the learning curve are in ENVIRONMENT steps (agent steps × action repeat).
 """
@@ -45,255 +43,11 @@ import losses
 from domains.base import RunContext
 from domains.graphed import Backend, CudaGraphBackend, GraphedStep, learning_rates, make_capturable
 from domains.rl.config import CurlConfig, TaskSpec
-from domains.rl.env import PixelEnv
-from domains.rl.gym_envs import make_pixel_env
+from domains.rl.evaluate import eval_seed, evaluate_agent, make_env
+from domains.rl.models import Actor, Critic, Encoder, ema_update, weight_init
+from domains.rl.replay import Batch, ReplayBuffer, center_crop
 
-# --------------------------------------------------------------------------------------------- augmentation
-
-
-def center_crop(obs: Tensor, size: int) -> Tensor:
-    """The central ``size x size`` window of ``[..., H, W]`` (CURL's evaluation view)."""
-    h, w = obs.shape[-2:]
-    top, left = (h - size) // 2, (w - size) // 2
-    return obs[..., top:top + size, left:left + size]
-
-
-# --------------------------------------------------------------------------------------------- replay buffer
-
-
-@dataclass
-class Batch:
-    """A replay batch, cropped (uint8 pixels ``[B, frame_stack·C, size, size]``, on the buffer's device).
-
-    ``obs`` is the anchor crop, also the RL input (as CURL); ``keys`` are further random crops of the same
-    observations for the contrastive part. ``index`` and ``tops``/``lefts`` (``[2 + len(keys), B]``: obs,
-    next_obs, keys) say which transitions and windows were taken."""
-
-    obs: Tensor
-    action: Tensor  # float [B, A]
-    reward: Tensor  # float [B, 1]
-    next_obs: Tensor
-    not_done: Tensor  # float [B, 1]
-    keys: list[Tensor]
-    index: Tensor  # long [B]
-    tops: Tensor  # long [2 + M, B]
-    lefts: Tensor  # long [2 + M, B]
-
-
-class ReplayBuffer:
-    """Transitions ``(obs, action, reward, next_obs, not_done)`` with uint8 pixels, ``capacity`` of them, all
-    held on ``device`` (the GPU when the agent trains there), so that a batch never leaves it.
-
-    Consecutive stacked observations share frames, so each frame is stored once: a ring of single frames,
-    and for each transition the ``frame_stack + 1`` frame slots of its obs (the first ``frame_stack``) and
-    next_obs (the last ``frame_stack``). Samples are the same stacks as CURL's buffer returns (it stores both
-    stacks whole), in a sixth of the memory. The ring holds enough frames for ``capacity`` transitions of
-    episodes of ``episode_length`` agent steps: one frame per transition and ``frame_stack`` at each
-    episode start.
-    """
-
-    def __init__(self, capacity: int, frame_shape: tuple[int, int, int], frame_stack: int, action_dim: int,
-                 episode_length: int, device: torch.device | str = "cpu"):
-        self.capacity, self.frame_stack, self.device = capacity, frame_stack, torch.device(device)
-        self.frame_capacity = capacity + frame_stack * (capacity // episode_length + 4)
-        self.frames = torch.zeros((self.frame_capacity, *frame_shape), dtype=torch.uint8, device=self.device)
-        self.slots = torch.zeros((capacity, frame_stack + 1), dtype=torch.int64, device=self.device)
-        # action, reward, not_done side by side: one host-to-device copy per transition, not three.
-        self.scalars = torch.zeros((capacity, action_dim + 2), dtype=torch.float32, device=self.device)
-        self.idx = self.size = self.frame_idx = 0
-        # The size again, on the device: sampling reads it there, so that a captured update (a CUDA graph
-        # freezes every host value) draws from the whole buffer as it grows.
-        self.count = torch.zeros((), dtype=torch.int64, device=self.device)
-        self.frames_wrapped = False
-        self._stack: list[int] = []  # frame slots of the current observation
-
-    def __len__(self) -> int:
-        return self.size
-
-    def _put_frame(self, frame: np.ndarray) -> int:
-        slot = self.frame_idx
-        self.frames[slot] = torch.from_numpy(np.ascontiguousarray(frame))
-        self.frame_idx = (slot + 1) % self.frame_capacity
-        self.frames_wrapped = self.frames_wrapped or self.frame_idx == 0
-        return slot
-
-    def start_episode(self, obs: np.ndarray) -> None:
-        """Store the first observation of an episode (``[frame_stack·C, H, W]``)."""
-        self._stack = [self._put_frame(f) for f in np.split(obs, self.frame_stack)]
-
-    def add(self, action: np.ndarray, reward: float, next_obs: np.ndarray, not_done: float) -> None:
-        """Store the transition from the current observation; ``next_obs`` becomes the current one."""
-        if not self._stack:
-            raise RuntimeError("call start_episode(obs) before add()")
-        channels = next_obs.shape[0] // self.frame_stack
-        slots = self._stack + [self._put_frame(next_obs[-channels:])]
-        i = self.idx
-        self.slots[i] = torch.tensor(slots)
-        self.scalars[i] = torch.from_numpy(np.concatenate([np.asarray(action, np.float32).reshape(-1),
-                                                           np.float32([reward, not_done])]))
-        self.idx = (i + 1) % self.capacity
-        self.size = min(self.size + 1, self.capacity)
-        self.count.fill_(self.size)
-        self._stack = slots[1:]
-
-    def sample(self, batch_size: int, crop_size: int, num_keys: int = 1,
-               generator: torch.Generator | None = None) -> Batch:
-        """A uniform batch (with replacement, as CURL) with one random crop per sample and view: obs,
-        next_obs and ``num_keys`` key crops of obs, each at its own uniformly drawn offset (all
-        ``H - crop_size + 1`` positions; CURL's numpy version never picks the last one). Indices and
-        offsets are drawn on the buffer's device from the size held there (:attr:`count`): sampling never
-        waits for the host, and a CUDA graph of it keeps sampling from the whole buffer as it grows."""
-        if self.size == 0:
-            raise RuntimeError("the replay buffer is empty")
-        _, h, w = self.frames.shape[1:]
-        if not 0 < crop_size <= min(h, w):
-            raise ValueError(f"crop_size must lie in [1, {min(h, w)}], got {crop_size}")
-        dev, views = self.device, 2 + num_keys
-        # floor(u·size) with u uniform on [0, 1) in float64: below size for any size under 2^53, and uniform
-        # over the indices up to ~size/2^53 (float32's 2^24 steps would tilt 100k slots by ~0.6%).
-        u = torch.rand(batch_size, dtype=torch.float64, device=dev, generator=generator)
-        index = (u * self.count).long()
-        tops = torch.randint(0, h - crop_size + 1, (views, batch_size), device=dev, generator=generator)
-        lefts = torch.randint(0, w - crop_size + 1, (views, batch_size), device=dev, generator=generator)
-        return self.gather(index, tops, lefts, crop_size)
-
-    def gather(self, index: Tensor, tops: Tensor, lefts: Tensor, crop_size: int) -> Batch:
-        """The batch of transitions ``index`` ([B]), cropped at ``tops``/``lefts`` ([2 + M, B]: obs,
-        next_obs, then M key crops of obs): one gather from the frame ring, no stack is ever built whole."""
-        slots = self.slots[index]  # [B, k + 1]
-        k = self.frame_stack
-        obs_slots, next_slots = slots[:, :k], slots[:, 1:]
-        view_slots = torch.stack([obs_slots, next_slots, *[obs_slots] * (tops.shape[0] - 2)])  # [V, B, k]
-        # Every crop window of every frame as a view [F, C, H-S+1, W-S+1, S, S]; indexing slot, top and
-        # left (not adjacent: the channel slice lies between them) puts the index dims first.
-        windows = self.frames.unfold(2, crop_size, 1).unfold(3, crop_size, 1)
-        crops = windows[view_slots, :, tops[:, :, None], lefts[:, :, None]]  # [V, B, k, C, S, S]
-        crops = crops.flatten(2, 3)  # [V, B, k·C, S, S]
-        scalars = self.scalars[index]
-        return Batch(obs=crops[0], action=scalars[:, :-2], reward=scalars[:, -2:-1], next_obs=crops[1],
-                     not_done=scalars[:, -1:], keys=list(crops[2:]), index=index, tops=tops, lefts=lefts)
-
-    def state_dict(self) -> dict[str, Any]:
-        n = self.size
-        used = self.frame_capacity if self.frames_wrapped else self.frame_idx
-        host = {name: getattr(self, name)[:count].to("cpu", copy=True)
-                for name, count in (("frames", used), ("slots", n), ("scalars", n))}
-        return {**host, "idx": self.idx, "size": self.size, "frame_idx": self.frame_idx,
-                "frames_wrapped": self.frames_wrapped, "stack": list(self._stack)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("frames", "slots", "scalars"):
-            getattr(self, name)[:len(state[name])] = state[name]
-        self.idx, self.size, self.frame_idx = state["idx"], state["size"], state["frame_idx"]
-        self.count.fill_(self.size)
-        self.frames_wrapped = state["frames_wrapped"]
-        self._stack = list(state["stack"])
-
-
-# --------------------------------------------------------------------------------------------- networks
-
-
-def weight_init(module: nn.Module) -> None:
-    """CURL's initialisation: orthogonal linear layers, delta-orthogonal convolutions, zero biases."""
-    if isinstance(module, nn.Linear):
-        nn.init.orthogonal_(module.weight)
-        nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.Conv2d):
-        nn.init.zeros_(module.weight)
-        nn.init.zeros_(module.bias)
-        mid = module.weight.shape[2] // 2
-        nn.init.orthogonal_(module.weight.data[:, :, mid, mid], nn.init.calculate_gain("relu"))
-
-
-def make_convs(in_channels: int, num_filters: int, num_layers: int) -> nn.Sequential:
-    layers: list[nn.Module] = [nn.Conv2d(in_channels, num_filters, 3, stride=2), nn.ReLU()]
-    for _ in range(num_layers - 1):
-        layers += [nn.Conv2d(num_filters, num_filters, 3, stride=1), nn.ReLU()]
-    return nn.Sequential(*layers, nn.Flatten())
-
-
-class Encoder(nn.Module):
-    """pixels/255 -> convolutions -> linear -> LayerNorm. ``convs`` may be shared with another encoder.
-    Pixels may come as uint8: the division makes them float32 in the same pass. ``bf16``: the convolutions
-    under bf16 autocast, their features back in float32 (see ``CurlConfig.encoder_bf16``)."""
-
-    def __init__(self, obs_shape: tuple[int, int, int], feature_dim: int, num_filters: int, num_layers: int,
-                 convs: nn.Sequential | None = None, bf16: bool = False):
-        super().__init__()
-        self.bf16 = bf16
-        self.convs = convs if convs is not None else make_convs(obs_shape[0], num_filters, num_layers)
-        weight = next(self.convs.parameters())
-        with torch.no_grad():  # probe where the convolutions live (shared ones may already be on the GPU)
-            flat = self.convs(weight.new_zeros(1, *obs_shape)).shape[1]
-        self.fc = nn.Linear(flat, feature_dim)
-        self.ln = nn.LayerNorm(feature_dim)
-
-    def conv_features(self, obs: Tensor) -> Tensor:
-        if not self.bf16:
-            return self.convs(obs / 255.0)
-        # No cache of the weights' casts: it would hold tensors of a CUDA graph's capture past it.
-        with torch.autocast(obs.device.type, dtype=torch.bfloat16, cache_enabled=False):
-            return self.convs(obs / 255.0).float()
-
-    def head(self, h: Tensor) -> Tensor:
-        return self.ln(self.fc(h))
-
-    def forward(self, obs: Tensor) -> Tensor:
-        return self.head(self.conv_features(obs))
-
-
-def mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                         nn.Linear(hidden, out_dim))
-
-
-class Actor(nn.Module):
-    """tanh-squashed Gaussian policy; log σ mapped into [log_std_min, log_std_max] by a tanh."""
-
-    def __init__(self, encoder: Encoder, action_dim: int, hidden: int, log_std_min: float, log_std_max: float):
-        super().__init__()
-        self.encoder = encoder
-        self.trunk = mlp(encoder.ln.normalized_shape[0], hidden, 2 * action_dim)
-        self.log_std_min, self.log_std_max = log_std_min, log_std_max
-
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return self.policy(self.encoder(obs))
-
-    def policy(self, z: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """(deterministic action tanh(μ), sampled action, its log-probability [B, 1]) from features z."""
-        mu, log_std = self.trunk(z).chunk(2, dim=-1)
-        log_std = self.log_std_min + 0.5 * (self.log_std_max - self.log_std_min) * (torch.tanh(log_std) + 1)
-        noise = torch.randn_like(mu)
-        pi = mu + noise * log_std.exp()
-        log_pi = (-0.5 * noise.pow(2) - log_std).sum(-1, keepdim=True) - 0.5 * math.log(2 * math.pi) * mu.shape[-1]
-        pi = torch.tanh(pi)
-        # Change of variables through tanh (SAC, Haarnoja et al. 2018, appendix C).
-        log_pi = log_pi - torch.log(F.relu(1 - pi.pow(2)) + 1e-6).sum(-1, keepdim=True)
-        return torch.tanh(mu), pi, log_pi
-
-
-class Critic(nn.Module):
-    """Twin Q-functions on the encoder's features."""
-
-    def __init__(self, encoder: Encoder, action_dim: int, hidden: int):
-        super().__init__()
-        self.encoder = encoder
-        feature_dim = encoder.ln.normalized_shape[0]
-        self.q1 = mlp(feature_dim + action_dim, hidden, 1)
-        self.q2 = mlp(feature_dim + action_dim, hidden, 1)
-
-    def forward(self, obs: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        return self.q(self.encoder(obs), action)
-
-    def q(self, z: Tensor, action: Tensor) -> tuple[Tensor, Tensor]:
-        h = torch.cat([z, action], dim=1)
-        return self.q1(h), self.q2(h)
-
-
-@torch.no_grad()
-def ema_update(net: nn.Module, target: nn.Module, tau: float) -> None:
-    """``target ← tau·net + (1 - tau)·target``, parameter by parameter (one fused kernel on the GPU)."""
-    torch._foreach_lerp_(list(target.parameters()), list(net.parameters()), tau)
+# ------------------------------------------------------------------------------------------ the contrastive objective
 
 
 def curl_scores(query: Tensor, keys: list[Tensor], W: Tensor) -> losses.Scores:
@@ -544,8 +298,7 @@ class GraphedUpdates:
         return torch.stack(list(self.agent.update_parts(batch, parts).values()))
 
 
-# --------------------------------------------------------------------------------------------- train & evaluate
-
+# --------------------------------------------------------------------------------------------- training
 
 @dataclass
 class Trained:
@@ -558,31 +311,6 @@ class Trained:
     agent_steps: int
     updates: int
     eval_env_seed: int
-
-
-def make_env(task: str, seed: int, cfg: CurlConfig) -> PixelEnv:
-    return make_pixel_env(task, seed, action_repeat=cfg.action_repeat, image_size=cfg.image_size,
-                          frame_stack=cfg.frame_stack)
-
-
-def evaluate_agent(agent: CurlSac, env: PixelEnv, episodes: int, seed: int) -> list[float]:
-    """Returns of ``episodes`` episodes with the deterministic policy tanh(μ) on centre crops."""
-    returns = []
-    for e in range(episodes):
-        obs, _ = env.reset(seed=seed if e == 0 else None)
-        total, done = 0.0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(agent.act(obs, sample=False))
-            total += reward
-            done = terminated or truncated
-        returns.append(total)
-    return returns
-
-
-def eval_seed(seed: int, env_step: int) -> int:
-    """The eval environment's seed at a given point: independent of the training history (so a
-    resumed run evaluates on the same episodes) and distinct across seeds and points."""
-    return int(np.random.SeedSequence([seed, env_step, 7]).generate_state(1)[0])
 
 
 def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunContext) -> tuple[Trained, dict]:
@@ -702,12 +430,3 @@ def _means_since(recent: dict[str, list[Tensor]], done: dict[str, int]) -> dict[
         return {}
     means = torch.stack([torch.stack(recent[key][done.get(key, 0):]).float().mean() for key in keys]).tolist()
     return dict(zip(keys, means))
-
-
-def final_evaluation(trained: Trained, cfg: CurlConfig) -> list[float]:
-    """The returns of the final evaluation (``eval_episodes`` episodes) of a trained agent."""
-    env = make_env(trained.task, trained.eval_env_seed, cfg)
-    try:
-        return evaluate_agent(trained.agent, env, cfg.eval_episodes, trained.eval_env_seed)
-    finally:
-        env.close()
