@@ -300,6 +300,7 @@ class GraphedUpdates:
 
 # --------------------------------------------------------------------------------------------- training
 
+
 @dataclass
 class Trained:
     """What training leaves for the final evaluation."""
