@@ -14,6 +14,7 @@ from tiny_domain import REPO, harness_env
 import domains
 from domains.base import UserError
 from harness.suites import SUITES, load_suite, suite_path
+from harness.suites.__main__ import baseline_files
 
 SCRIPT = REPO / "tools" / "regression-suite"
 
@@ -82,11 +83,37 @@ def test_dry_run_of_an_update_runs_into_the_baseline_and_removes_nothing(tmp_pat
     assert "compare" not in out.stdout and (tmp_path / "kept.json").exists()
 
 
+def test_dry_run_of_one_domains_update_runs_only_its_settings(tmp_path):
+    out = script("--dry-run", "--update-baseline", "--domain", "graph", "--baseline", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    graph = [s for s in load_suite(suite_path("regression")) if s.domain == "graph"]
+    lines = out.stdout.splitlines()
+    assert len(lines) == sum(len(s.seeds) for s in graph) and all(" --domain graph " in line for line in lines)
+
+
+def test_one_domains_baseline_files_are_its_records_and_their_logs(tmp_path):
+    """Two domains' committed baseline records side by side: only the graph one (and its log) is graph's."""
+    baseline = REPO / "leaderboards" / "regression"
+    for prefix in ("graph", "text"):
+        record = sorted(baseline.glob(f"{prefix}-*.json"))[0]
+        for path in (record, record.with_suffix(".log")):
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    graph = [p.name for p in baseline_files(tmp_path, "graph")]
+    assert len(graph) == 2 and all(name.startswith("graph-") for name in graph)
+    assert {p.suffix for p in baseline_files(tmp_path, "graph")} == {".json", ".log"}
+    assert len(baseline_files(tmp_path)) == 4 and baseline_files(tmp_path, "vision") == []
+    (tmp_path / "broken.json").write_text("{")  # not guessed at: a domain's update refuses to start
+    with pytest.raises(UserError, match="broken.json"):
+        baseline_files(tmp_path, "graph")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--jobs", "0"], "error: --jobs must be at least 1"),
     (["--update-baseline", "--results", "x"], "error: --update-baseline writes into --baseline"),
     (["--suite", "nightly"], "error: no suite file"),
+    (["--domain", "graph"], "error: --domain applies to --update-baseline only"),
+    (["--update-baseline", "--domain", "chemistry"], "no setting of that domain (its domains: rl, text"),
 ])
 def test_bad_arguments_exit_2_before_any_run(args, message):
     out = script(*args, "--dry-run")
@@ -131,3 +158,18 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "[exit 1] tiny linear blobs_hard infonce quick seed 0" in out.stdout and "planted failure" in out.stdout
 
+
+
+@pytest.mark.slow  # 6 interpreters that import torch: about 20 s of CPU
+def test_one_domains_update_keeps_the_other_domains_baseline(tmp_path):
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0-2\n")
+    base = tmp_path / "baseline"
+    out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline")
+    assert out.returncode == 0, out.stdout + out.stderr
+    other = sorted((REPO / "leaderboards" / "regression").glob("text-*.json"))[0]
+    (base / other.name).write_bytes(other.read_bytes())  # another domain's record, as in the real baseline
+    out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline", "--domain", "tiny")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "removed 6 old baseline files of domain tiny" in out.stdout and "3 of 3 runs completed" in out.stdout
+    assert (base / other.name).read_bytes() == other.read_bytes() and len(_records(base)) == 4

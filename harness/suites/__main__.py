@@ -8,7 +8,9 @@ that a run that crashed gives 1 and a run refused as bad input (a missing extra 
 the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
 
 ``--update-baseline`` removes the baseline's records and runs the suite into the baseline folder instead (no
-comparison): for a change that moves the numbers on purpose; commit the new records.
+comparison): for a change that moves the numbers on purpose; commit the new records. With ``--domain D`` it runs
+only D's settings and removes only D's records (those whose ``domain`` is D, and their logs): the other domains'
+baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from domains.base import UserError
+from harness.records import load_record_files
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import run_all
 
@@ -38,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default: 2)")
     p.add_argument("--update-baseline", action="store_true",
                    help="remove the baseline's records and run the suite into the baseline folder (no comparison)")
+    p.add_argument("--domain", help="with --update-baseline: run only this domain's settings and replace only its "
+                   "baseline records (the other domains' stay)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
 
@@ -53,13 +58,33 @@ def run_commands(settings: list[Setting], results: Path) -> list[tuple[str, list
             for s in settings for seed in s.seeds]
 
 
-def clear_baseline(baseline: Path) -> None:
-    """Remove the baseline's records and logs, saying how many (git restores committed ones)."""
-    old = sorted([*baseline.glob("*.json"), *baseline.glob("*.log")])
+def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
+    """The baseline's records and logs; of one ``domain``: its records (read, so that an unreadable one is a
+    UserError rather than a guess) and their logs."""
+    if domain is None:
+        return sorted([*baseline.glob("*.json"), *baseline.glob("*.log")])
+    if not baseline.is_dir():
+        return []
+    records = [path for path, record in load_record_files(baseline, completed_only=False) if record.domain == domain]
+    return sorted([*records, *(log for path in records if (log := path.with_suffix(".log")).is_file())])
+
+
+def clear_baseline(baseline: Path, old: list[Path], domain: str | None = None) -> None:
+    """Remove ``old`` (:func:`baseline_files`), saying how many (git restores committed ones)."""
     for path in old:
         path.unlink()
-    print(f"removed {len(old)} old baseline files (records and logs) from {baseline}; the suite now writes the "
+    what = f"of domain {domain} " if domain else ""
+    print(f"removed {len(old)} old baseline files {what}(records and logs) from {baseline}; the suite now writes the "
           "new baseline there (git checkout restores the committed one)", flush=True)
+
+
+def only_domain(settings: list[Setting], domain: str) -> list[Setting]:
+    """The settings of ``domain``; UserError when the suite has none."""
+    chosen = [s for s in settings if s.domain == domain]
+    if not chosen:
+        known = ", ".join(dict.fromkeys(s.domain for s in settings))
+        raise UserError(f"--domain {domain}: the suite has no setting of that domain (its domains: {known})")
+    return chosen
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,11 +94,16 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--jobs must be at least 1")
         if args.update_baseline and (args.results or args.report):
             raise UserError("--update-baseline writes into --baseline; it takes no --results or --report")
+        if args.domain is not None and not args.update_baseline:
+            raise UserError("--domain applies to --update-baseline only (the gate compares every domain's baseline)")
         settings = load_suite(suite_path(args.suite))
+        if args.domain is not None:
+            settings = only_domain(settings, args.domain)
+        baseline = Path(args.baseline)
+        old = baseline_files(baseline, args.domain) if args.update_baseline and not args.dry_run else []
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    baseline = Path(args.baseline)
     if args.update_baseline or args.results:
         results = baseline if args.update_baseline else Path(args.results)
     else:  # a dry run names the folder it would make, and makes none
@@ -88,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(command))
         return 0
     if args.update_baseline:
-        clear_baseline(baseline)
+        clear_baseline(baseline, old, args.domain)
     codes = run_all(commands, args.jobs)
     if args.update_baseline:
         print(f"baseline: {sum(c == 0 for c in codes)} of {len(codes)} runs completed into {baseline}")
