@@ -124,13 +124,14 @@ class GraphDomain(Domain):
     # Written from the records of the paper-hcl rows (issue 31's "protocol stated"); rerun, reread, rewrite.
     notes = {
         "ENZYMES": (
-            "At HCL's 200 epochs (`paper-hcl`, 3 of its 10 seeds so far), jsd falls to 50.50 ± 2.05, beside the "
-            "published InfoGraph 50.33, while dcl, hcl and pucl reach 56.3 to 57.3, each 5.8 to 6.8 points above "
-            "jsd (paired t, p < 0.05). PUCL's published +PUCL figure (56.21) is matched (56.67 ± 1.48); its +DEB "
-            "(51.21) and +HCL (51.35) are not: ours are 5 to 6 points higher. Our best explanation, not tested: "
-            "our dcl and hcl are the loss core's InfoNCE-form losses on cosine / temperature scores, where HCL's "
-            "public graph code makes the hard-negative weighting a variant of InfoGraph's JSD estimator "
-            "(`JSD_hard`, cortex_DIM/functions/gan_losses.py), and PUCL's baselines may be of that kind."),
+            "At HCL's 200 epochs (`paper-hcl`, 10 seeds), jsd reaches 51.50 ± 2.17, 1.2 points above the "
+            "published InfoGraph 50.33, and dcl, hcl and pucl reach 56.0 to 56.6, each 4.4 to 5.1 points above jsd "
+            "(paired t, p < 0.05) and within 0.6 of each other. PUCL's published +PUCL figure (56.21) is matched "
+            "(55.95 ± 1.56); its +DEB (51.21) and +HCL (51.35) are not: ours are about 5 points higher, so PUCL's "
+            "lead over them is not reproduced. Our best explanation, not tested: our dcl and hcl are the loss "
+            "core's InfoNCE-form losses on cosine / temperature scores, where HCL's public graph code makes the "
+            "hard-negative weighting a variant of InfoGraph's JSD estimator (`JSD_hard`, "
+            "cortex_DIM/functions/gan_losses.py), and PUCL's baselines may be of that kind."),
         "PTC_MR": (
             "At HCL's 200 epochs (`paper-hcl`, 10 seeds), dcl (57.43) and hcl (58.24) gain over jsd (55.19; +2.2 "
             "and +3.1, p < 0.05) and pucl with alpha 0.1 less (56.72, +1.5, not significant). PUCL's published "
