@@ -155,13 +155,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"staged {seed_stage(repo_records, staged)} records and checkpoints of {repo_records} in {staged}")
     print(summary, flush=True)
     deadline = time.monotonic() + time_s
-    by_command = {tuple(command): (s, seed) for (_, command), (s, seed) in zip(commands, runs)}
 
-    def prepare(command: list[str]) -> list[str] | None:
+    def prepare(index: int, command: list[str]) -> list[str] | None:
         left = deadline - time.monotonic()
         if left < MIN_START_S:
             return None
-        setting, seed = by_command[tuple(command)]
+        setting, seed = runs[index]
         resume = ["--resume"] if has_checkpoint(staged, setting, seed) else []
         return [*command, "--time-limit", f"{left:.0f}s", *resume]
 

@@ -1,9 +1,9 @@
 """The pool that runs a suite's or a campaign's ``harness run`` commands: ``jobs`` processes at a time, in order,
 each with a fixed number of threads, one line per finished run (the output's tail when it did not complete).
 
-A campaign gives each command its last word just before it starts (``prepare``: a time limit from what is left,
-``--resume`` where a checkpoint waits, or None to not start it) and a deadline after which a run still going is
-killed (its last checkpoint stays).
+A campaign gives each command its last word just before it starts (``prepare``, called with the command's index
+and the command: a time limit from what is left, ``--resume`` where a checkpoint waits, or None to not start it)
+and a deadline after which a run still going is killed (its last checkpoint stays).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from harness.stopping import EXIT_STOPPED
 KILLED = -9  # what a run killed at the deadline returns (SIGKILL)
 # How each exit status reads in the progress lines; any other is "exit N".
 STATUS = {0: "ok", EXIT_STOPPED: "stopped at a checkpoint: not finished yet", KILLED: "killed at the deadline"}
-Prepare = Callable[[list[str]], "list[str] | None"]
+Prepare = Callable[[int, list[str]], "list[str] | None"]
 
 
 def run_one(command: list[str], threads: int = 1, kill_at: float | None = None) -> tuple[int, float, str]:
@@ -44,13 +44,13 @@ def run_all(commands: list[tuple[str, list[str]]], jobs: int, threads: int = 1, 
     ``prepare`` did not start."""
     start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
 
-    def job(command: list[str]) -> tuple[int, float, str] | None:
-        ready = prepare(command) if prepare else command
+    def job(index: int, command: list[str]) -> tuple[int, float, str] | None:
+        ready = prepare(index, command) if prepare else command
         return None if ready is None else run_one(ready, threads, kill_at)
 
     codes: list[int | None] = [None] * len(commands)
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(job, command): index for index, (_, command) in enumerate(commands)}
+        futures = {pool.submit(job, index, command): index for index, (_, command) in enumerate(commands)}
         for future in as_completed(futures):
             index, done = futures[future], future.result()
             label = commands[index][0]
