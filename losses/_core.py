@@ -77,9 +77,7 @@ class Mask:
         """Entries per row, float [A]."""
         if self.dense is not None:
             return self.dense.sum(dim=1, dtype=torch.float32)  # exact below 2^24 entries a row
-        left_out = torch.zeros(self.shape[0], device=self.outside_rows.device).index_add_(
-            0, self.outside_rows, torch.ones(self.outside_rows.shape, device=self.outside_rows.device))
-        return self.shape[1] - left_out
+        return self.shape[1] - per_row(self.outside_rows, self.shape[0])
 
     def fill_outside(self, x: Tensor, value: float) -> Tensor:
         """A copy of ``x`` with ``value`` outside the mask (differentiable)."""
@@ -93,6 +91,11 @@ class Mask:
             return x.mul_(self.dense)
         x.view(-1).index_fill_(0, self.outside_flat, 0.0)
         return x
+
+
+def per_row(rows: Tensor, n_rows: int) -> Tensor:
+    """How many of the entries listed by their ``rows`` lie in each of ``n_rows`` rows: float [n_rows]."""
+    return torch.zeros(n_rows, device=rows.device).index_add_(0, rows, torch.ones(rows.shape, device=rows.device))
 
 
 class _RowReductions(torch.autograd.Function):
@@ -292,10 +295,8 @@ def _build_layout(scores: Scores, tensors: tuple[Tensor, ...]) -> Layout:
     anchor, cand = scores.positives
     with torch.inference_mode(False), torch.no_grad():  # kept tensors must stay usable by later steps' autograd
         neg = Mask.excluding(shape, scores.positives, scores.ignored)
-        n_pos = torch.zeros(shape[0], device=anchor.device).index_add_(
-            0, anchor, torch.ones(anchor.shape, device=anchor.device))
         return Layout(pins=tensors, neg=neg, kept=Mask.excluding(shape, scores.ignored),
-                      pos_flat=anchor * shape[1] + cand, n_pos=n_pos, n_neg=neg.count())
+                      pos_flat=anchor * shape[1] + cand, n_pos=per_row(anchor, shape[0]), n_neg=neg.count())
 
 
 @dataclass(frozen=True)
@@ -419,8 +420,7 @@ def prepare(scores: Scores, scales: tuple[float, ...] = (1.0,), mask: Mask | Non
             anchor, cand = positives
             lse, pos_logit = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded,
                                             pos_flat=anchor * shape[1] + cand)
-            n_pos = torch.zeros(shape[0], device=logits.device).index_add_(
-                0, anchor, torch.ones(anchor.shape, device=logits.device))
+            n_pos = per_row(anchor, shape[0])
         else:
             anchor, pos_logit, per_anchor = None, logits, None
             lse = row_logsumexps(logits, mask if mask is not None else neg, scales, bounded=bounded)[0]

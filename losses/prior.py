@@ -413,8 +413,7 @@ class SameClassShare:
             raise ValueError(f"SameClassShare.add: neg_mask {tuple(neg_mask.shape)} does not match the anchor labels "
                              f"{tuple(anchor_labels.shape)} and the candidate labels {tuple(candidate_labels.shape)}")
         same = neg_mask & (anchor_labels[:, None] == candidate_labels[None, :])
-        counts = torch.stack([same.sum(), neg_mask.sum()])
-        self._counts = counts if self._counts is None else self._counts + counts
+        self._add(torch.stack([same.sum(), neg_mask.sum()]))
 
     def add_batches(self, labels: Tensor) -> None:
         """Count S batches (the rows of ``labels`` [S, B]) whose negatives are every other item of their batch
@@ -425,7 +424,10 @@ class SameClassShare:
                              f"{tuple(labels.shape)}")
         n, b = labels.shape
         same = (labels[:, :, None] == labels[:, None, :]).sum() - n * b  # ordered pairs, each item with itself out
-        counts = torch.stack([same, torch.tensor(n * b * (b - 1), device=labels.device)])
+        self._add(torch.stack([same, torch.tensor(n * b * (b - 1), device=labels.device)]))
+
+    def _add(self, counts: Tensor) -> None:
+        """Add (same-class negatives, negatives) to the counts kept on the device."""
         self._counts = counts if self._counts is None else self._counts + counts
 
     def state_dict(self) -> dict[str, int]:

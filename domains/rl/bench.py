@@ -80,8 +80,9 @@ def update_speed(device: torch.device, batch_size: int, updates: int, cuda_graph
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     seconds = timed(updater, updates)
-    with_actor = timed(lambda i: updater(2 * i), max(updates // 2, 1)) / max(updates // 2, 1)
-    without_actor = timed(lambda i: updater(2 * i + 1), max(updates // 2, 1)) / max(updates // 2, 1)
+    half = max(updates // 2, 1)  # updates of each kind: even steps run the actor and EMA parts, odd ones do not
+    with_actor = timed(lambda i: updater(2 * i), half) / half
+    without_actor = timed(lambda i: updater(2 * i + 1), half) / half
     sample_s = timed(lambda _: buffer.sample(batch_size, cfg.crop_size, cfg.num_positives), updates)
     speed = {"updates_per_s": updates / seconds, "ms_with_actor": 1000.0 * with_actor,
              "ms_without_actor": 1000.0 * without_actor, "sample_ms": 1000.0 * sample_s / updates,
