@@ -16,6 +16,7 @@ from losses.fairkl import fairkl
 from losses.hcl import hcl
 from losses.infonce import infonce
 from losses.jsd import jsd
+from losses.jsd_hard import jsd_hard
 from losses.pucl import pucl
 from losses.registry import (
     CLASS,
@@ -50,7 +51,7 @@ from losses.unbiased import unbiased
 __all__ = [
     "CLASS", "CLASSMATES", "LOGITS", "POSITIVES", "PROBABILITIES", "SCORINGS", "VIEWS", "HParam", "Loss", "LossSpec",
     "NonFiniteError", "Scores", "available", "bank_scores", "ce", "class_scores", "dcl", "debiased_pos", "eps_supcon",
-    "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "label_scores", "membership_scores",
+    "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "jsd_hard", "label_scores", "membership_scores",
     "multiview_scores", "pair_scores", "pairwise_scores", "pucl", "register", "register_loss", "set_sync_checks",
     "spec", "supcon", "unbiased",
 ]

@@ -324,6 +324,37 @@ def authors_eps_supinfonce(r: Ref, epsilon: float = 0.0, stab: float = 1e-6) -> 
     return _authors_supervised(r, log_den)
 
 
+
+def authors_jsd_hard(r: Ref, tau_plus: float = 0.5, beta: float = 1.0) -> float:
+    """HCL's graph loss (joshr17/HCL, ``graph/losses.py``, ``local_global_loss_`` with the measure ``JSD_hard`` of
+    ``graph/cortex_DIM/functions/gan_losses.py``), written as their code reads: the logits times each mask (every
+    other entry a zero), ``E_pos`` the sum of ``log 2 - softplus(-p) - tau_plus/(1 - tau_plus)·(softplus(-p) + p)``
+    over the whole matrix divided by the number of rows, ``E_neg`` the sum over the whole matrix of their
+    negative expectation divided by the number of negatives (their ``num_nodes·(num_graphs - 1)``), and
+    ``E_neg - E_pos``. Their ``max(q.max(), q.min().abs())`` is 0 only if every negative logit is 0; then every
+    weight is 1 here."""
+    log2, a_n = math.log(2), r.n_anchors
+    p = [[x if r.pos[a][k] else 0.0 for k, x in enumerate(row)] for a, row in enumerate(r.logits)]
+    q = [[x if r.neg[a][k] else 0.0 for k, x in enumerate(row)] for a, row in enumerate(r.logits)]
+    n_neg = sum(sum(row) for row in r.neg)
+    if n_neg == 0 or not any(any(row) for row in r.pos):
+        raise ValueError("jsd_hard: needs a positive and a negative pair")
+    e_pos = sum(log2 - _softplus(-x) - tau_plus / (1 - tau_plus) * (_softplus(-x) + x) for row in p for x in row) / a_n
+    e_neg = 0.0
+    if beta == 0:
+        e_neg = sum((_softplus(-x) + x - log2) / (1 - tau_plus) for row in q for x in row)
+    else:
+        flat = [x for row in q for x in row]
+        s = max(max(flat), abs(min(flat)))
+        for row in q:
+            reweight = [math.exp(beta * (-2 * x / s)) if s > 0 else 1.0 for x in row]
+            mean = _mean(reweight)
+            e_neg += sum(w / mean * (_softplus(-x) + x) / (1 - tau_plus) - log2 for w, x in zip(reweight, row))
+    return e_neg / n_neg - e_pos
+
+
+REFERENCES["jsd_hard"] = authors_jsd_hard  # not in the spec: the authors' code is its only definition
+
 # ---------------------------------------------------------------- FairKL
 
 def fairkl(z: Matrix, labels: list[int], bias: list[int], moments: str = "full") -> float:

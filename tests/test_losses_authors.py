@@ -8,6 +8,9 @@ code (``reference_losses.authors_*``), with the relation the loss file states.
 - eps_supcon keeps the spec's constant ``+ epsilon`` (their code leaves it out: the same gradient); the
   epsilon-losses leave out their 1e-6 inside the log (the value moves by what it predicts); the supervised
   losses average over the anchors that have a classmate (theirs count the others as 0).
+- jsd_hard (HCL's graph objective) exists only in the authors' code: its reference is that code
+  (``reference_losses.authors_jsd_hard``, checked on every layout by test_losses_reference.py); the tests here
+  check the two places where it departs from the HCL paper, and that it is InfoGraph's jsd without them.
 """
 
 from __future__ import annotations
@@ -157,3 +160,43 @@ def test_their_mean_counts_an_anchor_without_a_classmate_as_zero(loss, params):
     assert ours == pytest.approx(ref.REFERENCES[loss](r, **params), rel=1e-5)  # over the anchors with a classmate
     offset = params["epsilon"] if loss == "eps_supcon" else 0.0
     assert theirs == pytest.approx((ours - offset) * with_classmate / r.n_anchors, rel=1e-5)
+
+
+def _node_graph_scores(seed: int, n_graphs: int = 4) -> losses.Scores:
+    """The authors' graph layout: each node against the batch's graphs on raw dot products (one positive a row)."""
+    g = torch.Generator().manual_seed(seed)
+    nodes, graphs = torch.randn(11, 5, generator=g), torch.randn(n_graphs, 5, generator=g)
+    member_of = torch.arange(11) % n_graphs
+    return losses.membership_scores(nodes, graphs, member_of, 1.0, members="anchors", normalize=False)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_jsd_hard_without_debiasing_or_hardness_is_infographs_jsd(seed):
+    scores = _node_graph_scores(seed)
+    assert losses.jsd_hard(scores, tau_plus=0.0, beta=0.0).item() == pytest.approx(losses.jsd(scores).item(),
+                                                                                    rel=1e-6)
+
+
+def test_jsd_hard_debiasing_stops_pulling_a_positive_above_zero():
+    """Their positive term is softplus(-p) + r·softplus(p), the opposite sign of the paper's debiasing: at their
+    tau_plus 0.5 a positive's gradient is zero at p = 0 and pushes it down above, where jsd always pulls it up."""
+    logits = torch.tensor([[0.0, -1.0, 0.5, 2.0], [1.5, 0.3, -0.4, 1.0]], requires_grad=True)
+    pos = torch.tensor([[True, False, False, False], [True, False, False, False]])
+    scores = losses.Scores(logits, pos, ~pos)
+    (hard,) = torch.autograd.grad(losses.jsd_hard(scores, tau_plus=0.5, beta=1.0), logits)
+    (plain,) = torch.autograd.grad(losses.jsd(scores), logits)
+    assert hard[0, 0].item() == pytest.approx(0.0, abs=1e-7)  # (sigmoid(p) - sigmoid(-p)) / A at p = 0
+    assert hard[1, 0].item() == pytest.approx((math.tanh(0.75)) / 2, rel=1e-5)  # > 0: descent lowers p = 1.5
+    assert plain[0, 0] < 0 and plain[1, 0] < 0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_jsd_hard_weights_favour_the_easy_negatives_where_hcl_favours_the_hard(seed):
+    """exp(-2·beta·q / s): raising beta moves the weight to the negatives of lowest logit, so the negatives' term
+    (a weighted mean of the increasing softplus(q)) falls with beta; hcl's exp(beta·q) makes its loss rise."""
+    scores = _node_graph_scores(seed, n_graphs=6)
+    betas = (0.5, 1.0, 2.0, 4.0)
+    ours = [losses.jsd_hard(scores, beta=b).item() for b in betas]
+    paper = [losses.hcl(scores, tau_plus=0.1, beta=b).item() for b in betas]
+    assert all(a > b for a, b in zip(ours, ours[1:])), ours
+    assert all(a < b for a, b in zip(paper, paper[1:])), paper

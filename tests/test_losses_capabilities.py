@@ -82,14 +82,14 @@ UNSUPERVISED = {"infonce", "dcl", "hcl", "pucl", "debiased_pos"}
 # What each domain and method accepted when the lists were written by hand; the registry filtered by what they
 # supply gives the same sets.
 ACCEPTED = {
-    ("graph", "infograph"): UNSUPERVISED | {"jsd"},
+    ("graph", "infograph"): UNSUPERVISED | {"jsd", "jsd_hard"},
     ("vision", "simclr"): UNSUPERVISED | {"unbiased"},
     ("vision", "cmc"): UNSUPERVISED | {"unbiased"},
     ("vision", "moco"): UNSUPERVISED | {"unbiased"},
     ("vision", "biased"): {"supcon", "eps_supcon", "eps_supinfonce", "ce"},
     ("text", "quickthought"): UNSUPERVISED,
     ("text", "bow"): UNSUPERVISED,
-    ("rl", "curl"): UNSUPERVISED | {"jsd"},
+    ("rl", "curl"): UNSUPERVISED | {"jsd", "jsd_hard"},
 }
 
 

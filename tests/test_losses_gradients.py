@@ -34,7 +34,8 @@ LOSSES = [
     ("debiased_pos", {"tau_plus": 0.1, "aggregation": "combination"}),
     ("debiased_pos", {"tau_plus": 0.5, "aggregation": "grouping"}),
     ("supcon", {}), ("eps_supcon", {"epsilon": 0.3}), ("eps_supinfonce", {"epsilon": 0.3}),
-    ("unbiased", {}), ("jsd", {}),
+    ("unbiased", {}), ("jsd", {}), ("jsd_hard", {"tau_plus": 0.5, "beta": 0.0}),
+    ("jsd_hard", {"tau_plus": 0.5, "beta": 1.0}), ("jsd_hard", {"tau_plus": 0.2, "beta": 3.0}),
 ]
 
 

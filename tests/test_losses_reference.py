@@ -116,6 +116,8 @@ LOSSES = [
     ("supcon", {}), ("eps_supcon", {"epsilon": 0.0}), ("eps_supcon", {"epsilon": 0.5}),
     ("eps_supinfonce", {"epsilon": 0.0}), ("eps_supinfonce", {"epsilon": 0.5}),
     ("unbiased", {}), ("jsd", {}), ("ce", {}),
+    ("jsd_hard", {"tau_plus": 0.5, "beta": 0.0}), ("jsd_hard", {"tau_plus": 0.5, "beta": 1.0}),
+    ("jsd_hard", {"tau_plus": 0.1, "beta": 10.0}), ("jsd_hard", {"tau_plus": 0.0, "beta": 2.0}),
 ]
 
 

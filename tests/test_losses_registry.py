@@ -11,6 +11,7 @@ EXPECTED = {  # name: (hyper-parameter defaults, needs labels, a word of the pap
     "infonce": ({}, False, "Oord"),
     "dcl": ({"tau_plus": 0.1}, False, "Chuang"),
     "hcl": ({"tau_plus": 0.1, "beta": 1.0}, False, "Robinson"),
+    "jsd_hard": ({"tau_plus": 0.5, "beta": 1.0}, False, "Robinson"),
     "pucl": ({"alpha": 0.1, "c": 0.01}, False, "Wang"),
     "debiased_pos": ({"tau_plus": 0.1, "aggregation": "grouping"}, False, "Troeshestova"),
     "supcon": ({}, True, "Khosla"),
@@ -25,7 +26,8 @@ EXPECTED = {  # name: (hyper-parameter defaults, needs labels, a word of the pap
 def test_available_lists_every_loss_of_the_spec():
     assert losses.available() == sorted(EXPECTED)
     assert losses.available(needs_labels=True) == ["ce", "eps_supcon", "eps_supinfonce", "supcon", "unbiased"]
-    assert losses.available(needs_labels=False) == ["dcl", "debiased_pos", "hcl", "infonce", "jsd", "pucl"]
+    assert losses.available(needs_labels=False) == ["dcl", "debiased_pos", "hcl", "infonce", "jsd", "jsd_hard",
+                                                       "pucl"]
     # FairKL is registered (its hyper-parameters are checked once too) but is a regulariser, not an objective
     assert losses.available(objective=False) == ["fairkl"] and "fairkl" in losses.available(objective=None)
 
