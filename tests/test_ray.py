@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import psutil
 import pytest
@@ -35,9 +36,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class RayHead(NamedTuple):
+    address: str
+    pid: int  # `ray start`: its descendants are this head's gcs, raylet and workers, none of another session's
+
+
 @pytest.fixture(scope="module")
-def ray_address(tmp_path_factory) -> str:
-    """A Ray head with 2 CPUs, its environment the harness's with the tiny domain plugged in; its address."""
+def ray_head(tmp_path_factory) -> RayHead:
+    """A Ray head with 2 CPUs, its environment the harness's with the tiny domain plugged in."""
     log = tmp_path_factory.mktemp("ray") / "head.log"
     ray_cli = Path(sys.executable).with_name("ray")
     if not ray_cli.exists():
@@ -56,7 +62,7 @@ def ray_address(tmp_path_factory) -> str:
             address = found.group(1) if found else None
         if address is None:
             pytest.fail(f"ray start did not come up:\n{log.read_text()[-2000:]}")
-        yield address
+        yield RayHead(address, head.pid)
     finally:
         for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
@@ -80,10 +86,17 @@ def _group(pgid: int) -> list[psutil.Process]:
     return procs
 
 
-def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_address):
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline() or [proc.name()]
+    except psutil.Error:  # ended meanwhile
+        return []
+
+
+def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_head):
     local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
     assert local.returncode == 0, local.stderr
-    remote = harness(*GRID, "--set", "epochs=3", "--executor", "ray", "--ray-address", ray_address,
+    remote = harness(*GRID, "--set", "epochs=3", "--executor", "ray", "--ray-address", ray_head.address,
                      "--results", str(tmp_path / "ray"), timeout=300)
     assert remote.returncode == 0, remote.stderr
     assert "sweep done: 4 completed" in remote.stdout
@@ -91,16 +104,16 @@ def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_address):
     assert len(expected) == 4 and record_metrics(tmp_path / "ray") == expected
 
 
-def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_address):
-    args = [*GRID, "--set", "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address", ray_address,
-            "--results", str(tmp_path)]
+def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_head):
+    args = [*GRID, "--set", "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address",
+            ray_head.address, "--results", str(tmp_path)]
     sweep = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=Path(__file__).parent.parent,
                              env=harness_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim, deadline = None, time.time() + 120
-    while victim is None and time.time() < deadline:  # a task past its second epoch
+    while victim is None and time.time() < deadline:  # a task past its second epoch, on this test's head only
         if sum("epoch 2:" in p.read_text() for p in tmp_path.glob("*.log")):
-            victim = next((p for p in psutil.process_iter(["name", "cmdline"])
-                           if "ray::run_job" in " ".join(p.info["cmdline"] or [p.info["name"] or ""])), None)
+            victim = next((p for p in psutil.Process(ray_head.pid).children(recursive=True)
+                           if "ray::run_job" in " ".join(_cmdline(p))), None)
         time.sleep(0.1)
     assert victim is not None, "no Ray task running run_job was found"
     victim.kill()
