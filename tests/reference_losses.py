@@ -324,7 +324,6 @@ def authors_eps_supinfonce(r: Ref, epsilon: float = 0.0, stab: float = 1e-6) -> 
     return _authors_supervised(r, log_den)
 
 
-
 def authors_jsd_hard(r: Ref, tau_plus: float = 0.5, beta: float = 1.0) -> float:
     """HCL's graph loss (joshr17/HCL, ``graph/losses.py``, ``local_global_loss_`` with the measure ``JSD_hard`` of
     ``graph/cortex_DIM/functions/gan_losses.py``), written as their code reads: the logits times each mask (every
@@ -340,10 +339,10 @@ def authors_jsd_hard(r: Ref, tau_plus: float = 0.5, beta: float = 1.0) -> float:
     if n_neg == 0 or not any(any(row) for row in r.pos):
         raise ValueError("jsd_hard: needs a positive and a negative pair")
     e_pos = sum(log2 - _softplus(-x) - tau_plus / (1 - tau_plus) * (_softplus(-x) + x) for row in p for x in row) / a_n
-    e_neg = 0.0
     if beta == 0:
         e_neg = sum((_softplus(-x) + x - log2) / (1 - tau_plus) for row in q for x in row)
     else:
+        e_neg = 0.0
         flat = [x for row in q for x in row]
         s = max(max(flat), abs(min(flat)))
         for row in q:
@@ -354,6 +353,7 @@ def authors_jsd_hard(r: Ref, tau_plus: float = 0.5, beta: float = 1.0) -> float:
 
 
 REFERENCES["jsd_hard"] = authors_jsd_hard  # not in the spec: the authors' code is its only definition
+
 
 # ---------------------------------------------------------------- FairKL
 

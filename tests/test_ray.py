@@ -66,7 +66,8 @@ def ray_head(tmp_path_factory) -> RayHead:
     finally:
         for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
             try:
-                os.killpg(head.pid, sig)  # the head's session: gcs, raylet and their workers
+                os.killpg(head.pid, sig)  # the head's group: gcs and raylet (Ray's workers, in groups of
+                # their own, end with their raylet)
             except ProcessLookupError:
                 break
             deadline = time.time() + wait_s
