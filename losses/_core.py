@@ -19,6 +19,7 @@ reshapes, and the value checks of a step are folded into one queued assertion.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -217,8 +218,8 @@ def find_positives(scores: Scores) -> Entries | None:
     device (the losses then work on the dense ``pos_mask``)."""
     if scores.positives is not None:
         return scores.positives
-    if scores.logits.device.type in PAIRS_FROM_MASK_ON:
-        return true_entries(scores.pos_mask)
+    if scores.logits.device.type in PAIRS_FROM_MASK_ON and not torch.compiler.is_compiling():
+        return true_entries(scores.pos_mask)  # (a graph's shapes cannot depend on the mask's values)
     return None
 
 
@@ -260,9 +261,21 @@ class Layout:
     def constant(self, name: str, make: Callable[[], T]) -> T:
         """``make()``, which must depend on this layout alone (``name`` says what it is), computed once."""
         if name not in self.constants:
-            with torch.inference_mode(False), torch.no_grad():
+            with _kept():
                 self.constants[name] = make()
         return self.constants[name]
+
+
+def _kept() -> contextlib.AbstractContextManager:
+    """Where tensors kept for later steps are built: without autograd, and outside inference mode (a later
+    step's autograd cannot use an inference tensor). While ``torch.compile`` traces, without autograd only:
+    dynamo traces no inference mode, and nothing built in a graph outlives its step."""
+    if torch.compiler.is_compiling():
+        return torch.no_grad()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode(False))
+    stack.enter_context(torch.no_grad())
+    return stack
 
 
 _LAYOUTS: OrderedDict[tuple, Layout] = OrderedDict()
@@ -277,7 +290,9 @@ def layout_of(scores: Scores) -> Layout | None:
     if scores.positives is None or scores.ignored is None:
         return None
     tensors = (*scores.positives, *scores.ignored)
-    if any(t.is_inference() for t in tensors):  # no version counter to key on; built each call
+    # Built each call: while torch.compile traces (the layout is built in the graph and its kernels fuse with
+    # the loss's), and for inference tensors (no version counter to key on).
+    if torch.compiler.is_compiling() or any(t.is_inference() for t in tensors):
         return _build_layout(scores, tensors)
     key = (tuple(scores.logits.shape), *((id(t), t._version) for t in tensors))
     layout = _LAYOUTS.get(key)
@@ -293,7 +308,7 @@ def layout_of(scores: Scores) -> Layout | None:
 def _build_layout(scores: Scores, tensors: tuple[Tensor, ...]) -> Layout:
     shape = tuple(scores.logits.shape)
     anchor, cand = scores.positives
-    with torch.inference_mode(False), torch.no_grad():  # kept tensors must stay usable by later steps' autograd
+    with _kept():
         neg = Mask.excluding(shape, scores.positives, scores.ignored)
         return Layout(pins=tensors, neg=neg, kept=Mask.excluding(shape, scores.ignored),
                       pos_flat=anchor * shape[1] + cand, n_pos=per_row(anchor, shape[0]), n_neg=neg.count())

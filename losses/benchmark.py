@@ -35,6 +35,15 @@ before this count was made, the H100's time ratios to NT-Xent (infonce 2.06, dcl
 3.35, debiased_pos 2.88, jsd 1.56, unbiased 2.43) followed the ratios of operations dispatched (2.1,
 3.5, 3.75, 3.5, 2.96, 1.64, 2.4).
 
+Compiled rows (``compiled: true``, at the batch sizes of ``compile_at``, by default the target's B = 512): the
+same steps, NT-Xent's included, through ``torch.compile(fullgraph=True, dynamic=False)``, which fuses a step's
+elementwise work and reductions into a few generated kernels (C++ on the CPU, Triton on CUDA). Their ratios are
+to the compiled NT-Xent. Their ``kernels`` come from the profiler, since a generated kernel dispatches no aten
+operation: on CUDA the kernels the device ran; on the CPU the generated kernels (``cpp_fused_*``) and the aten
+operations still called that launch one and call no other that does (the matrix products, the autograd engine's
+gradient seed and accumulation). Compiling takes seconds a step (C++ or Triton code is generated and built), so
+the compiled rows stay at the one batch size the targets read.
+
     python -m losses.benchmark --batch-sizes 256 512 1024 --threads 1
 """
 
@@ -47,6 +56,8 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -60,6 +71,7 @@ BASELINE = "nt_xent"
 TEMPERATURE = 0.5
 N_CLASSES = 10
 TARGET = {"time_ratio": 1.3, "memory_ratio": 1.5, "batch_size": 512}
+COMPILE_BACKEND = "inductor"  # what the compiled rows are compiled with (the tests' row checks use "aot_eager")
 
 Step = Callable[[Tensor, Tensor, Tensor], Tensor]
 
@@ -119,6 +131,44 @@ def count_kernels(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> tuple[int, i
     return sum(counter.ops.values()), counter.views, dict(counter.ops)
 
 
+def compiled(step: Step) -> Step:
+    """``step`` through ``torch.compile``: one graph (the loss core traces without a break), static shapes."""
+    return torch.compile(step, backend=COMPILE_BACKEND, fullgraph=True, dynamic=False)
+
+
+def _launches(event_name: str) -> bool:
+    """Whether a profiler event is an aten operation that launches a kernel: not a view, not an allocation (an
+    operation this torch does not know counts as one)."""
+    if not event_name.startswith("aten::"):
+        return False
+    name = event_name.removeprefix("aten::")
+    packet = getattr(torch.ops.aten, name, None)
+    if name in NO_LAUNCH:
+        return False
+    return packet is None or not all(getattr(packet, overload).is_view for overload in packet.overloads())
+
+
+def count_compiled_kernels(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> int:
+    """Kernels one step of a compiled ``step`` launches on ``z1``'s device, from the profiler (see the module
+    docstring); the step must have run once (compiled) before."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = z1.device.type == "cuda"
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if cuda else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        _run_step(step, z1, z2, y)
+        _sync(z1.device)
+    events = prof.events()
+    if cuda:
+        return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA
+                   and not e.name.startswith(("Memcpy", "Memset")))
+
+    def kernel(name: str) -> bool:
+        return "cpp_fused" in name or _launches(name)
+
+    return sum(1 for e in events if kernel(e.name) and not any(kernel(c.name) for c in e.cpu_children))
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -156,50 +206,62 @@ def peak_memory(step: Step, z1: Tensor, z2: Tensor, y: Tensor) -> int:
 
 
 def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128, device: str = "cpu",
-                  repeats: int = 20, warmup: int = 3, threads: int | None = 1, seed: int = 0) -> list[dict]:
-    """Time and peak memory of forward + backward for every loss and NT-Xent, one row per (B, loss).
+                  repeats: int = 20, warmup: int = 3, threads: int | None = 1, seed: int = 0,
+                  compile_at: Sequence[int] = (TARGET["batch_size"],)) -> list[dict]:
+    """Time and peak memory of forward + backward for every loss and NT-Xent, one row per (B, loss, compiled).
 
-    Each row: ``loss, batch_size, dim, device, threads, repeats, time_ms`` (median wall time),
-    ``time_ratio`` (to NT-Xent at the same B), ``cpu_ms`` (median CPU time), ``cpu_ratio``,
-    ``best_cpu_ms`` (minimum CPU time), ``best_cpu_ratio``, ``peak_mib``, ``memory_ratio``, ``kernels``
-    and ``views`` (the aten operations of a step on the accelerator's path that launch a kernel and that
-    do not, counted on the CPU whatever ``device``), ``kernel_ratio``. ``threads``
-    sets ``torch.set_num_threads`` for the run (restored after); None keeps the current setting."""
+    Each row: ``loss, batch_size, dim, device, threads, repeats, compiled, time_ms`` (median wall time),
+    ``time_ratio`` (to NT-Xent at the same B, compiled alike), ``cpu_ms`` (median CPU time), ``cpu_ratio``,
+    ``best_cpu_ms`` (minimum CPU time), ``best_cpu_ratio``, ``peak_mib``, ``memory_ratio``, ``kernels`` and
+    ``views`` (eager rows: the aten operations of a step on the accelerator's path that launch a kernel and that
+    do not, counted on the CPU whatever ``device``; compiled rows: the kernels counted by the profiler on
+    ``device``, and no views), ``kernel_ratio``. Compiled rows at the batch sizes of ``batch_sizes`` that are in
+    ``compile_at``. ``threads`` sets ``torch.set_num_threads`` for the run (restored after); None keeps the
+    current setting."""
     dev = torch.device(device)
     previous_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     try:
-        steps = _steps()
+        eager = _steps()
         rows = []
         for batch in batch_sizes:
             gen = torch.Generator().manual_seed(seed + batch)
             z1 = torch.randn(batch, dim, generator=gen).to(dev)
             z2 = z1 + 0.5 * torch.randn(batch, dim, generator=gen).to(dev)
             y = torch.randint(N_CLASSES, (batch,), generator=gen).to(dev)
-            for _ in range(warmup):
-                for step in steps.values():
-                    _run_step(step, z1, z2, y)
-            wall: dict[str, list[float]] = {name: [] for name in steps}
-            cpu: dict[str, list[float]] = {name: [] for name in steps}
+            steps = {(name, False): step for name, step in eager.items()}
+            if batch in compile_at:
+                torch._dynamo.reset()  # a fresh compile per batch size, within dynamo's recompile limit
+                steps |= {(name, True): compiled(step) for name, step in eager.items()}
+            # Generated CPU kernels are seen by the profiler only when built with their own records.
+            with inductor_config.patch({"cpp.enable_kernel_profile": True}):
+                for _ in range(warmup):  # the first call of a compiled step compiles it
+                    for step in steps.values():
+                        _run_step(step, z1, z2, y)
+            wall: dict[tuple[str, bool], list[float]] = {key: [] for key in steps}
+            cpu: dict[tuple[str, bool], list[float]] = {key: [] for key in steps}
             for _ in range(repeats):
-                for name, step in steps.items():
+                for key, step in steps.items():
                     w, c = _time_once(step, z1, z2, y)
-                    wall[name].append(w)
-                    cpu[name].append(c)
-            memory = {name: peak_memory(step, z1, z2, y) for name, step in steps.items()}
-            kernels = {name: count_kernels(step, z1, z2, y)[:2] for name, step in steps.items()}
-            for name in steps:
-                time_s, cpu_s = statistics.median(wall[name]), statistics.median(cpu[name])
+                    wall[key].append(w)
+                    cpu[key].append(c)
+            memory = {key: peak_memory(step, z1, z2, y) for key, step in steps.items()}
+            kernels = {key: (count_compiled_kernels(step, z1, z2, y), None) if key[1]
+                       else count_kernels(step, z1, z2, y)[:2] for key, step in steps.items()}
+            for key in steps:
+                name, is_compiled = key
+                base = (BASELINE, is_compiled)
+                time_s, cpu_s = statistics.median(wall[key]), statistics.median(cpu[key])
                 rows.append({
                     "loss": name, "batch_size": batch, "dim": dim, "device": dev.type,
-                    "threads": torch.get_num_threads(), "repeats": repeats,
-                    "time_ms": 1e3 * time_s, "time_ratio": time_s / statistics.median(wall[BASELINE]),
-                    "cpu_ms": 1e3 * cpu_s, "cpu_ratio": cpu_s / statistics.median(cpu[BASELINE]),
-                    "best_cpu_ms": 1e3 * min(cpu[name]), "best_cpu_ratio": min(cpu[name]) / min(cpu[BASELINE]),
-                    "peak_mib": memory[name] / 2**20, "memory_ratio": memory[name] / memory[BASELINE],
-                    "kernels": kernels[name][0], "views": kernels[name][1],
-                    "kernel_ratio": kernels[name][0] / kernels[BASELINE][0],
+                    "threads": torch.get_num_threads(), "repeats": repeats, "compiled": is_compiled,
+                    "time_ms": 1e3 * time_s, "time_ratio": time_s / statistics.median(wall[base]),
+                    "cpu_ms": 1e3 * cpu_s, "cpu_ratio": cpu_s / statistics.median(cpu[base]),
+                    "best_cpu_ms": 1e3 * min(cpu[key]), "best_cpu_ratio": min(cpu[key]) / min(cpu[base]),
+                    "peak_mib": memory[key] / 2**20, "memory_ratio": memory[key] / memory[base],
+                    "kernels": kernels[key][0], "views": kernels[key][1],
+                    "kernel_ratio": kernels[key][0] / kernels[base][0],
                 })
         return rows
     finally:
@@ -208,16 +270,18 @@ def run_benchmark(batch_sizes: Sequence[int] = (256, 512, 1024), dim: int = 128,
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a fixed-width table; ratios past the issue's targets at B=512 are flagged."""
-    lines = [f"{'B':>5}  {'loss':<13} {'wall ms':>8} {'ratio':>6} {'cpu ms':>8} {'ratio':>6} "
+    lines = [f"{'B':>5}  {'loss':<13} {'compiled':>8} {'wall ms':>8} {'ratio':>6} {'cpu ms':>8} {'ratio':>6} "
              f"{'best cpu':>8} {'ratio':>6} {'peak MiB':>9} {'ratio':>6} {'kernels':>7} {'ratio':>6} {'views':>5}"]
     for r in rows:
         over = [what for what, limit in (("time", "time_ratio"), ("cpu", "time_ratio"), ("best_cpu", "time_ratio"),
                                          ("memory", "memory_ratio"), ("kernel", "time_ratio"))
                 if r["batch_size"] == TARGET["batch_size"] and r[f"{what}_ratio"] > TARGET[limit]]
-        lines.append(f"{r['batch_size']:>5}  {r['loss']:<13} {r['time_ms']:>8.2f} {r['time_ratio']:>6.2f} "
+        views = "" if r["views"] is None else r["views"]
+        lines.append(f"{r['batch_size']:>5}  {r['loss']:<13} {'yes' if r['compiled'] else 'no':>8} "
+                     f"{r['time_ms']:>8.2f} {r['time_ratio']:>6.2f} "
                      f"{r['cpu_ms']:>8.2f} {r['cpu_ratio']:>6.2f} {r['best_cpu_ms']:>8.2f} {r['best_cpu_ratio']:>6.2f} "
                      f"{r['peak_mib']:>9.2f} {r['memory_ratio']:>6.2f} {r['kernels']:>7} {r['kernel_ratio']:>6.2f} "
-                     f"{r['views']:>5}" + (f"  over target: {', '.join(over)}" if over else ""))
+                     f"{views:>5}" + (f"  over target: {', '.join(over)}" if over else ""))
     return "\n".join(lines)
 
 
@@ -228,13 +292,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for the run (default 1)")
+    parser.add_argument("--compile-at", type=int, nargs="*", default=[TARGET["batch_size"]],
+                        help="batch sizes that also get compiled rows (default %(default)s; none: no value)")
     args = parser.parse_args(argv)
-    rows = run_benchmark(args.batch_sizes, args.dim, args.device, args.repeats, threads=args.threads)
+    rows = run_benchmark(args.batch_sizes, args.dim, args.device, args.repeats, threads=args.threads,
+                         compile_at=args.compile_at)
     print(f"forward + backward from raw [B, {args.dim}] embeddings (pair_scores, t={TEMPERATURE}) on "
           f"{rows[0]['device']} with {rows[0]['threads']} thread(s); medians of {args.repeats} steps; ratios to "
-          f"NT-Xent. Target at B={TARGET['batch_size']}: time <= {TARGET['time_ratio']}x, "
-          f"peak memory <= {TARGET['memory_ratio']}x. Kernels: launched by a step on the accelerator's path, "
-          f"counted on the CPU (a proxy for the GPU's launch-bound time at B={TARGET['batch_size']}).")
+          f"NT-Xent (compiled rows: to the compiled NT-Xent). Target at B={TARGET['batch_size']}: time <= "
+          f"{TARGET['time_ratio']}x, peak memory <= {TARGET['memory_ratio']}x. Kernels: launched by a step on the "
+          f"accelerator's path, counted on the CPU (a proxy for the GPU's launch-bound time at "
+          f"B={TARGET['batch_size']}); compiled rows: counted by the profiler.")
     print(format_table(rows))
     return 0
 

@@ -6,7 +6,9 @@ batch sizes. So a check on the CPU raises ValueError at once (a CPU tensor is re
 another device it is queued with ``torch._assert_async``: a failed check stops the process at the
 next synchronisation with a device-side assertion (CUDA cannot carry our message; run the batch on the
 CPU, or call ``set_sync_checks(True)``, to see which check failed). ``set_sync_checks(True)`` makes
-every check a synchronous ValueError on every device, for debugging.
+every check a synchronous ValueError on every device, for debugging. Under ``torch.compile`` every check is
+queued, whatever the device (a graph reads no value on the host); on the CPU a failed one raises at once, as a
+RuntimeError with the check's message.
 
 Checks of shapes, dtypes and hyper-parameters need no value and always raise at once.
 
@@ -37,8 +39,9 @@ def set_sync_checks(enabled: bool) -> bool:
 
 
 def reads_values_now(t: Tensor) -> bool:
-    """Whether a check on ``t`` may read it on the host now: on the CPU, or with synchronous checks."""
-    return t.device.type in READS_VALUES_ON or _sync_checks
+    """Whether a check on ``t`` may read it on the host now: on the CPU, or with synchronous checks; never
+    while ``torch.compile`` traces (a graph reads no value on the host: its checks are queued)."""
+    return not torch.compiler.is_compiling() and (t.device.type in READS_VALUES_ON or _sync_checks)
 
 
 def require(condition: Tensor, message: str, error: type[ValueError] = ValueError) -> None:

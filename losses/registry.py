@@ -250,6 +250,7 @@ class Loss:
         self._last_scores: tuple[Tensor, Tensor, Tensor] | None = None
         self._sample: list[Tensor] = []
         self._sampled = 0
+        self._compile_options: dict[str, Any] | None = None  # torch.compile's options while compiled
         if self._auto is not None:
             from losses.prior import PriorTracker
 
@@ -262,6 +263,30 @@ class Loss:
         if self._auto is not None:
             bound[self._auto.name] = self._auto.check(self.prior.value)
         self._fn = functools.partial(self.spec.fn, **bound)
+        if self._compile_options is not None:
+            self._fn = torch.compile(self._fn, **self._compile_options)
+
+    def compile(self, **options: Any) -> bool:
+        """From now on run the loss through ``torch.compile`` (``options`` are its own), as ``nn.Module.compile``
+        does for a network: one graph (``fullgraph=True``: the loss core traces without a break) with static
+        shapes (``dynamic=False``: a training run has one or two), in which its elementwise work and reductions
+        fuse into a few kernels (``losses.benchmark``'s compiled rows). Compilation happens at the first call.
+        Returns whether the loss is compiled: one with an estimated prior stays eager, since the prior it is
+        bound to changes between epochs and each value would be a graph of its own."""
+        if self._auto is not None:
+            return False
+        self._compile_options = {"fullgraph": True, "dynamic": False, **options}
+        self._bind()
+        return True
+
+    def uncompile(self) -> None:
+        """Run the loss eagerly again (after :meth:`compile`)."""
+        self._compile_options = None
+        self._bind()
+
+    @property
+    def compiled(self) -> bool:
+        return self._compile_options is not None
 
     @property
     def name(self) -> str:
@@ -335,6 +360,14 @@ class Loss:
         if self.prior is not None and state.get("prior"):
             self.prior.load_state_dict(state["prior"])
             self._bind()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A compiled function is not copied (deepcopy, pickle): the copy binds its own, compiled alike.
+        return {**self.__dict__, "_fn": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind()
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hparams.items())

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,8 @@ from torch import Tensor
 
 from losses.checks import NonFiniteError, reads_values_now, require
 from losses.distributed import gather_with_grad
+
+T = TypeVar("T")
 
 Entries = tuple[Tensor, Tensor]  # (row, column) of a set of entries, long [E] each
 
@@ -234,52 +237,66 @@ def _view_labels(labels: Tensor | None, batch: int, anchor_repeats: int, n_views
     return anchor_labels, (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
 
 
-@functools.lru_cache(maxsize=4)
+def _per_size(build: Callable[..., T]) -> Callable[..., T]:
+    """A layout builder whose tensors depend on the sizes alone, cached per size: the Scores of every step
+    share them (read-only: the Scores are frozen), which saves a dozen small kernels a step. They are built
+    outside inference mode, so that the autograd of later steps can use them. While ``torch.compile``
+    traces, the builder runs inside the graph instead (a graph keeps no Python cache, and dynamo traces no
+    inference mode): its kernels fuse with the rest."""
+    cached = functools.lru_cache(maxsize=4)(build)
+
+    @functools.wraps(build)
+    def layout(*sizes: Any) -> T:
+        if torch.compiler.is_compiling():
+            return build(*sizes)
+        with torch.inference_mode(False):
+            return cached(*sizes)
+
+    return layout
+
+
+@_per_size
 def _multiview_layout(n_views: int, batch: int, global_batch: int, offset: int, device: torch.device
                       ) -> tuple[Entries, Entries, Tensor, Tensor]:
-    """Positives, ignored entries and masks of the multiview layout. They depend on the sizes alone, so
-    they are built once per size and shared by the Scores of every step (read-only: the Scores are
-    frozen), which saves a dozen small kernels per step.
+    """Positives, ignored entries and masks of the multiview layout, built once per size (:func:`_per_size`).
 
     Anchor (view v, sample i) and candidate (view w, global sample j) are views of one sample iff
     j == offset + i: positives for w != v, the anchor itself (ignored) for w == v."""
-    with torch.inference_mode(False):  # shared tensors must stay usable by autograd in later steps
-        rows = torch.arange(n_views * batch, device=device)
-        view, sample = rows // batch, rows % batch + offset
-        ignored = (rows, view * global_batch + sample)
-        other = (view[:, None] + torch.arange(1, n_views, device=device)) % n_views  # [V·B, V-1]
-        positives = (rows[:, None].expand_as(other).reshape(-1),
-                     (other * global_batch + sample[:, None]).reshape(-1))
-        pos, neg = _masks_from((n_views * batch, n_views * global_batch), positives, ignored, device)
+    rows = torch.arange(n_views * batch, device=device)
+    view, sample = rows // batch, rows % batch + offset
+    ignored = (rows, view * global_batch + sample)
+    other = (view[:, None] + torch.arange(1, n_views, device=device)) % n_views  # [V·B, V-1]
+    positives = (rows[:, None].expand_as(other).reshape(-1),
+                 (other * global_batch + sample[:, None]).reshape(-1))
+    pos, neg = _masks_from((n_views * batch, n_views * global_batch), positives, ignored, device)
     return positives, ignored, pos, neg
 
 
-@functools.lru_cache(maxsize=4)
+@_per_size
 def _pairwise_layout(n_views: int, batch: int, global_batch: int, offset: int, device: torch.device
                      ) -> tuple[Tensor, Entries, Entries, Tensor, Tensor]:
     """The local row (in ``cat(views)``) of each anchor, and the positives, ignored entries and masks of the
-    pairwise layout, built once per size as :func:`_multiview_layout` (from ``arange`` and fills alone: no
-    copy from the host).
+    pairwise layout, built once per size (:func:`_per_size`) from ``arange`` and fills alone (no copy
+    from the host).
 
     Anchors are pair-major, then side, then sample: the rows of pair ``(v, w)`` are its views v and w. Each
     ignores itself and every candidate of the V - 2 views outside its pair."""
-    with torch.inference_mode(False):
-        sample = torch.arange(batch, device=device)
-        span = torch.arange(global_batch, device=device)
-        local, positive_cols, self_cols, away_rows, away_cols = [], [], [], [], []
-        for p, (v, w) in enumerate(itertools.combinations(range(n_views), 2)):  # v < w, in order
-            for view, other in ((v, w), (w, v)):
-                local.append(view * batch + sample)
-                positive_cols.append(other * global_batch + offset + sample)
-                self_cols.append(view * global_batch + offset + sample)
-            pair_rows = torch.arange(2 * batch * p, 2 * batch * (p + 1), device=device)
-            for u in (u for u in range(n_views) if u not in (v, w)):
-                away_rows.append(pair_rows[:, None].expand(-1, global_batch).reshape(-1))
-                away_cols.append((u * global_batch + span).repeat(2 * batch))
-        rows = torch.arange(sum(x.shape[0] for x in local), device=device)
-        positives = (rows, torch.cat(positive_cols))
-        ignored = (torch.cat([rows, *away_rows]), torch.cat(self_cols + away_cols))
-        pos, neg = _masks_from((rows.shape[0], n_views * global_batch), positives, ignored, device)
+    sample = torch.arange(batch, device=device)
+    span = torch.arange(global_batch, device=device)
+    local, positive_cols, self_cols, away_rows, away_cols = [], [], [], [], []
+    for p, (v, w) in enumerate(itertools.combinations(range(n_views), 2)):  # v < w, in order
+        for view, other in ((v, w), (w, v)):
+            local.append(view * batch + sample)
+            positive_cols.append(other * global_batch + offset + sample)
+            self_cols.append(view * global_batch + offset + sample)
+        pair_rows = torch.arange(2 * batch * p, 2 * batch * (p + 1), device=device)
+        for u in (u for u in range(n_views) if u not in (v, w)):
+            away_rows.append(pair_rows[:, None].expand(-1, global_batch).reshape(-1))
+            away_cols.append((u * global_batch + span).repeat(2 * batch))
+    rows = torch.arange(sum(x.shape[0] for x in local), device=device)
+    positives = (rows, torch.cat(positive_cols))
+    ignored = (torch.cat([rows, *away_rows]), torch.cat(self_cols + away_cols))
+    pos, neg = _masks_from((rows.shape[0], n_views * global_batch), positives, ignored, device)
     return torch.cat(local), positives, ignored, pos, neg
 
 

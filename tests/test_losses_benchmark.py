@@ -11,23 +11,62 @@ import losses
 from losses import benchmark
 
 KEYS = {"loss", "batch_size", "dim", "device", "threads", "repeats", "time_ms", "time_ratio", "cpu_ms", "cpu_ratio",
-        "best_cpu_ms", "best_cpu_ratio", "peak_mib", "memory_ratio", "kernels", "views", "kernel_ratio"}
+        "best_cpu_ms", "best_cpu_ratio", "peak_mib", "memory_ratio", "kernels", "views", "kernel_ratio", "compiled"}
 
 
 def test_run_benchmark_rows():
     threads = torch.get_num_threads()
-    rows = benchmark.run_benchmark(batch_sizes=(8, 12), dim=4, repeats=2, warmup=1)
+    rows = benchmark.run_benchmark(batch_sizes=(8, 12), dim=4, repeats=2, warmup=1, compile_at=())
     assert torch.get_num_threads() == threads  # restored
     expected = [benchmark.BASELINE, *benchmark.UNSUPERVISED, *benchmark.LABELLED]
     assert [r["loss"] for r in rows] == expected * 2
     for r in rows:
         assert set(r) == KEYS
         assert r["device"] == "cpu" and r["dim"] == 4 and r["threads"] == 1 and r["repeats"] == 2
+        assert r["compiled"] is False
         for key in ("time_ms", "time_ratio", "peak_mib", "memory_ratio"):
             assert math.isfinite(r[key]) and r[key] > 0, (r["loss"], key)
     for r in rows:
         if r["loss"] == benchmark.BASELINE:
             assert r["time_ratio"] == r["memory_ratio"] == r["kernel_ratio"] == 1.0
+
+
+def test_compiled_rows_at_the_batch_sizes_asked(monkeypatch):
+    """Each step again through torch.compile, its ratios to the compiled NT-Xent (aot_eager here: the rows, not
+    the generated code, which the next test reads)."""
+    monkeypatch.setattr(benchmark, "COMPILE_BACKEND", "aot_eager")
+    rows = benchmark.run_benchmark(batch_sizes=(8, 12), dim=4, repeats=1, warmup=1, compile_at=(12, 512))
+    expected = [benchmark.BASELINE, *benchmark.UNSUPERVISED, *benchmark.LABELLED]
+    assert [(r["batch_size"], r["loss"], r["compiled"]) for r in rows] == [
+        *((8, name, False) for name in expected), *((12, name, False) for name in expected),
+        *((12, name, True) for name in expected)]
+    for r in rows[-len(expected):]:
+        assert set(r) == KEYS and r["views"] is None and r["kernels"] >= 2  # at least the matrix products
+        if r["loss"] == benchmark.BASELINE:
+            assert r["time_ratio"] == r["memory_ratio"] == r["kernel_ratio"] == 1.0
+
+
+def test_compiling_fuses_a_step_into_a_few_kernels():
+    """Inductor's C++ kernels on the CPU: the compiled step of NT-Xent and of DCL launches a small fraction of
+    the kernels that their eager steps dispatch, the matrix products among them."""
+    torch._dynamo.reset()
+    z1, z2, y = torch.randn(32, 8), torch.randn(32, 8), torch.zeros(32, dtype=torch.long)
+    steps = benchmark._steps()
+    with benchmark.inductor_config.patch({"cpp.enable_kernel_profile": True}):
+        for name in (benchmark.BASELINE, "dcl"):
+            step = benchmark.compiled(steps[name])
+            benchmark._run_step(step, z1, z2, y)  # compiles
+            fused = benchmark.count_compiled_kernels(step, z1, z2, y)
+            eager = benchmark.count_kernels(steps[name], z1, z2, y)[0]
+            assert 3 <= fused < eager / 3, (name, fused, eager)
+
+
+def test_profiler_kernel_rule():
+    """Views and allocations launch nothing; other aten operations, known or not, launch a kernel."""
+    assert not benchmark._launches("aten::view") and not benchmark._launches("aten::t")
+    assert not benchmark._launches("aten::empty_strided") and not benchmark._launches("cudaLaunchKernel")
+    assert benchmark._launches("aten::mm") and benchmark._launches("aten::exp")
+    assert benchmark._launches("aten::an_operation_this_torch_does_not_have")
 
 
 def test_peak_memory_counts_the_step():

@@ -11,98 +11,24 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
+from loss_layouts import ENTRIES, LAYOUTS, case, entry_id, value_and_grads
 from support import no_sync
 
 import losses
 
 pytestmark = pytest.mark.gpu
 
-ENTRIES = [(name, {}) for name in losses.available()] + [
-    ("debiased_pos", {"aggregation": "combination"}), ("hcl", {"tau_plus": 0.5, "beta": 0.0}),
-    ("eps_supcon", {"epsilon": 0.5}), ("eps_supinfonce", {"epsilon": 0.5}), ("pucl", {"alpha": 0.5, "c": 0.5}),
-]
-Build = Callable[[list[torch.Tensor]], losses.Scores]
-
-
-def _entry_id(entry: tuple[str, dict]) -> str:
-    name, hparams = entry
-    return "-".join([name] + [f"{k}={v}" for k, v in hparams.items()])
-
-
-def _hand_built(x: list[torch.Tensor]) -> losses.Scores:
-    logits = x[0] @ x[1].T
-    pos = torch.zeros(logits.shape, dtype=torch.bool, device=logits.device)
-    pos[:, :3] = True
-    pos[0] = False  # an anchor without positives
-    neg = ~pos
-    neg[:, 3] = False  # ignored entries
-    labels = torch.arange(logits.shape[0], device=logits.device) % 3
-    return losses.Scores(logits, pos, neg, None, None, labels, torch.arange(logits.shape[1], device=logits.device) % 3)
-
-
-def _layouts(t: float) -> dict[str, tuple[list[torch.Tensor], Build]]:
-    """Name -> (CPU inputs: float leaves first, then integer tensors, and a builder of Scores)."""
-    g = torch.Generator().manual_seed(0)
-
-    def z(*shape: int) -> torch.Tensor:
-        return torch.randn(*shape, generator=g)
-
-    y, bank_y = torch.randint(4, (24,), generator=g), torch.randint(4, (40,), generator=g)
-    member_of = torch.randint(6, (30,), generator=g)
-    base = z(24, 16)
-    return {
-        "pair": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
-                 lambda x: losses.pair_scores(x[0], x[1], t, labels=x[2])),
-        "pair-raw": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
-                     lambda x: losses.pair_scores(x[0], x[1], t, labels=x[2], normalize=False)),
-        "multiview": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
-                      lambda x: losses.multiview_scores(x[:3], t, labels=x[3])),
-        "pairwise": ([base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), base + 0.3 * z(24, 16), y],
-                     lambda x: losses.pairwise_scores(x[:3], t, labels=x[3])),
-        "bank": ([base, base + 0.3 * z(24, 16), z(40, 16), y, bank_y],
-                 lambda x: losses.bank_scores(x[0], x[1], x[2], t, labels=x[3], bank_labels=x[4])),
-        "label": ([base, y], lambda x: losses.label_scores(x[0], x[1], t)),
-        "membership-graphs": ([z(6, 16), z(30, 16), member_of],
-                              lambda x: losses.membership_scores(x[0], x[1], x[2], t)),
-        "membership-nodes": ([z(30, 16), z(6, 16), member_of],
-                             lambda x: losses.membership_scores(x[0], x[1], x[2], t, members="anchors")),
-        "hand-built": ([z(10, 16), z(12, 16)], _hand_built),
-    }
-
-
-LAYOUTS = [(name, t) for t in (0.5, 0.02) for name in _layouts(t)]
-
-
-def _applies(entry: tuple[str, dict], scores: losses.Scores) -> bool:
-    return scores.has_labels or not losses.spec(entry[0]).needs_labels
-
-
-def _value_and_grads(entry, inputs: list[torch.Tensor], build: Build) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    leaves = [x.requires_grad_() if x.is_floating_point() else x for x in inputs]
-    value = losses.get(entry[0], **entry[1])(build(leaves))
-    grads = torch.autograd.grad(value, [x for x in leaves if x.is_floating_point()])
-    return value, list(grads)
-
-
-def _case(entry, layout: str, t: float):
-    """The inputs and constructor of a layout; skips a supervised loss on a layout without labels."""
-    inputs, build = _layouts(t)[layout]
-    if not _applies(entry, build(inputs)):
-        pytest.skip("layout without labels")
-    return inputs, build
-
 
 @pytest.mark.parametrize("layout, t", LAYOUTS, ids=[f"{n}-t{t}" for n, t in LAYOUTS])
-@pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_id)
 def test_cuda_gives_the_cpu_value_and_gradient(entry, layout, t, cuda):
-    inputs, build = _case(entry, layout, t)
-    value, grads = _value_and_grads(entry, [x.clone() for x in inputs], build)
-    value_gpu, grads_gpu = _value_and_grads(entry, [x.to(cuda) for x in inputs], build)
+    inputs, build = case(entry, layout, t)
+    value, grads = value_and_grads(entry, [x.clone() for x in inputs], build)
+    value_gpu, grads_gpu = value_and_grads(entry, [x.to(cuda) for x in inputs], build)
     assert value_gpu.device.type == "cuda"
     assert value_gpu.item() == pytest.approx(value.item(), rel=1e-4, abs=1e-5)
     for g_cpu, g_gpu in zip(grads, grads_gpu):
@@ -110,12 +36,12 @@ def test_cuda_gives_the_cpu_value_and_gradient(entry, layout, t, cuda):
 
 
 @pytest.mark.parametrize("layout, t", LAYOUTS, ids=[f"{n}-t{t}" for n, t in LAYOUTS])
-@pytest.mark.parametrize("entry", ENTRIES, ids=_entry_id)
+@pytest.mark.parametrize("entry", ENTRIES, ids=entry_id)
 def test_no_host_device_synchronisation(entry, layout, t, cuda):
-    inputs, build = _case(entry, layout, t)
+    inputs, build = case(entry, layout, t)
     leaves = [x.to(cuda) for x in inputs]
     with no_sync():  # the constructor, the loss, its queued checks and the backward pass
-        value, grads = _value_and_grads(entry, leaves, build)
+        value, grads = value_and_grads(entry, leaves, build)
     assert torch.isfinite(value) and all(bool(torch.isfinite(g).all()) for g in grads)
 
 

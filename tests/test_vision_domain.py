@@ -119,6 +119,7 @@ def test_failed_compilation_warns_and_trains_exactly_as_eager(tmp_path, monkeypa
     assert [p["loss"] for p in fallback.curve] == [p["loss"] for p in eager.curve]
     assert fallback.info["compiled"] is False and eager.info["compiled"] is False
     assert all(m._compiled_call_impl is None for m in fallback.model.children())
+    assert not fallback.model.loss.compiled and fallback.info["loss_compiled"] is False
     assert not aug._compiled
 
 

@@ -7,8 +7,8 @@ The hand-written loop is the anchor, as strong as the harness and measured alike
 projection head, the same batch-wise augmentation on the device (both views, normalised), the images held
 on the device and each step's gathered there from its row indices, NT-Xent as one cross-entropy over the
 masked similarity matrix, Adam with the same settings (fused on CUDA, foreach on the CPU), channels_last
-weights, bf16 autocast where the harness uses it, ``torch.compile`` on the encoder, the head and the
-augmentation when the harness compiles, the whole step replayed from a CUDA graph when the harness's is
+weights, bf16 autocast where the harness uses it, ``torch.compile`` on the encoder, the head, the loss and
+the augmentation when the harness compiles, the whole step replayed from a CUDA graph when the harness's is
 (the same :class:`domains.graphed.GraphedStep`), and the loss summed on the device. Each rate is that of
 the third pass over the data (the first two warm up, compile and capture the graph); the loops alternate
 and each keeps its best of ``repeats``. ``ratio``: harness / hand-written (target: at least 0.95);
@@ -111,9 +111,12 @@ class Minimal:
         if cuda:
             self.encoder.to(memory_format=torch.channels_last)
             torch.backends.cudnn.benchmark = True
+        # NT-Xent compiled where the harness compiles its loss (losses.Loss.compile)
+        self.loss = self.nt_xent
         if cfg.compile:
             self.encoder.compile()
             self.head.compile()
+            self.loss = torch.compile(self.nt_xent, fullgraph=True, dynamic=False)
         params = [*self.encoder.parameters(), *self.head.parameters()]
         self.opt = torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay,
                                     **({"fused": True} if cuda else {"foreach": True}))
@@ -130,13 +133,16 @@ class Minimal:
             views = torch.cat([aug.normalize(aug.augment(x, "simclr", 32, cfg.crop_min_scale), *CIFAR_STATS)
                                for _ in range(2)])
             z = self.head(self.encoder(views))
-        z = F.normalize(z.float(), dim=1)
-        logits = (z @ z.T / cfg.temperature).masked_fill(self.mask, float("-inf"))
-        loss = F.cross_entropy(logits, self.target)
+        loss = self.loss(z)
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         self.opt.step()
         return loss.detach()
+
+    def nt_xent(self, z: Tensor) -> Tensor:
+        z = F.normalize(z.float(), dim=1)
+        logits = (z @ z.T / self.cfg.temperature).masked_fill(self.mask, float("-inf"))
+        return F.cross_entropy(logits, self.target)
 
     def rate(self, data: VisionData) -> float:
         """Images/s of the last of ``PASSES`` passes over the data."""

@@ -70,7 +70,7 @@ class VisionConfig:
     knn_temperature: float = 0.5
     knn_every: int = 5  # kNN monitor every N epochs (and at the last); 0: off
     bf16: bool = True  # bf16 autocast on CUDA; the losses run in float32 anyway
-    # torch.compile the networks and the augmentation (eager, with a warning, if it fails): the same model and
+    # torch.compile the networks, the loss and the augmentation (eager, with a warning, if it fails): the same model and
     # maths in fused kernels, so a runtime field (float differences of the order another thread count gives)
     compile: bool = field(default=False, metadata={RUNTIME: True})
     # on CUDA, one process: each training step replayed from a CUDA graph (one launch for its hundreds of kernels;

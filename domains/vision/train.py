@@ -10,7 +10,7 @@ indices, and the epoch's order is copied there once), no host-device synchronisa
 loss is summed on the device), with ``cuda_graph=true`` (the default) the whole step (forward, backward,
 optimizer steps) replayed from a CUDA graph (:mod:`domains.graphed`; one process, a method whose step is
 graph-safe; a new learning rate recaptures it; a failed capture warns and trains eagerly), and, with
-``compile=true``, ``torch.compile`` on the method's networks and the augmentation's pixel functions; if
+``compile=true``, ``torch.compile`` on the method's networks, its loss and the augmentation's pixel functions; if
 compiling fails the run warns and trains eagerly. Both together: the compiled kernels are what the graph
 captures, after its warm-up steps compiled them.
 
@@ -97,18 +97,22 @@ def multi_tensor(opt: torch.optim.Optimizer, device: torch.device) -> None:
 
 def compile_parts(method: Method) -> list[nn.Module]:
     """``torch.compile`` each network of the method (its children with parameters) in place, so that
-    state_dict keys and checkpoints stay those of the eager modules; the returned parts for
-    :func:`uncompile`."""
+    state_dict keys and checkpoints stay those of the eager modules, and its core loss (``Loss.compile``: not
+    one with an estimated prior); the returned parts for :func:`uncompile`."""
     parts = [m for m in method.children() if next(m.parameters(), None) is not None]
     for m in parts:
         if m._compiled_call_impl is None:  # a part compiled by an earlier call keeps its compiled code
             m.compile()
+    if method.loss is not None and not method.loss.compiled:
+        method.loss.compile()
     return parts
 
 
-def uncompile(parts: list[nn.Module]) -> None:
+def uncompile(method: Method, parts: list[nn.Module]) -> None:
     for m in parts:
         m._compiled_call_impl = None  # what nn.Module.compile sets; None is the eager call
+    if method.loss is not None:
+        method.loss.uncompile()
     aug.set_compiled(False)
 
 
@@ -120,7 +124,7 @@ def first_compiled_step(step: Callable[[], Tensor], method: Method, parts: list[
     try:
         return step()
     except Exception as exc:  # noqa: BLE001 - compilation fails with many types (tracing, backend, codegen)
-        uncompile(parts)
+        uncompile(method, parts)
         method.load_state_dict(saved)
         set_rng_state(rng)
         loss = step()  # an error that is not the compiler's comes back here, and propagates
@@ -271,6 +275,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         info={"epochs_run": len(curve), "world_size": size, "trainable_parameters": n_params,
               "arch": cfg.arch, "temperature": cfg.temperature, "augment": cfg.augment,
               "compiled": bool(parts) and parts[0]._compiled_call_impl is not None,
+              "loss_compiled": method.loss is not None and method.loss.compiled,
               # what ran: steps replayed from a graph in this process, a capture that failed (then eager)
               "cuda_graph": {"replays": graphed.replays, "fell_back": graphs_requested and not graphed.active,
                              "skipped": skipped},
