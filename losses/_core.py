@@ -116,11 +116,16 @@ class _RowReductions(torch.autograd.Function):
                 bounded: bool) -> tuple[Tensor, ...]:
         results, saved = [], []
         if bounded:
+            # Only the smallest scale's exponentials are kept for the backward (see there): one [A, K] matrix,
+            # whatever the number of scales. None while torch.compile traces: the backward recomputes them from
+            # x in its fused kernel, and x is all that the step holds between the passes.
+            smallest = None if torch.compiler.is_compiling() else min(scales, default=None)
             for scale in scales:
                 exps = mask.zero_outside_(torch.exp(x) if scale == 1.0 else (x * scale).exp_())
                 total = exps.sum(dim=1)
                 results.append(total.log())
-                saved += [exps, total]
+                saved += [exps if scale == smallest else None, total]
+                del exps  # a matrix not kept is freed before the next scale's is made
         elif scales:
             masked = mask.fill_outside(x, float("-inf"))
             row_max = masked.amax(dim=1, keepdim=True)
@@ -136,7 +141,7 @@ class _RowReductions(torch.autograd.Function):
                 results.append(total.log() + scale * row_max.squeeze(1))
                 saved += [exps, total]
         pos = x.reshape(-1).index_select(0, pos_flat) if pos_flat is not None else x.new_zeros(0)
-        ctx.mask, ctx.scales, ctx.pos_flat = mask, scales, pos_flat
+        ctx.mask, ctx.scales, ctx.pos_flat, ctx.bounded = mask, scales, pos_flat, bounded
         ctx.save_for_backward(x, *results, *saved)
         ctx.set_materialize_grads(False)
         return (*results, pos)
@@ -149,6 +154,7 @@ class _RowReductions(torch.autograd.Function):
         *grad_lses, grad_pos = grads
         differentiable = torch.is_grad_enabled()  # create_graph
         grad_x = None
+        coefs: list[tuple[float, Tensor, Tensor | None]] = []  # (scale, coefficient [A], kept exponentials)
         for i, (scale, grad_lse) in enumerate(zip(ctx.scales, grad_lses)):
             if grad_lse is None:
                 continue
@@ -162,6 +168,10 @@ class _RowReductions(torch.autograd.Function):
             # A row with an entry sums to at least e^-EXP_LIMIT (bounded) or 1 (shifted), far above the
             # smallest normal number; an empty row holds only zeros, which the clamp keeps from 0/0.
             coef = (grad_lse if scale == 1.0 else grad_lse * scale) / total.clamp_min(torch.finfo(total.dtype).tiny)
+            coefs.append((scale, coef, exps))
+        if ctx.bounded and coefs:
+            grad_x = _bounded_softmax_sum(x, ctx.mask, ctx.scales, saved, coefs)
+        for _, coef, exps in [] if ctx.bounded else coefs:
             grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
         if grad_pos is not None and ctx.pos_flat is not None:
             if grad_x is None:
@@ -171,6 +181,31 @@ class _RowReductions(torch.autograd.Function):
             else:
                 grad_x.view(-1).index_add_(0, ctx.pos_flat, grad_pos)
         return grad_x, None, None, None, None
+
+
+def _bounded_softmax_sum(x: Tensor, mask: Mask, scales: tuple[float, ...], saved: list[Tensor | None],
+                         coefs: list[tuple[float, Tensor, Tensor | None]]) -> Tensor:
+    """``Σ_s c_s·exp(s·x)`` over the mask from the one matrix the bounded forward kept, that of the smallest scale
+    s0: ``exp(s0·x)·(c_s0 + Σ_{s > s0} c_s·exp((s - s0)·x))``. Every exponent stays below EXP_LIMIT, and the
+    product is 0 outside the mask, as the kept matrix is. For HCL's two scales: one [A, K] matrix fewer held from
+    the forward to the backward (4 GiB at B = 16384), for two more elementwise passes. Where the forward kept
+    none (compiled), ``exp(s0·x)`` is recomputed here."""
+    smallest = min(scales)
+    kept = saved[2 * scales.index(smallest)]
+    if kept is None:
+        kept = mask.zero_outside_(torch.exp(x) if smallest == 1.0 else (x * smallest).exp_())
+    own = [coef for scale, coef, _ in coefs if scale == smallest]  # the smallest scale's coefficient, if any
+    factor = None
+    for scale, coef, _ in coefs:
+        if scale != smallest:
+            step = scale - smallest
+            term = (torch.exp(x) if step == 1.0 else (x * step).exp_()).mul_(coef[:, None])
+            factor = term if factor is None else factor.add_(term)
+    if factor is None:
+        return kept * own[0][:, None]
+    if own:
+        factor.add_(own[0][:, None])
+    return factor.mul_(kept)
 
 
 def _bounded(scores: Scores, scales: tuple[float, ...]) -> bool:
