@@ -117,9 +117,8 @@ class _RowReductions(torch.autograd.Function):
         results, saved = [], []
         if bounded:
             # Only the smallest scale's exponentials are kept for the backward (see there): one [A, K] matrix,
-            # whatever the number of scales. None while torch.compile traces: the backward recomputes them from
-            # x in its fused kernel, and x is all that the step holds between the passes.
-            smallest = None if torch.compiler.is_compiling() else min(scales, default=None)
+            # whatever the number of scales.
+            smallest = min(scales, default=None)
             for scale in scales:
                 exps = mask.zero_outside_(torch.exp(x) if scale == 1.0 else (x * scale).exp_())
                 total = exps.sum(dim=1)
@@ -170,7 +169,7 @@ class _RowReductions(torch.autograd.Function):
             coef = (grad_lse if scale == 1.0 else grad_lse * scale) / total.clamp_min(torch.finfo(total.dtype).tiny)
             coefs.append((scale, coef, exps))
         if ctx.bounded and coefs:
-            grad_x = _bounded_softmax_sum(x, ctx.mask, ctx.scales, saved, coefs)
+            grad_x = _bounded_softmax_sum(x, ctx.scales, saved, coefs)
         for _, coef, exps in [] if ctx.bounded else coefs:
             grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
         if grad_pos is not None and ctx.pos_flat is not None:
@@ -183,17 +182,14 @@ class _RowReductions(torch.autograd.Function):
         return grad_x, None, None, None, None
 
 
-def _bounded_softmax_sum(x: Tensor, mask: Mask, scales: tuple[float, ...], saved: list[Tensor | None],
+def _bounded_softmax_sum(x: Tensor, scales: tuple[float, ...], saved: list[Tensor | None],
                          coefs: list[tuple[float, Tensor, Tensor | None]]) -> Tensor:
     """``Σ_s c_s·exp(s·x)`` over the mask from the one matrix the bounded forward kept, that of the smallest scale
     s0: ``exp(s0·x)·(c_s0 + Σ_{s > s0} c_s·exp((s - s0)·x))``. Every exponent stays below EXP_LIMIT, and the
     product is 0 outside the mask, as the kept matrix is. For HCL's two scales: one [A, K] matrix fewer held from
-    the forward to the backward (4 GiB at B = 16384), for two more elementwise passes. Where the forward kept
-    none (compiled), ``exp(s0·x)`` is recomputed here."""
+    the forward to the backward (4 GiB at B = 16384), for two more elementwise passes."""
     smallest = min(scales)
     kept = saved[2 * scales.index(smallest)]
-    if kept is None:
-        kept = mask.zero_outside_(torch.exp(x) if smallest == 1.0 else (x * smallest).exp_())
     own = [coef for scale, coef, _ in coefs if scale == smallest]  # the smallest scale's coefficient, if any
     factor = None
     for scale, coef, _ in coefs:
