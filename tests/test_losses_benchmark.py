@@ -46,6 +46,20 @@ def test_compiled_rows_at_the_batch_sizes_asked(monkeypatch):
             assert r["time_ratio"] == r["memory_ratio"] == r["kernel_ratio"] == 1.0
 
 
+def test_a_step_that_does_not_compile_leaves_the_eager_rows(monkeypatch, capsys):
+    """No compiled row at all then (a compiled target must not read a partial set), and a warning that says why."""
+    def broken(step, **options):
+        def fail(*args):
+            raise RuntimeError("no compiler here")
+        return fail
+
+    monkeypatch.setattr(torch, "compile", broken)
+    rows = benchmark.run_benchmark(batch_sizes=(8,), dim=4, repeats=1, warmup=1, compile_at=(8,))
+    assert [r["compiled"] for r in rows] == [False] * 8
+    err = capsys.readouterr().err
+    assert "no compiled rows at B=8: nt_xent did not compile (RuntimeError: no compiler here)" in err
+
+
 def test_compiling_fuses_a_step_into_a_few_kernels():
     """Inductor's C++ kernels on the CPU: the compiled step of NT-Xent and of DCL launches a small fraction of
     the kernels that their eager steps dispatch, the matrix products among them."""
