@@ -190,7 +190,8 @@ def simclr_rows(device: torch.device, quick: bool, repeats: int) -> list[dict]:
             harness = max(harness, rate)
         rows.append({"benchmark": "simclr_pretrain", "arch": "resnet18", "image_size": 32, "batch_size": batch,
                      "steps": steps, "repeats": repeats, "device": str(device), "bf16": bf16, "compile": comp,
-                     "compiled": info["compiled"], "cuda_graph": graph, "graphed": _graphed(info),
+                     "compiled": info["compiled"], "loss_compiled": info["loss_compiled"],
+                     "cuda_graph": graph, "graphed": _graphed(info),
                      "minimal_graphed": minimal_loop.graphed, "augment": "batch-wise on the device",
                      "harness_images_per_s": round(harness, 2), "minimal_images_per_s": round(minimal, 2),
                      "ratio": round(harness / minimal, 4)})
