@@ -168,10 +168,11 @@ class _RowReductions(torch.autograd.Function):
             # smallest normal number; an empty row holds only zeros, which the clamp keeps from 0/0.
             coef = (grad_lse if scale == 1.0 else grad_lse * scale) / total.clamp_min(torch.finfo(total.dtype).tiny)
             coefs.append((scale, coef, exps))
-        if ctx.bounded and coefs:
+        if coefs and ctx.bounded:
             grad_x = _bounded_softmax_sum(x, ctx.scales, saved, coefs)
-        for _, coef, exps in [] if ctx.bounded else coefs:
-            grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
+        else:  # every scale's exponentials were kept
+            for _, coef, exps in coefs:
+                grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
         if grad_pos is not None and ctx.pos_flat is not None:
             if grad_x is None:
                 grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
