@@ -19,7 +19,6 @@ reshapes, and the value checks of a step are folded into one queued assertion.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -33,7 +32,7 @@ from torch import Tensor
 
 from losses import checks
 from losses.checks import NonFiniteError, reads_values_now, require
-from losses.scores import Entries, Scores
+from losses.scores import Entries, Scores, kept_tensors
 
 T = TypeVar("T")
 
@@ -293,21 +292,9 @@ class Layout:
     def constant(self, name: str, make: Callable[[], T]) -> T:
         """``make()``, which must depend on this layout alone (``name`` says what it is), computed once."""
         if name not in self.constants:
-            with _kept():
+            with kept_tensors():
                 self.constants[name] = make()
         return self.constants[name]
-
-
-def _kept() -> contextlib.AbstractContextManager:
-    """Where tensors kept for later steps are built: without autograd, and outside inference mode (a later
-    step's autograd cannot use an inference tensor). While ``torch.compile`` traces, without autograd only:
-    dynamo traces no inference mode, and nothing built in a graph outlives its step."""
-    if torch.compiler.is_compiling():
-        return torch.no_grad()
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.inference_mode(False))
-    stack.enter_context(torch.no_grad())
-    return stack
 
 
 _LAYOUTS: OrderedDict[tuple, Layout] = OrderedDict()
@@ -340,7 +327,7 @@ def layout_of(scores: Scores) -> Layout | None:
 def _build_layout(scores: Scores, tensors: tuple[Tensor, ...]) -> Layout:
     shape = tuple(scores.logits.shape)
     anchor, cand = scores.positives
-    with _kept():
+    with kept_tensors():
         neg = Mask.excluding(shape, scores.positives, scores.ignored)
         return Layout(pins=tensors, neg=neg, kept=Mask.excluding(shape, scores.ignored),
                       pos_flat=anchor * shape[1] + cand, n_pos=per_row(anchor, shape[0]), n_neg=neg.count())

@@ -146,9 +146,9 @@ def _launches(event_name: str) -> bool:
     if not event_name.startswith("aten::"):
         return False
     name = event_name.removeprefix("aten::")
-    packet = getattr(torch.ops.aten, name, None)
     if name in NO_LAUNCH:
         return False
+    packet = getattr(torch.ops.aten, name, None)
     return packet is None or not all(getattr(packet, overload).is_view for overload in packet.overloads())
 
 

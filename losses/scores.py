@@ -12,6 +12,7 @@ as "every entry but these few" instead of passing over a bool matrix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 from collections.abc import Callable, Sequence
@@ -237,19 +238,30 @@ def _view_labels(labels: Tensor | None, batch: int, anchor_repeats: int, n_views
     return anchor_labels, (gather_with_grad(labels)[0] if gather else labels).repeat(n_views)
 
 
+def kept_tensors() -> contextlib.AbstractContextManager:
+    """Where tensors kept for later steps are built: without autograd, and outside inference mode (a later
+    step's autograd cannot use an inference tensor). While ``torch.compile`` traces, without autograd only:
+    dynamo traces no inference mode, and nothing built in a graph outlives its step."""
+    if torch.compiler.is_compiling():
+        return torch.no_grad()
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode(False))
+    stack.enter_context(torch.no_grad())
+    return stack
+
+
 def _per_size(build: Callable[..., T]) -> Callable[..., T]:
     """A layout builder whose tensors depend on the sizes alone, cached per size: the Scores of every step
-    share them (read-only: the Scores are frozen), which saves a dozen small kernels a step. They are built
-    outside inference mode, so that the autograd of later steps can use them. While ``torch.compile``
-    traces, the builder runs inside the graph instead (a graph keeps no Python cache, and dynamo traces no
-    inference mode): its kernels fuse with the rest."""
+    share them (read-only: the Scores are frozen), which saves a dozen small kernels a step. They are built as
+    :func:`kept_tensors`. While ``torch.compile`` traces, the builder runs inside the graph instead (a graph
+    keeps no Python cache): its kernels fuse with the rest."""
     cached = functools.lru_cache(maxsize=4)(build)
 
     @functools.wraps(build)
     def layout(*sizes: Any) -> T:
         if torch.compiler.is_compiling():
             return build(*sizes)
-        with torch.inference_mode(False):
+        with kept_tensors():
             return cached(*sizes)
 
     return layout

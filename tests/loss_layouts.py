@@ -71,9 +71,19 @@ def applies(entry: tuple[str, dict], scores: losses.Scores) -> bool:
     return scores.has_labels or not losses.spec(entry[0]).needs_labels
 
 
-def value_and_grads(entry, inputs: list[torch.Tensor], build: Build) -> tuple[torch.Tensor, list[torch.Tensor]]:
+def value_and_grads(entry, inputs: list[torch.Tensor], build: Build, backend=None
+                    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The loss of the layout and its gradient to the float inputs; with a ``backend``, the constructor and the
+    loss through ``torch.compile`` with it, as one graph."""
     leaves = [x.requires_grad_() if x.is_floating_point() else x for x in inputs]
-    value = losses.get(entry[0], **entry[1])(build(leaves))
+    loss = losses.get(entry[0], **entry[1])
+
+    def step(*x: torch.Tensor) -> torch.Tensor:
+        return loss(build(list(x)))
+
+    if backend is not None:
+        step = torch.compile(step, backend=backend, fullgraph=True, dynamic=False)
+    value = step(*leaves)
     grads = torch.autograd.grad(value, [x for x in leaves if x.is_floating_point()])
     return value, list(grads)
 

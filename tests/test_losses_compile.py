@@ -37,20 +37,12 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
-def _compiled_value_and_grads(entry, inputs: list[torch.Tensor], build, backend) -> tuple[torch.Tensor, list]:
-    leaves = [x.requires_grad_() if x.is_floating_point() else x for x in inputs]
-    loss = losses.get(entry[0], **entry[1])
-    step = torch.compile(lambda *x: loss(build(list(x))), backend=backend, fullgraph=True, dynamic=False)
-    value = step(*leaves)
-    return value, list(torch.autograd.grad(value, [x for x in leaves if x.is_floating_point()]))
-
-
 @pytest.mark.parametrize("entry, layout", CASES)
 def test_compiled_loss_is_one_graph_with_the_eager_value_and_gradient(entry, layout):
     inputs, build = case(entry, layout, 0.5)
     value, grads = value_and_grads(entry, [x.clone() for x in inputs], build)
     counter = CompileCounterWithBackend("aot_eager")
-    got, got_grads = _compiled_value_and_grads(entry, [x.clone() for x in inputs], build, counter)
+    got, got_grads = value_and_grads(entry, [x.clone() for x in inputs], build, counter)
     assert counter.frame_count == 1  # compiled, in one piece
     assert got.item() == pytest.approx(value.item(), rel=1e-5, abs=1e-6)
     for g, g_eager in zip(got_grads, grads):
@@ -62,7 +54,7 @@ def test_inductor_compiles_a_loss_to_the_eager_value_and_gradient():
     entry = ("dcl", {"tau_plus": 0.1})
     inputs, build = case(entry, "pair", 0.02)
     value, grads = value_and_grads(entry, [x.clone() for x in inputs], build)
-    got, got_grads = _compiled_value_and_grads(entry, [x.clone() for x in inputs], build, "inductor")
+    got, got_grads = value_and_grads(entry, [x.clone() for x in inputs], build, "inductor")
     assert got.item() == pytest.approx(value.item(), rel=1e-5)
     for g, g_eager in zip(got_grads, grads):
         torch.testing.assert_close(g, g_eager, rtol=1e-4, atol=1e-6)
