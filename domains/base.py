@@ -483,9 +483,20 @@ class Domain(ABC):
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: Any) -> EvalResult:
         """Evaluate the frozen representation with the domain's protocol on ``data`` (``Prepared.data``)."""
 
-    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
-        """Speed benchmark rows for ``harness bench <domain>``; each row a flat dict."""
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
+        """The parts of ``harness bench <domain>``, in the order they run; nothing is measured until a part's
+        ``measure`` is called."""
         raise UserError(f"domain '{self.name}' has no benchmark")
+
+
+@dataclass(frozen=True)
+class BenchPart:
+    """One piece of a speed benchmark, measured on its own: ``measure()`` returns its rows (flat dicts). The
+    ``name`` is the same in every run of the benchmark, so that an interrupted ``harness bench --resume`` keeps
+    the parts its file holds and measures the rest. What a part compares (a ratio, a speed-up) lies within it."""
+
+    name: str
+    measure: Callable[[], list[dict[str, Any]]]
 
 
 def describe_validation(exc: Any, limit: int = 3, whole: str = "") -> str:

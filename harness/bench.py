@@ -9,13 +9,24 @@ those files into ``leaderboards/bench.md`` (harness/pages/bench.py).
 Exit status of ``all``: 0 when every target wrote its file; 3 when some target was skipped because its
 extra, its data or its benchmark is missing (a ``UserError``, one line each) and none failed; 1 when some
 target failed with an unexpected error (its traceback is printed, the other targets still run).
+
+A benchmark is a list of parts (:class:`domains.base.BenchPart`; for ``losses``, one per batch size), and
+its file is rewritten after each part, marked ``complete: false`` until the last, so that a benchmark killed
+midway (a GPU machine's call that runs out of time) leaves the parts it measured. ``--resume`` keeps the parts
+a file holds when the same code measured them on the same kind of machine with the same options, and measures
+the rest (a complete file has nothing left: the target is skipped). ``--time-limit``, SIGTERM and SIGUSR1 stop
+a benchmark between two parts: after the part under way, or before a part when the longest part so far would
+end past the limit. It then exits 75 (``stopping.EXIT_STOPPED``), and the same command with ``--resume`` goes
+on; ``all`` starts no further target.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import platform
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -23,7 +34,9 @@ from typing import Any
 import torch
 
 import domains
-from domains.base import UserError
+from domains.base import BenchPart, UserError
+from harness import stopping
+from harness.commands import resume_command, time_limit
 from harness.records import hardware_info, utc_now, write_json_atomic
 from harness.runner import default_data_root, resolve_device
 from harness.tables import text
@@ -77,8 +90,8 @@ def batch_sizes(text: str | None, device: torch.device) -> list[int]:
     return sizes
 
 
-def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
-    """Run one target's benchmark, print its table, write its JSON file and return its rows."""
+def parts(target: str, args: argparse.Namespace, device: torch.device) -> tuple[list[str], list[BenchPart]]:
+    """The command that reproduces ``target``'s benchmark, and its parts."""
     command = ["harness", "bench", target, "--device", device.type]
     if target == "losses":
         try:
@@ -87,18 +100,90 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> li
             raise UserError(f"the loss benchmark is not available ({exc})") from None
         sizes = batch_sizes(args.batch_sizes, device)
         command += ["--batch-sizes", ",".join(map(str, sizes)), "--dim", str(args.dim)]
-        rows = benchmark.run_benchmark(sizes, args.dim, str(device))
-    else:
-        command += ["--quick"] if args.quick else []
-        rows = domains.get(target).benchmark(device, default_data_root(args.data_root), args.quick)
-    print(format_table(rows))
+        # One part per batch size: its rows' ratios are to NT-Xent at that size.
+        return command, [BenchPart(f"B={b}", lambda b=b: benchmark.run_benchmark([b], args.dim, str(device)))
+                         for b in sizes]
+    command += ["--quick"] if args.quick else []
+    return command, domains.get(target).benchmark(device, default_data_root(args.data_root), args.quick)
+
+
+# What must match for --resume to keep a file's parts: the same options, code and kind of machine.
+SAME_MACHINE = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "cudnn", "python")
+
+
+def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any]) -> dict[str, Any] | None:
+    """The file at ``path`` if ``--resume`` may keep its parts, else None, saying why on stdout."""
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        readable = isinstance(saved["parts_done"], list) and isinstance(saved["rows"], list)
+        same = (saved["command"] == command and saved["software"]["source_digest"] == env["software"]["source_digest"]
+                and all(saved["hardware"].get(k) == env["hardware"].get(k) for k in SAME_MACHINE))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        readable = False
+    if not readable:  # a file written before benchmarks had parts, or no benchmark file at all
+        print(f"{target}: {path} holds no parts to resume; measuring every part", flush=True)
+        return None
+    if not same:
+        print(f"{target}: {path} was measured with other options, other code or on another kind of machine; "
+              "measuring every part", flush=True)
+        return None
+    return saved
+
+
+def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tuple[list[dict[str, Any]], bool]:
+    """Run one target's benchmark part by part, rewriting its JSON file after each; print its table. Returns
+    the file's rows and whether every part is in it (False: stopped, see the module docstring)."""
+    command, todo = parts(target, args, device)
+    names = [part.name for part in todo]
     path = Path(args.out) / f"{target}-{device.type}.json"
-    # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    write_json_atomic(path, {"name": target, "device": str(device), "quick": target != "losses" and args.quick,
-                             "command": command, **environment(device), "columns": columns, "rows": rows})
-    print(f"wrote {path}")
-    return rows
+    env = environment(device)
+    saved = kept_parts(path, target, command, env) if args.resume else None
+    done: dict[str, list[dict[str, Any]]] = {}
+    header = env
+    sessions: list[dict[str, Any]] = []
+    if saved is not None:
+        done = {name: [row for row in saved["rows"] if row.get("part") == name]
+                for name in saved["parts_done"] if name in names}
+        header = {key: saved[key] for key in ("hardware", "software", "date")}
+        sessions = saved.get("sessions", [])
+        print(f"{target}: kept {len(done)} of {len(todo)} parts from {path}", flush=True)
+    longest = 0.0
+    for part in todo:
+        if part.name in done:
+            continue
+        reason = stopping.stop_reason() or stopping.would_pass_deadline(longest)
+        if reason:
+            print(f"{target}: stopped ({reason}) with {len(done)} of {len(todo)} parts in {path}", flush=True)
+            return _in_order(done, names), False
+        print(f"{target}: measuring {part.name}", flush=True)
+        tic = time.perf_counter()
+        done[part.name] = [{**row, "part": part.name} for row in part.measure()]
+        longest = max(longest, time.perf_counter() - tic)
+        sessions = _add_session(sessions, env, part.name)
+        rows = _in_order(done, names)
+        # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
+        columns = list(dict.fromkeys(key for row in rows for key in row if key != "part"))
+        write_json_atomic(path, {"name": target, "device": str(device), "quick": target != "losses" and args.quick,
+                                 "command": command, **header, "columns": columns, "rows": rows, "parts": names,
+                                 "parts_done": [n for n in names if n in done], "complete": len(done) == len(todo),
+                                 "sessions": sessions})
+        print(f"wrote {path} ({len(done)} of {len(todo)} parts)", flush=True)
+    rows = _in_order(done, names)
+    print(format_table([{k: v for k, v in row.items() if k != "part"} for row in rows]))
+    return rows, True
+
+
+def _in_order(done: dict[str, list[dict[str, Any]]], names: list[str]) -> list[dict[str, Any]]:
+    return [row for name in names if name in done for row in done[name]]
+
+
+def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str) -> list[dict[str, Any]]:
+    """Which process measured which parts: its date and commit (the code is the same: ``source_digest``)."""
+    if sessions and sessions[-1]["date"] == env["date"]:
+        return [*sessions[:-1], {**sessions[-1], "parts": [*sessions[-1]["parts"], part]}]
+    return [*sessions, {"date": env["date"], "git_commit": env["software"]["git_commit"], "parts": [part]}]
 
 
 def all_targets(names: str | None) -> list[str]:
@@ -121,7 +206,7 @@ def bench_all(args: argparse.Namespace, device: torch.device) -> int:
     for target in all_targets(args.targets):
         print(f"== bench {target} on {device}", flush=True)
         try:
-            rows = bench_one(target, args, device)
+            rows, complete = bench_one(target, args, device)
         except (UserError, ImportError) as exc:
             skipped[target] = " ".join(str(exc).split())
             print(f"skipped {target}: {skipped[target]}", flush=True)
@@ -131,6 +216,8 @@ def bench_all(args: argparse.Namespace, device: torch.device) -> int:
             traceback.print_exc()
             print(f"failed {target} (traceback above)", flush=True)
             continue
+        if not complete:
+            return _stopped(args)
         written.append(target)
         # A domain that benchmarks several datasets reports a missing one as a row with a "skipped" reason.
         for row in rows:
@@ -143,11 +230,16 @@ def bench_all(args: argparse.Namespace, device: torch.device) -> int:
     return 1 if failed else SKIPPED_EXIT if skipped else 0
 
 
+def _stopped(args: argparse.Namespace) -> int:
+    print(f"not finished; continue with: {resume_command(args.argv)}", flush=True)
+    return stopping.EXIT_STOPPED
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    if args.target == "all":
-        return bench_all(args, device)
-    if args.targets:
+    if args.targets and args.target != "all":
         raise UserError("--targets only goes with 'harness bench all'")
-    bench_one(args.target, args, device)
-    return 0
+    with stopping.graceful(stopping.STOP_SIGNALS, time_limit(args)):
+        if args.target == "all":
+            return bench_all(args, device)
+        return 0 if bench_one(args.target, args, device)[1] else _stopped(args)

@@ -50,8 +50,8 @@ def _add_tracker(p: argparse.ArgumentParser) -> None:
 
 def _add_time_limit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", metavar="DURATION",
-                   help="e.g. 90m, 2h, 3600s: stop at a checkpoint before then (as on SIGTERM or SIGUSR1), exit 75 "
-                        "and print the command that resumes")
+                   help="e.g. 90m, 2h, 3600s: stop before then (a run at a checkpoint, a benchmark between two "
+                        "parts), as on SIGTERM or SIGUSR1; exit 75 and print the command that resumes")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -146,8 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=128, help="embedding size for 'losses'")
     p.add_argument("--quick", action="store_true", help="for a domain: a short benchmark")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
-    p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to "
-                   f"(default: {OUT}/bench)")
+    p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to, "
+                   f"after each part (default: {OUT}/bench)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the parts the files at --out hold when this code measured them on this kind of machine "
+                        "with these options; measure the rest")
+    _add_time_limit(p)
     return parser
 
 

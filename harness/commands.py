@@ -42,7 +42,7 @@ def _fmt(value: object) -> str:
 
 
 def resume_command(argv: list[str]) -> str:
-    """The command that continues an interrupted ``harness run`` or ``harness sweep``: the same arguments with
+    """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
     ``--resume``, without ``--force`` (which would redo the seeds that completed before the interruption)."""
     args = [a for a in argv if a != "--force"]
     return shlex.join(["harness", *args, *([] if "--resume" in args else ["--resume"])])

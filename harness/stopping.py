@@ -44,6 +44,14 @@ def stop_reason() -> str | None:
     return _reason
 
 
+def would_pass_deadline(seconds: float) -> str | None:
+    """The reason to stop now when work expected to take ``seconds`` would end past the ``--time-limit``
+    (less its margin), else None: for work that stops only between pieces, each as long as ``seconds``."""
+    if _deadline is not None and seconds > 0 and time.monotonic() + seconds >= _deadline:
+        return f"time limit: the next part may take {seconds:.0f} s"
+    return None
+
+
 def request_stop(reason: str) -> None:
     """Ask this process to stop; the first reason stays."""
     global _reason

@@ -142,6 +142,28 @@ def test_quick_runs_do_not_count_for_full_run_targets(tmp_path):
     assert {r["file"] for r in summary if r["target"].startswith("text")} == {"–"}
 
 
+def test_a_partial_file_says_so_and_hides_the_part_key(tmp_path):
+    """A benchmark stopped midway: its section says how many parts it holds and which process measured which,
+    its targets' file cell says "(partial)", and the rows' ``part`` key is not a column."""
+    rows = [{"part": "B=512", "loss": "nt_xent", "batch_size": 512, "time_ratio": 1.0},
+            {"part": "B=512", "loss": "dcl", "batch_size": 512, "time_ratio": 1.2}]
+    bench_file(tmp_path, "losses", rows)
+    path = tmp_path / "losses-cuda.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "parts": ["B=512", "B=4096"], "parts_done": ["B=512"], "complete": False,
+                                "sessions": [{"date": "2030-01-02", "git_commit": "aaaaaaaaaaaa", "parts": ["B=512"]},
+                                             {"date": "2030-01-03", "git_commit": "bbbbbbbbbbbb", "parts": []}]}))
+    page = write_bench_page(tmp_path, tmp_path).read_text()
+    assert "**partial**: 1 of 2 parts measured (the same command with `--resume` measures the rest)" in page
+    assert "parts measured by aaaaaaaaaa on 2030-01-02 (B=512), bbbbbbbbbb on 2030-01-03 ()" in page
+    sections = tables(page)
+    assert "losses-cuda (partial)" in {r["file"] for r in sections["Targets"][0]}
+    assert "part" not in sections["losses-cuda"][0][0]
+    path.write_text(json.dumps({**data, "complete": True}))
+    page = write_bench_page(tmp_path, tmp_path).read_text()
+    assert "partial" not in page
+
+
 def test_the_page_is_deterministic_and_old_files_without_metadata_render(tmp_path):
     fixtures(tmp_path / "bench")
     (tmp_path / "bench" / "graph-cpu.json").write_text(json.dumps({"device": "cpu", "rows": [{"a": 1}]}))

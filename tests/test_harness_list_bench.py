@@ -52,10 +52,13 @@ def test_list_survives_a_broken_domain(monkeypatch, capsys):
 
 def test_bench_domain_prints_and_saves(tmp_path, capsys):
     assert main(["bench", "tiny", "--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["batch", "device", "ms"]
+    out = capsys.readouterr().out.splitlines()
+    assert out[:2] == ["tiny: measuring B=64", f"wrote {tmp_path / 'tiny-cpu.json'} (1 of 2 parts)"]
+    assert ["batch", "device", "ms", "pid"] in [line.split() for line in out]
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
     assert [r["batch"] for r in saved["rows"]] == [64, 256] and saved["device"] == "cpu"
+    assert saved["parts"] == saved["parts_done"] == ["B=64", "B=256"] and saved["complete"] is True
+    assert [r["part"] for r in saved["rows"]] == ["B=64", "B=256"] and "part" not in saved["columns"]
     assert main(["bench", "nope", "--out", str(tmp_path)]) == 2
 
 
@@ -68,7 +71,7 @@ def test_bench_losses_calls_the_loss_benchmark(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setitem(sys.modules, "losses.benchmark", types.SimpleNamespace(run_benchmark=run_benchmark))
     assert main(["bench", "losses", "--batch-sizes", "8,16", "--dim", "4", "--out", str(tmp_path)]) == 0
-    assert calls == [([8, 16], 4, "cpu")]
+    assert calls == [([8], 4, "cpu"), ([16], 4, "cpu")]  # a part per batch size
     assert json.loads((tmp_path / "losses-cpu.json").read_text())["rows"][1]["batch_size"] == 16
     assert "infonce" in capsys.readouterr().out
 
@@ -139,7 +142,7 @@ def test_bench_losses_default_batch_sizes_depend_on_the_device(tmp_path, monkeyp
     monkeypatch.setitem(sys.modules, "losses.benchmark", types.SimpleNamespace(
         run_benchmark=lambda sizes, dim, device: calls.append(sizes) or []))
     assert main(["bench", "losses", "--out", str(tmp_path)]) == 0
-    assert calls == [[256, 512, 1024]]
+    assert calls == [[256], [512], [1024]]
     assert batch_sizes(None, torch.device("cuda")) == [512, 4096, 16384]
     assert main(["bench", "losses", "--batch-sizes", "8,x", "--out", str(tmp_path)]) == 2
 
@@ -151,3 +154,64 @@ def test_bench_all_on_cuda_records_the_gpu(cuda, tmp_path):
     saved = json.loads((tmp_path / "losses-cuda.json").read_text())
     assert saved["hardware"]["device_name"] == torch.cuda.get_device_name(cuda)
     assert saved["hardware"]["cuda"] and saved["hardware"]["cudnn"] and saved["rows"][0]["device"] == "cuda"
+
+
+def _pids(path) -> dict[str, int]:
+    return {row["part"]: row["pid"] for row in json.loads(path.read_text())["rows"]}
+
+
+def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_rest(tmp_path, monkeypatch):
+    """SIGTERM during the second of three parts: that part ends, its rows are written, the third is not started,
+    exit 75 with the command that goes on; that command measures only the third part, in another process."""
+    args = ("bench", "tiny", "--device", "cpu", "--out", str(tmp_path))
+    monkeypatch.setenv("TINY_BENCH_SIGTERM", "B=256")
+    first = harness(*args)
+    monkeypatch.delenv("TINY_BENCH_SIGTERM")
+    assert first.returncode == 75, first.stderr
+    assert "tiny: stopped (SIGTERM) with 2 of 3 parts" in first.stdout
+    assert f"continue with: harness bench tiny --device cpu --out {tmp_path} --resume" in first.stdout
+    saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    assert saved["complete"] is False and saved["parts_done"] == ["B=64", "B=256"]
+    kept = _pids(tmp_path / "tiny-cpu.json")
+    second = harness(*args, "--resume")
+    assert second.returncode == 0, second.stderr
+    assert "tiny: kept 2 of 3 parts" in second.stdout and second.stdout.count("measuring") == 1
+    pids = _pids(tmp_path / "tiny-cpu.json")
+    assert [pids["B=64"], pids["B=256"]] == [kept["B=64"], kept["B=256"]] and pids["B=1024"] not in kept.values()
+    saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    assert saved["complete"] is True and [s["parts"] for s in saved["sessions"]] == [["B=64", "B=256"], ["B=1024"]]
+    third = harness(*args, "--resume")  # nothing left: nothing measured, the file unchanged
+    assert third.returncode == 0 and "measuring" not in third.stdout and _pids(tmp_path / "tiny-cpu.json") == pids
+
+
+def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monkeypatch):
+    """Parts of 1 s under a 2.5 s limit: a part starts only while the longest part so far still fits."""
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
+    args = ["bench", "all", "--targets", "tiny,losses", "--batch-sizes", "8", "--device", "cpu", "--out",
+            str(tmp_path)]
+    assert main([*args, "--time-limit", "2.5s"]) == 75
+    saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    assert saved["complete"] is False and 1 <= len(saved["parts_done"]) < 3
+    assert not (tmp_path / "losses-cpu.json").exists()  # 'all' starts no target after a stopped one
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "0")
+    assert main([*args, "--resume"]) == 0
+    assert json.loads((tmp_path / "tiny-cpu.json").read_text())["complete"] is True
+    assert (tmp_path / "losses-cpu.json").exists()
+
+
+def test_bench_resume_measures_again_what_it_cannot_keep(tmp_path, capsys):
+    """Other options, other code, or a file without parts: every part is measured again, and the reason said."""
+    path = tmp_path / "tiny-cpu.json"
+    assert main(["bench", "tiny", "--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path), "--resume"]) == 0  # not --quick
+    assert "measured with other options, other code" in capsys.readouterr().out
+    assert json.loads(path.read_text())["parts_done"] == ["B=64", "B=256", "B=1024"]
+    saved = json.loads(path.read_text())
+    saved["software"]["source_digest"] = "0" * 64
+    path.write_text(json.dumps(saved))
+    assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path), "--resume"]) == 0
+    assert "measured with other options, other code" in capsys.readouterr().out
+    path.write_text(json.dumps({"rows": [], "command": []}))  # written before benchmarks had parts
+    assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path), "--resume"]) == 0
+    assert "holds no parts to resume; measuring every part" in capsys.readouterr().out
+    assert json.loads(path.read_text())["complete"] is True

@@ -145,7 +145,9 @@ def test_hf_text_without_datasets_is_a_user_error(monkeypatch):
 def test_benchmark_rows(data_root):
     from domains.text.bench import benchmark
 
-    rows = benchmark(torch.device("cpu"), data_root, quick=True)
+    parts = benchmark(torch.device("cpu"), data_root, quick=True)
+    assert [part.name for part in parts] == ["quickthought"]
+    rows = parts[0].measure()
     assert rows[0]["benchmark"] == "train" and rows[0]["sentences_per_s"] > 0
     assert [r["task"] for r in rows if r["benchmark"] == "senteval"] == ["MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ import torch
 import losses
 from domains import register
 from domains.base import (
+    BenchPart,
     DatasetSpec,
     Domain,
     EvalResult,
@@ -146,14 +148,22 @@ class TinyDomain(Domain):
         accuracy = 100.0 * float((pred == y[test]).float().mean())
         return EvalResult({"accuracy": accuracy, "n_test": float(len(test))}, {"per_class_n": [40, 40, 40]})
 
-    def benchmark(self, device: torch.device, data_root, quick: bool) -> list[dict]:
-        rows = []
-        for n in (64, 256) if quick else (64, 256, 1024):
-            z = torch.randn(n, 16, device=device)
-            t0 = time.perf_counter()
-            losses.get("infonce")(losses.pair_scores(z, z + 0.1, 0.5))
-            rows.append({"batch": n, "device": str(device), "ms": 1000 * (time.perf_counter() - t0)})
-        return rows
+    def benchmark(self, device: torch.device, data_root, quick: bool) -> list[BenchPart]:
+        """A part per batch size; each row names the process that measured it (``pid``). For the tests that stop
+        a benchmark midway: each part sleeps TINY_BENCH_SLEEP seconds, and after the part named TINY_BENCH_SIGTERM
+        the process sends itself SIGTERM."""
+        return [BenchPart(f"B={n}", lambda n=n: self._bench_rows(n, device))
+                for n in ((64, 256) if quick else (64, 256, 1024))]
+
+    @staticmethod
+    def _bench_rows(n: int, device: torch.device) -> list[dict]:
+        time.sleep(float(os.environ.get("TINY_BENCH_SLEEP", "0")))
+        z = torch.randn(n, 16, device=device)
+        t0 = time.perf_counter()
+        losses.get("infonce")(losses.pair_scores(z, z + 0.1, 0.5))
+        if os.environ.get("TINY_BENCH_SIGTERM") == f"B={n}":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return [{"batch": n, "device": str(device), "ms": 1000 * (time.perf_counter() - t0), "pid": os.getpid()}]
 
 
 REPO = Path(__file__).resolve().parent.parent

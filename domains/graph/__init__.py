@@ -18,6 +18,7 @@ import torch
 
 from domains import register
 from domains.base import (
+    BenchPart,
     DatasetSpec,
     Domain,
     EvalResult,
@@ -219,7 +220,7 @@ class GraphDomain(Domain):
         }
         return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
 
-    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.graph.bench import run_benchmark
 
         return run_benchmark(self, device, Path(data_root), quick)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 import losses
-from domains.base import DatasetMissingError, Domain
+from domains.base import BenchPart, DatasetMissingError, Domain
 from domains.graph.config import GraphConfig
 from domains.graph.evaluate import svm_protocol
 from domains.graph.infograph import Pretrained, embed_all, epoch_batches, infograph_scores, scoring
@@ -65,34 +65,38 @@ def time_epoch(model: InfoGraph, data, loss_name: str, cfg: GraphConfig, device:
     return {part: dt * scale for part, dt in spent.items()}
 
 
-def run_benchmark(domain: Domain, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def run_benchmark(domain: Domain, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
+    """One part per dataset: a dataset not on disk gives a row with the reason it was ``skipped``."""
+    return [BenchPart(name, lambda name=name: dataset_rows(domain, name, device, data_root, quick))
+            for name in DATASETS]
+
+
+def dataset_rows(domain: Domain, name: str, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
     cfg = GraphConfig(svm_folds=3 if quick else 10)
-    for name in DATASETS:
-        tic = time.perf_counter()
-        try:
-            data = domain.load(name, data_root, GraphConfig(download=False)).data.to(device)
-        except DatasetMissingError as exc:
-            rows.append({"dataset": name, "device": str(device), "skipped": str(exc)})
-            continue
-        load_s = time.perf_counter() - tic
-        max_batches = 4 if quick and name == "REDDIT-BINARY" else None
-        for loss_name in LOSSES:
-            torch.manual_seed(0)
-            model = InfoGraph(data.num_features, cfg.hidden, cfg.layers).to(device)
-            time_epoch(model, data, loss_name, cfg, device, max_batches=1)  # warm-up (allocator, kernels)
-            parts = time_epoch(model, data, loss_name, cfg, device, max_batches)
-            epoch_s = sum(parts.values())
-            row = {"dataset": name, "device": str(device), "loss": loss_name, "graphs": data.num_graphs,
-                   "nodes": int(data.node_ptr[-1]), "load_s": round(load_s, 3), "epoch_s": round(epoch_s, 3),
-                   "epochs_per_s": round(1.0 / epoch_s, 3), "graphs_per_s": round(data.num_graphs / epoch_s, 1),
-                   **{f"{part}_s": round(dt, 3) for part, dt in parts.items()},
-                   "scores_fraction": round(parts["scores"] / epoch_s, 3),
-                   "timed_batches": max_batches or "all"}
-            if loss_name == LOSSES[0]:
-                tic = time.perf_counter()
-                x, y = embed_all(Pretrained(model, data))
-                svm_protocol(x, y, seed=0, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds)
-                row.update({"svm_s": round(time.perf_counter() - tic, 2), "svm_folds": cfg.svm_folds})
-            rows.append(row)
+    tic = time.perf_counter()
+    try:
+        data = domain.load(name, data_root, GraphConfig(download=False)).data.to(device)
+    except DatasetMissingError as exc:
+        return [{"dataset": name, "device": str(device), "skipped": str(exc)}]
+    load_s = time.perf_counter() - tic
+    max_batches = 4 if quick and name == "REDDIT-BINARY" else None
+    rows: list[dict[str, Any]] = []
+    for loss_name in LOSSES:
+        torch.manual_seed(0)
+        model = InfoGraph(data.num_features, cfg.hidden, cfg.layers).to(device)
+        time_epoch(model, data, loss_name, cfg, device, max_batches=1)  # warm-up (allocator, kernels)
+        parts = time_epoch(model, data, loss_name, cfg, device, max_batches)
+        epoch_s = sum(parts.values())
+        row = {"dataset": name, "device": str(device), "loss": loss_name, "graphs": data.num_graphs,
+               "nodes": int(data.node_ptr[-1]), "load_s": round(load_s, 3), "epoch_s": round(epoch_s, 3),
+               "epochs_per_s": round(1.0 / epoch_s, 3), "graphs_per_s": round(data.num_graphs / epoch_s, 1),
+               **{f"{part}_s": round(dt, 3) for part, dt in parts.items()},
+               "scores_fraction": round(parts["scores"] / epoch_s, 3),
+               "timed_batches": max_batches or "all"}
+        if loss_name == LOSSES[0]:
+            tic = time.perf_counter()
+            x, y = embed_all(Pretrained(model, data))
+            svm_protocol(x, y, seed=0, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds)
+            row.update({"svm_s": round(time.perf_counter() - tic, 2), "svm_folds": cfg.svm_folds})
+        rows.append(row)
     return rows

@@ -21,6 +21,7 @@ import torch
 import losses
 from domains import register
 from domains.base import (
+    BenchPart,
     DatasetSpec,
     Domain,
     EvalResult,
@@ -175,7 +176,7 @@ class RLDomain(Domain):
                    "learning_curve": [*pretrained.curve, final]}
         return EvalResult(metrics=metrics, details=details)
 
-    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.rl.bench import benchmark
 
         return benchmark(device, quick)

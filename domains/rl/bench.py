@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 import losses
+from domains.base import BenchPart
 from domains.rl.config import TASKS, CurlConfig
 from domains.rl.curl import CurlSac, GraphedUpdates
 from domains.rl.env import DMCEnv, rendering_backend
@@ -92,35 +93,41 @@ def update_speed(device: torch.device, batch_size: int, updates: int, cuda_graph
     return speed
 
 
-def benchmark(device: torch.device, quick: bool) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    backend = rendering_backend()
+def benchmark(device: torch.device, quick: bool) -> list[BenchPart]:
+    """One part per task's environment speed, then one per batch size's update speed."""
     tasks = ["cartpole-swingup"] if quick else list(TASKS)
-    for task in tasks:
-        rate = env_steps_per_s(task, 100 if quick else 500)
-        rows.append({"what": "env_steps_per_s", "task": task, "action_repeat": TASKS[task].action_repeat,
-                     "rendering": backend, "value": round(rate, 1),
-                     "note": "environment steps (agent steps x action repeat), rendering 100x100 included"})
-    # On CUDA each batch size with the updates replayed from CUDA graphs (training's default), eagerly, and
-    # graphed with the encoder's convolutions in bf16 (encoder_bf16, not the paper's float32).
+    return [*(BenchPart(f"env {task}", lambda task=task: [env_row(task, quick)]) for task in tasks),
+            *(BenchPart(f"updates B={batch}", lambda batch=batch: update_rows(device, batch, quick))
+              for batch in (128, 512))]
+
+
+def env_row(task: str, quick: bool) -> dict[str, Any]:
+    return {"what": "env_steps_per_s", "task": task, "action_repeat": TASKS[task].action_repeat,
+            "rendering": rendering_backend(), "value": round(env_steps_per_s(task, 100 if quick else 500), 1),
+            "note": "environment steps (agent steps x action repeat), rendering 100x100 included"}
+
+
+def update_rows(device: torch.device, batch: int, quick: bool) -> list[dict[str, Any]]:
+    """On CUDA the updates replayed from CUDA graphs (training's default), eagerly, and graphed with the
+    encoder's convolutions in bf16 (encoder_bf16, not the paper's float32); on the CPU eagerly."""
     settings = [(True, False), (False, False), (True, True)] if device.type == "cuda" else [(False, False)]
-    for batch in (128, 512):
-        for cuda_graph, bf16 in settings:
-            if device.type == "cuda":
-                n = 50 if quick else 200
-            else:
-                n = (2 if batch == 128 else 1) if quick else (20 if batch == 128 else 10)
-            speed = update_speed(device, batch, n, cuda_graph, bf16)
-            rate = speed["updates_per_s"]
-            rows.append({"what": "updates_per_s", "device": str(device), "batch_size": batch,
-                         "cuda_graph": speed["replayed"], "encoder_bf16": bf16, "value": round(rate, 3),
-                         "ms_per_update": round(1000.0 / rate, 2),
-                         "ms_with_actor": round(speed["ms_with_actor"], 2),
-                         "ms_without_actor": round(speed["ms_without_actor"], 2),
-                         "sample_ms": round(speed["sample_ms"], 3),
-                         **({"peak_memory_mb": round(speed["peak_memory_mb"])} if "peak_memory_mb" in speed else {}),
-                         "updates_timed": n,
-                         "note": "one CURL+SAC update (critic, actor+alpha and EMA every 2nd, contrastive), "
-                                 "replay sampling and crops on the device included; ms_with_actor and "
-                                 "ms_without_actor: each kind of update alone"})
+    rows = []
+    for cuda_graph, bf16 in settings:
+        if device.type == "cuda":
+            n = 50 if quick else 200
+        else:
+            n = (2 if batch == 128 else 1) if quick else (20 if batch == 128 else 10)
+        speed = update_speed(device, batch, n, cuda_graph, bf16)
+        rate = speed["updates_per_s"]
+        rows.append({"what": "updates_per_s", "device": str(device), "batch_size": batch,
+                     "cuda_graph": speed["replayed"], "encoder_bf16": bf16, "value": round(rate, 3),
+                     "ms_per_update": round(1000.0 / rate, 2),
+                     "ms_with_actor": round(speed["ms_with_actor"], 2),
+                     "ms_without_actor": round(speed["ms_without_actor"], 2),
+                     "sample_ms": round(speed["sample_ms"], 3),
+                     **({"peak_memory_mb": round(speed["peak_memory_mb"])} if "peak_memory_mb" in speed else {}),
+                     "updates_timed": n,
+                     "note": "one CURL+SAC update (critic, actor+alpha and EMA every 2nd, contrastive), "
+                             "replay sampling and crops on the device included; ms_with_actor and "
+                             "ms_without_actor: each kind of update alone"})
     return rows

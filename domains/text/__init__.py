@@ -20,6 +20,7 @@ import torch
 
 from domains import register
 from domains.base import (
+    BenchPart,
     DatasetSpec,
     Domain,
     EvalResult,
@@ -268,7 +269,7 @@ class TextDomain(Domain):
             out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
         return out
 
-    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict[str, Any]]:
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.text.bench import benchmark
 
         return benchmark(device, data_root, quick)

@@ -18,6 +18,7 @@ import torch
 import losses
 from domains import register
 from domains.base import (
+    BenchPart,
     DatasetSpec,
     Domain,
     EvalResult,
@@ -245,7 +246,7 @@ class VisionDomain(Domain):
             details["train_bias_aligned_fraction"] = float((data.train.bias == data.train.labels).float().mean())
         return EvalResult(metrics=metrics, details=details)
 
-    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[dict]:
+    def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.vision.bench import run
 
         return run(device, quick)

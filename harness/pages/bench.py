@@ -181,16 +181,33 @@ def hardware_line(bench: Mapping[str, Any]) -> str:
              f"harness {number(sw.get('contrastive_harness'))}, commit {commit}", f"date {number(bench.get('date'))}"]
     if bench.get("quick"):
         parts.append("quick run")
+    if partial(bench):
+        parts.append(f"**partial**: {len(bench.get('parts_done', []))} of {len(bench.get('parts', []))} parts "
+                     "measured (the same command with `--resume` measures the rest)")
+    sessions = bench.get("sessions") or []
+    if len(sessions) > 1:
+        parts.append("parts measured by " + ", ".join(
+            f"{number(s.get('git_commit'))[:10]} on {number(s.get('date'))} ({', '.join(s.get('parts', []))})"
+            for s in sessions) + ", with the same source digest")
     command = bench.get("command")
     if command:
         parts.append(f"command `{' '.join(map(str, command))}`")
     return "; ".join(parts) + "."
 
 
+def partial(bench: Mapping[str, Any]) -> bool:
+    """Whether a benchmark stopped before its last part (a file written before benchmarks had parts is whole)."""
+    return bench.get("complete") is False
+
+
+HIDDEN = frozenset({"part"})  # row keys for resuming, not figures
+
+
 def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
     lines = [f"## {stem}", "", hardware_line(bench), ""]
     targets = [t for t in TARGETS if applies_to_file(t, bench) and not t.total]
-    for rows in row_groups(bench["rows"]):
+    shown = [{k: v for k, v in row.items() if k not in HIDDEN} for row in bench["rows"]]
+    for rows in row_groups(shown):
         present = {key for row in rows for key in row}
         columns = list(dict.fromkeys([*(c for c in bench.get("columns", []) if c in present),
                                       *(key for row in rows for key in row)]))
@@ -233,7 +250,8 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
         files = [stem for stem, bench in benches.items() if applies_to_file(target, bench)]
         for stem in files:
             figure, verdict = summary(target, benches[stem])
-            cells.append([target.label, stem, threshold_text(target), figure, verdict])
+            where = f"{stem} (partial)" if partial(benches[stem]) else stem
+            cells.append([target.label, where, threshold_text(target), figure, verdict])
         if not files:
             cells.append([target.label, NONE, threshold_text(target), f"{NONE} (not measured)", NONE])
     lines += [*markdown(["target", "file", "threshold", "figure", "met?"], cells), ""]
