@@ -114,16 +114,23 @@ class _RowReductions(torch.autograd.Function):
     def forward(ctx, x: Tensor, mask: Mask, scales: tuple[float, ...], pos_flat: Tensor | None,  # type: ignore[override]
                 bounded: bool) -> tuple[Tensor, ...]:
         results, saved = [], []
-        if bounded:
+        if bounded and scales:
             # Only the smallest scale's exponentials are kept for the backward (see there): one [A, K] matrix,
-            # whatever the number of scales.
-            smallest = min(scales, default=None)
+            # whatever the number of scales. The other scales' sums read it too, as exp(s·x) = exp(s0·x)·exp((s -
+            # s0)·x): it holds the mask's zeros already, so they need no scatter of their own, and a compiled step
+            # fuses each product into its sum instead of writing one more [A, K] matrix.
+            smallest = min(scales)
+            kept = mask.zero_outside_(torch.exp(x) if smallest == 1.0 else (x * smallest).exp_())
             for scale in scales:
-                exps = mask.zero_outside_(torch.exp(x) if scale == 1.0 else (x * scale).exp_())
-                total = exps.sum(dim=1)
+                step = scale - smallest
+                if step == 0.0:
+                    total = kept.sum(dim=1)
+                elif step == smallest:  # exp(step·x) is the kept matrix itself
+                    total = (kept * kept).sum(dim=1)
+                else:
+                    total = (torch.exp(x) if step == 1.0 else (x * step).exp_()).mul_(kept).sum(dim=1)
                 results.append(total.log())
-                saved += [exps if scale == smallest else None, total]
-                del exps  # a matrix not kept is freed before the next scale's is made
+                saved += [kept if step == 0.0 else None, total]
         elif scales:
             masked = mask.fill_outside(x, float("-inf"))
             row_max = masked.amax(dim=1, keepdim=True)

@@ -43,9 +43,11 @@ operation: on CUDA the kernels the device ran; on the CPU the generated kernels 
 operations still called that launch one and call no other that does (the matrix products, the autograd engine's
 gradient seed and accumulation). Compiling takes seconds a step (C++ or Triton code is generated and built), so
 the compiled rows stay at the one batch size the targets read. Compiled, the masks given by index lists still
-write each exponential matrix whole before its sum (a scatter cannot fuse into the reduction): HCL's two of them
-put its peak at 1.5x the compiled NT-Xent's. Masking with the constructors' bool matrices instead fused them
-away (every loss 0.72x) but, measured on this project's CPU at B = 512, made the steps 1.4-1.5x slower.
+write the exponential matrix whole before its sum (a scatter cannot fuse into the reduction); HCL's second scale
+reads that masked matrix (``_RowReductions``), so its product fuses into its sum and HCL holds no more than DCL
+(1.06x the compiled NT-Xent at B = 512; 1.5x when each scale had its own scatter). Masking with the
+constructors' bool matrices instead fused the scatter away too (every loss 0.72x) but, measured on this
+project's CPU at B = 512, made the steps 1.4-1.5x slower.
 
     python -m losses.benchmark --batch-sizes 256 512 1024 --threads 1
 """
