@@ -37,6 +37,7 @@ import domains
 from domains.base import BenchPart, UserError
 from harness import stopping
 from harness.commands import resume_command, time_limit
+from harness.pages.bench import TARGETS
 from harness.records import hardware_info, utc_now, write_json_atomic
 from harness.runner import default_data_root, resolve_device
 from harness.tables import text
@@ -187,7 +188,10 @@ def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str)
 
 
 def all_targets(names: str | None) -> list[str]:
-    known = ["losses", *domains.available()]
+    """The targets of ``all``: those named, or every one, the ones the issue's targets read first (the loss core,
+    then the domains in the order of bench.md's targets), so that a time limit cuts the others."""
+    read = [t.bench for t in TARGETS]
+    known = sorted(["losses", *domains.available()], key=lambda n: (read.index(n) if n in read else len(read), n))
     if not names:
         return known
     chosen = [n.strip() for n in names.split(",") if n.strip()]

@@ -215,3 +215,11 @@ def test_bench_resume_measures_again_what_it_cannot_keep(tmp_path, capsys):
     assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path), "--resume"]) == 0
     assert "holds no parts to resume; measuring every part" in capsys.readouterr().out
     assert json.loads(path.read_text())["complete"] is True
+
+
+def test_bench_all_measures_what_the_targets_read_first():
+    """A time limit cuts the end of 'all': the loss core and the domains bench.md's targets read come first."""
+    from harness.bench import all_targets
+
+    assert all_targets(None) == ["losses", "vision", "rl", "text", "graph", "tiny"]
+    assert all_targets("graph,losses") == ["graph", "losses"]  # named targets keep the order given
