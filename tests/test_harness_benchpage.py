@@ -198,3 +198,36 @@ def test_leaderboard_writes_bench_md_only_when_there_are_bench_files(tmp_path, c
     bench_file(elsewhere, "rl", [{"what": "updates_per_s", "batch_size": 512, "value": 300.0}])
     assert main([*args, "--bench", str(elsewhere)]) == 0
     assert "## losses-cuda" not in (tmp_path / "lb" / "bench.md").read_text()
+
+
+def test_the_biased_targets_note_counts_the_flops_it_quotes():
+    """The note's TFLOP of a paper-biased epoch, counted again: FlopCounterMode over one step at batch 256 (on the
+    CPU: a count, not a timing), times the 234 full batches of Biased-MNIST's 60,000 training images."""
+    from dataclasses import replace
+
+    import torch
+
+    import losses
+    from domains.vision.bench import BIASED_MNIST_TRAIN, step_tflop
+    from domains.vision.biased import Biased
+    from domains.vision.config import PRESETS, VisionConfig, resolved
+    from domains.vision.data import HALF_STATS, ImageSet, VisionData
+    from domains.vision.train import data_info
+    from harness.pages.bench import BIASED_EPOCH_TFLOP, TARGETS
+
+    batch = 256
+    images = ImageSet(torch.zeros(batch, 3, 28, 28, dtype=torch.uint8), torch.arange(batch) % 10,
+                      torch.arange(batch) % 10)
+    data = VisionData("zeros", images, images, images, 10, 28, *HALF_STATS)
+    cfg = resolved(replace(VisionConfig(), **{**PRESETS["paper-biased"].overrides, "num_workers": 0}),
+                   "biased", "biased-mnist")
+    assert cfg.batch_size == batch
+    method = Biased(cfg, data_info(data), losses.get("eps_supinfonce", epsilon=0.5), True)
+    epoch = step_tflop(method, data, cfg, torch.device("cpu")) * (BIASED_MNIST_TRAIN // batch)
+    assert epoch == pytest.approx(BIASED_EPOCH_TFLOP, abs=0.05)
+    note = next(t.note for t in TARGETS if t.label.startswith("vision biased track"))
+    assert f"{BIASED_EPOCH_TFLOP} TFLOP" in note and "496 TFLOP/s" in note
+
+
+def test_target_notes_are_rendered_below_the_table(page):
+    assert "- **vision biased track <= 0.3 s per Biased-MNIST epoch on an H100.** It asks for the H100's" in page

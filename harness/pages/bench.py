@@ -32,7 +32,8 @@ class Target:
     ``where`` maps a row key to the value it must have, or to a predicate on that value. ``device`` ("cuda"
     or "cpu") and ``gpu`` (a substring of the GPU name) select the files. ``total``: the sum of ``metric``
     over the matching rows is compared, once per file. ``full``: only files of a run without ``--quick``.
-    ``threshold=None``: the target is that the figure is reported."""
+    ``threshold=None``: the target is that the figure is reported. ``note``: what the page says of the target
+    below the table (what bounds it), in markdown."""
 
     label: str
     bench: str
@@ -44,6 +45,11 @@ class Target:
     gpu: str | None = None
     total: bool = False
     full: bool = False
+    note: str = ""
+
+
+BIASED_EPOCH_TFLOP = 148.9
+"""FLOPs of a Biased-MNIST epoch at ``paper-biased``, counted (tests/test_harness_benchpage.py counts them again)."""
 
 
 def _is_not(value: Any) -> Callable[[Any], bool]:
@@ -82,7 +88,16 @@ TARGETS: tuple[Target, ...] = (
     # checkpoint beside it (monitor_s, checkpoint_s, epoch_total_s).
     Target("vision biased track <= 0.3 s per Biased-MNIST epoch on an H100", "vision", "epoch_s", "<=", 0.3,
            {"benchmark": "biased_pretrain", "batch_size": 256, "bf16": False, "cuda_graph": True},
-           device="cuda", gpu="H100", full=True),
+           device="cuda", gpu="H100", full=True, note=(
+               "It asks for the H100's arithmetic peak: an epoch of `paper-biased` (234 steps of batch 256) is "
+               f"{BIASED_EPOCH_TFLOP} TFLOP of convolutions and matmuls, forward and backward (the rows' "
+               "`epoch_tflop`, PyTorch's FlopCounterMode; SimpleConvNet's four 7x7 convolutions at the full 28x28 "
+               f"resolution are nearly all of it). At 0.3 s that is {BIASED_EPOCH_TFLOP / 0.3:.0f} TFLOP/s: the "
+               "dense TF32 peak of an H100 SXM (about 495 TFLOP/s, NVIDIA's datasheet, where cuDNN runs the "
+               "preset's float32 convolutions) or half its dense bf16 peak (about 990). The issue's measured 2.15 s "
+               f"is {BIASED_EPOCH_TFLOP / 2.15:.0f} TFLOP/s: the step is bound by arithmetic, not "
+               "launches, so a graph cannot bring it near 0.3 s; bf16 (`--set bf16=true`, not the paper's float32) "
+               "is the lever, the `achieved_tflops` column the measure.")),
     Target("rl >= 250 updates/s at batch 512 (GPU)", "rl", "value", ">=", 250,
            {"what": "updates_per_s", "batch_size": 512, "cuda_graph": True, "encoder_bf16": False}, device="cuda"),
     Target("text SentEval six tasks <= 60 s (GPU)", "text", "seconds", "<=", 60,
@@ -255,6 +270,8 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
         if not files:
             cells.append([target.label, NONE, threshold_text(target), f"{NONE} (not measured)", NONE])
     lines += [*markdown(["target", "file", "threshold", "figure", "met?"], cells), ""]
+    lines += [f"- **{target.label}.** {target.note}" for target in TARGETS if target.note]
+    lines += [""] if any(target.note for target in TARGETS) else []
     for stem, bench in benches.items():
         lines += file_section(stem, bench)
     return "\n".join(lines)
