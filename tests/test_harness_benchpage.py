@@ -231,3 +231,41 @@ def test_the_biased_targets_note_counts_the_flops_it_quotes():
 
 def test_target_notes_are_rendered_below_the_table(page):
     assert "- **vision biased track <= 0.3 s per Biased-MNIST epoch on an H100.** It asks for the H100's" in page
+
+
+def test_the_simclr_and_curl_targets_notes_count_the_flops_they_quote():
+    """SimCLR's GFLOP an image (batch 16: ResNet-18's count is linear in the batch) and CURL's TFLOP an update
+    at batch 512, counted at batch 32 and scaled (the contrastive B x B term is a rounding error: counted at 512
+    directly, the mean was 0.4181 too), the two kinds of update averaged as training alternates them."""
+    from dataclasses import replace
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import losses
+    from domains.rl.bench import filled_buffer
+    from domains.rl.config import CurlConfig
+    from domains.rl.curl import CurlSac, GraphedUpdates
+    from domains.vision.bench import _random_data, step_tflop
+    from domains.vision.config import VisionConfig, resolved
+    from domains.vision.simclr import SimCLR
+    from domains.vision.train import data_info
+    from harness.pages.bench import CURL_UPDATE_TFLOP, SIMCLR_IMAGE_GFLOP
+
+    cpu = torch.device("cpu")
+    data = _random_data(16, cpu)
+    cfg = resolved(replace(VisionConfig(), arch="resnet18", batch_size=16, knn_every=0, num_workers=0), "simclr",
+                   "cifar10")
+    method = SimCLR(cfg, data_info(data), losses.get("infonce"), False)
+    assert step_tflop(method, data, cfg, cpu) * 1e3 / 16 == pytest.approx(SIMCLR_IMAGE_GFLOP, abs=0.005)
+
+    torch.manual_seed(0)
+    cfg = CurlConfig(batch_size=32, cuda_graph=False)
+    update = GraphedUpdates(CurlSac(cfg, 1, 1e-3, losses.get("infonce"), cpu), filled_buffer(cfg, 1, cpu, 300),
+                            enabled=False)
+    for step in (0, 1):  # what is built lazily: the optimizers' state
+        update(step)
+    with FlopCounterMode(display=False) as counter:
+        for step in (2, 3):  # one update of each kind
+            update(step)
+    assert counter.get_total_flops() / 2 / 1e12 * 512 / 32 == pytest.approx(CURL_UPDATE_TFLOP, abs=0.0005)
