@@ -2,9 +2,9 @@
 
 At the batch sizes of the papers many steps are launch-bound: a small network's forward, backward and
 optimizer step issue hundreds of kernels, each microseconds long, and the host's time to launch them is the
-step's time (CURL's update at batch 512 on an H100). Not every small network is: the biased track's
-SimpleConvNet runs 7x7 convolutions at full resolution, 0.64 TFLOP a step at batch 256, so its step is bound by
-arithmetic (the bench page's note) and a graph saves only its launches. A CUDA graph
+step's time (CURL's update dispatches about 800 operations, counted on the CPU). Not every small network is:
+the biased track's SimpleConvNet runs 7x7 convolutions at full resolution, 0.64 TFLOP a step at batch 256, so
+its step is bound by arithmetic (the bench page's note) and a graph saves only its launches. A CUDA graph
 records those launches once; a replay issues them all at once from the device's side. This is PyTorch's
 whole-network capture (``torch.cuda.graph``, "CUDA Graphs" in its documentation):
 
