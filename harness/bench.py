@@ -17,7 +17,8 @@ a file holds when the same code measured them on the same kind of machine with t
 the rest (a complete file has nothing left: the target is skipped). ``--time-limit``, SIGTERM and SIGUSR1 stop
 a benchmark between two parts: after the part under way, or before a part when the longest part so far would
 end past the limit. It then exits 75 (``stopping.EXIT_STOPPED``), and the same command with ``--resume`` goes
-on; ``all`` starts no further target.
+on; ``all`` starts no further target. A part that crashes (its traceback is printed) is left out of the file and
+the target's other parts still run; the target counts as failed, and ``--resume`` measures that part again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 import importlib
 import json
 import platform
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -133,9 +135,14 @@ def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any])
     return saved
 
 
+class PartsFailed(Exception):
+    """Some parts of a benchmark crashed (their tracebacks were printed); the others are in its file."""
+
+
 def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tuple[list[dict[str, Any]], bool]:
     """Run one target's benchmark part by part, rewriting its JSON file after each; print its table. Returns
-    the file's rows and whether every part is in it (False: stopped, see the module docstring)."""
+    the file's rows and whether every part is in it (False: stopped, see the module docstring); PartsFailed
+    after the last part when some crashed."""
     command, todo = parts(target, args, device)
     names = [part.name for part in todo]
     path = Path(args.out) / f"{target}-{device.type}.json"
@@ -151,6 +158,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         sessions = saved.get("sessions", [])
         print(f"{target}: kept {len(done)} of {len(todo)} parts from {path}", flush=True)
     longest = 0.0
+    failed: list[str] = []
     for part in todo:
         if part.name in done:
             continue
@@ -160,8 +168,18 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
             return _in_order(done, names), False
         print(f"{target}: measuring {part.name}", flush=True)
         tic = time.perf_counter()
-        done[part.name] = [{**row, "part": part.name} for row in part.measure()]
-        longest = max(longest, time.perf_counter() - tic)
+        try:
+            rows = part.measure()
+        except (UserError, ImportError):
+            raise  # the target cannot run here: skipped whole
+        except Exception:  # one broken part must not cost the other parts' GPU time
+            traceback.print_exc()
+            print(f"{target}: part {part.name} failed (traceback above); the other parts go on", flush=True)
+            failed.append(part.name)
+            continue
+        finally:
+            longest = max(longest, time.perf_counter() - tic)
+        done[part.name] = [{**row, "part": part.name} for row in rows]
         sessions = _add_session(sessions, env, part.name)
         rows = _in_order(done, names)
         # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
@@ -173,6 +191,9 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         print(f"wrote {path} ({len(done)} of {len(todo)} parts)", flush=True)
     rows = _in_order(done, names)
     print(format_table([{k: v for k, v in row.items() if k != "part"} for row in rows]))
+    if failed:
+        raise PartsFailed(f"{target}: {len(failed)} of {len(todo)} parts failed ({', '.join(failed)}); the same "
+                          "command with --resume measures them again")
     return rows, True
 
 
@@ -215,6 +236,10 @@ def bench_all(args: argparse.Namespace, device: torch.device) -> int:
             skipped[target] = " ".join(str(exc).split())
             print(f"skipped {target}: {skipped[target]}", flush=True)
             continue
+        except PartsFailed as exc:
+            failed.append(target)
+            print(f"failed {exc}", flush=True)
+            continue
         except Exception:  # one broken benchmark must not cost the others' GPU time
             failed.append(target)
             traceback.print_exc()
@@ -246,4 +271,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     with stopping.graceful(stopping.STOP_SIGNALS, time_limit(args)):
         if args.target == "all":
             return bench_all(args, device)
-        return 0 if bench_one(args.target, args, device)[1] else _stopped(args)
+        try:
+            return 0 if bench_one(args.target, args, device)[1] else _stopped(args)
+        except PartsFailed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1

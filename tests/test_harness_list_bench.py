@@ -223,3 +223,21 @@ def test_bench_all_measures_what_the_targets_read_first():
 
     assert all_targets(None) == ["losses", "vision", "rl", "text", "graph", "tiny"]
     assert all_targets("graph,losses") == ["graph", "losses"]  # named targets keep the order given
+
+
+def test_a_part_that_crashes_leaves_the_others_and_is_measured_again_on_resume(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TINY_BENCH_FAIL", "B=256")
+    args = ["bench", "all", "--targets", "tiny,losses", "--batch-sizes", "8", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(args) == 1
+    captured = capsys.readouterr()
+    assert "RuntimeError: a planted failure of part B=256" in captured.err
+    assert "failed tiny: 1 of 3 parts failed (B=256)" in captured.out and "written losses" in captured.out
+    saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    assert saved["parts_done"] == ["B=64", "B=1024"] and saved["complete"] is False
+    monkeypatch.delenv("TINY_BENCH_FAIL")
+    assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path), "--resume"]) == 0
+    assert capsys.readouterr().out.count("measuring") == 1
+    assert json.loads((tmp_path / "tiny-cpu.json").read_text())["parts_done"] == ["B=64", "B=256", "B=1024"]
+    monkeypatch.setenv("TINY_BENCH_FAIL", "B=64")
+    assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]) == 1  # one target: exit 1 as well
+    assert "error: tiny: 1 of 3 parts failed (B=64)" in capsys.readouterr().err

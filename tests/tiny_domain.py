@@ -150,14 +150,16 @@ class TinyDomain(Domain):
 
     def benchmark(self, device: torch.device, data_root, quick: bool) -> list[BenchPart]:
         """A part per batch size; each row names the process that measured it (``pid``). For the tests that stop
-        a benchmark midway: each part sleeps TINY_BENCH_SLEEP seconds, and after the part named TINY_BENCH_SIGTERM
-        the process sends itself SIGTERM."""
+        a benchmark midway: each part sleeps TINY_BENCH_SLEEP seconds, after the part named TINY_BENCH_SIGTERM
+        the process sends itself SIGTERM, and the part named TINY_BENCH_FAIL raises."""
         return [BenchPart(f"B={n}", lambda n=n: self._bench_rows(n, device))
                 for n in ((64, 256) if quick else (64, 256, 1024))]
 
     @staticmethod
     def _bench_rows(n: int, device: torch.device) -> list[dict]:
         time.sleep(float(os.environ.get("TINY_BENCH_SLEEP", "0")))
+        if os.environ.get("TINY_BENCH_FAIL") == f"B={n}":
+            raise RuntimeError(f"a planted failure of part B={n}")
         z = torch.randn(n, 16, device=device)
         t0 = time.perf_counter()
         losses.get("infonce")(losses.pair_scores(z, z + 0.1, 0.5))
