@@ -180,7 +180,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         finally:
             longest = max(longest, time.perf_counter() - tic)
         done[part.name] = [{**row, "part": part.name} for row in rows]
-        sessions = _add_session(sessions, env, part.name)
+        sessions = _add_session(sessions, env, part.name, time.perf_counter() - tic)
         rows = _in_order(done, names)
         # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
         columns = list(dict.fromkeys(key for row in rows for key in row if key != "part"))
@@ -201,11 +201,16 @@ def _in_order(done: dict[str, list[dict[str, Any]]], names: list[str]) -> list[d
     return [row for name in names if name in done for row in done[name]]
 
 
-def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str) -> list[dict[str, Any]]:
-    """Which process measured which parts: its date and commit (the code is the same: ``source_digest``)."""
-    if sessions and sessions[-1]["date"] == env["date"]:
-        return [*sessions[:-1], {**sessions[-1], "parts": [*sessions[-1]["parts"], part]}]
-    return [*sessions, {"date": env["date"], "git_commit": env["software"]["git_commit"], "parts": [part]}]
+def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str,
+                 seconds: float) -> list[dict[str, Any]]:
+    """Which process measured which parts, and how long each took (what plans a GPU call): its date and commit
+    (the code is the same: ``source_digest``)."""
+    if not sessions or sessions[-1]["date"] != env["date"]:
+        sessions = [*sessions, {"date": env["date"], "git_commit": env["software"]["git_commit"], "parts": [],
+                                "seconds": {}}]
+    last = sessions[-1]
+    return [*sessions[:-1], {**last, "parts": [*last["parts"], part],
+                             "seconds": {**last.get("seconds", {}), part: round(seconds, 1)}}]
 
 
 def all_targets(names: str | None) -> list[str]:

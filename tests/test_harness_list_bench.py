@@ -180,6 +180,7 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     assert [pids["B=64"], pids["B=256"]] == [kept["B=64"], kept["B=256"]] and pids["B=1024"] not in kept.values()
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
     assert saved["complete"] is True and [s["parts"] for s in saved["sessions"]] == [["B=64", "B=256"], ["B=1024"]]
+    assert set(saved["sessions"][0]["seconds"]) == {"B=64", "B=256"} and saved["sessions"][1]["seconds"]["B=1024"] >= 0
     third = harness(*args, "--resume")  # nothing left: nothing measured, the file unchanged
     assert third.returncode == 0 and "measuring" not in third.stdout and _pids(tmp_path / "tiny-cpu.json") == pids
 
