@@ -39,7 +39,7 @@ import domains
 from domains.base import BenchPart, UserError
 from harness import stopping
 from harness.commands import resume_command, time_limit
-from harness.pages.bench import TARGETS
+from harness.pages.bench import PART_KEY, TARGETS, figures
 from harness.records import hardware_info, utc_now, write_json_atomic
 from harness.runner import default_data_root, resolve_device
 from harness.tables import text
@@ -152,7 +152,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     header = env
     sessions: list[dict[str, Any]] = []
     if saved is not None:
-        done = {name: [row for row in saved["rows"] if row.get("part") == name]
+        done = {name: [row for row in saved["rows"] if row.get(PART_KEY) == name]
                 for name in saved["parts_done"] if name in names}
         header = {key: saved[key] for key in ("hardware", "software", "date")}
         sessions = saved.get("sessions", [])
@@ -168,29 +168,31 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
             return _in_order(done, names), False
         print(f"{target}: measuring {part.name}", flush=True)
         tic = time.perf_counter()
+        measured = None
         try:
-            rows = part.measure()
+            measured = part.measure()
         except (UserError, ImportError):
             raise  # the target cannot run here: skipped whole
         except Exception:  # one broken part must not cost the other parts' GPU time
             traceback.print_exc()
             print(f"{target}: part {part.name} failed (traceback above); the other parts go on", flush=True)
             failed.append(part.name)
+        seconds = time.perf_counter() - tic
+        longest = max(longest, seconds)
+        if measured is None:
             continue
-        finally:
-            longest = max(longest, time.perf_counter() - tic)
-        done[part.name] = [{**row, "part": part.name} for row in rows]
-        sessions = _add_session(sessions, env, part.name, time.perf_counter() - tic)
+        done[part.name] = [{**row, PART_KEY: part.name} for row in measured]
+        sessions = _add_session(sessions, env, part.name, seconds)
         rows = _in_order(done, names)
         # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
-        columns = list(dict.fromkeys(key for row in rows for key in row if key != "part"))
+        columns = list(dict.fromkeys(key for row in map(figures, rows) for key in row))
         write_json_atomic(path, {"name": target, "device": str(device), "quick": target != "losses" and args.quick,
                                  "command": command, **header, "columns": columns, "rows": rows, "parts": names,
                                  "parts_done": [n for n in names if n in done], "complete": len(done) == len(todo),
                                  "sessions": sessions})
         print(f"wrote {path} ({len(done)} of {len(todo)} parts)", flush=True)
     rows = _in_order(done, names)
-    print(format_table([{k: v for k, v in row.items() if k != "part"} for row in rows]))
+    print(format_table([figures(row) for row in rows]))
     if failed:
         raise PartsFailed(f"{target}: {len(failed)} of {len(todo)} parts failed ({', '.join(failed)}); the same "
                           "command with --resume measures them again")

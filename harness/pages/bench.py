@@ -228,13 +228,18 @@ def partial(bench: Mapping[str, Any]) -> bool:
     return bench.get("complete") is False
 
 
-HIDDEN = frozenset({"part"})  # row keys for resuming, not figures
+PART_KEY = "part"  # the row key naming the benchmark part that measured the row: for resuming, not a figure
+
+
+def figures(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as its tables show it: without its :data:`PART_KEY`."""
+    return {k: v for k, v in row.items() if k != PART_KEY}
 
 
 def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
     lines = [f"## {stem}", "", hardware_line(bench), ""]
     targets = [t for t in TARGETS if applies_to_file(t, bench) and not t.total]
-    shown = [{k: v for k, v in row.items() if k not in HIDDEN} for row in bench["rows"]]
+    shown = [figures(row) for row in bench["rows"]]
     for rows in row_groups(shown):
         present = {key for row in rows for key in row}
         columns = list(dict.fromkeys([*(c for c in bench.get("columns", []) if c in present),
