@@ -184,3 +184,44 @@ def test_a_second_run_skips_what_the_repository_holds(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert (fresh / "leaderboards" / "results" / record.name).read_bytes() == record.read_bytes()  # skipped
     assert not list((fresh / "leaderboards" / "results").glob("*.log"))  # no run wrote a log
+
+
+def _sized(path: Path, mib: float) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:
+        f.truncate(int(mib * 2**20))  # sparse: its size counts, nothing is written
+
+
+def test_travel_says_which_packed_part_would_not_fit_one_call_and_the_max_mib_to_pack_with(tmp_path):
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("ignored.bin\n")
+    (repo / ".git" / "info" / "exclude").write_text("/.device-carry*/\n")  # as device-pack writes it
+    _sized(repo / "tracked.bin", 10)
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    _sized(repo / "untracked.bin", 5)  # not ignored: it travels
+    _sized(repo / "ignored.bin", 100)  # ignored: it stays here
+    out = campaign("travel", "--repo", str(repo))
+    assert out.returncode == 2 and "no .device-carry* folder" in out.stderr and "device-pack" in out.stderr
+    _sized(repo / ".device-carry" / "site.tar.xz", 30)
+    _sized(repo / ".device-carry-2" / "data" / "cifar10" / "train.parquet", 50)
+    _sized(repo / ".device-carry-10" / "data" / "small", 1)
+    out = campaign("travel", "--repo", str(repo))
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert re.search(r"working tree\s+15\.0 MiB", out.stdout)  # tracked + untracked, not the ignored file
+    assert [line.split()[0] for line in lines if "the call sends" in line] == [
+        ".device-carry", ".device-carry-2", ".device-carry-10"]  # in the order of the calls
+    assert re.search(r"\.device-carry-2\s+50\.0 MiB\s+the call sends\s+65\.\d MiB: OVER by 3\.\d MiB", out.stdout)
+    assert ".device-carry-2 will not fit one call" in out.stdout and "device-pack --max-mib 46 " in out.stdout
+    assert re.search(r"\.device-carry\s+30\.0 MiB .*: fits", out.stdout)
+    out = campaign("travel", "--repo", str(repo), "--carry", "nothing-here")
+    assert out.returncode == 2 and "--carry nothing-here: no such path" in out.stderr
+    (repo / ".device-carry-2" / "data" / "cifar10" / "train.parquet").unlink()
+    _sized(repo / ".device-carry" / "site.tar.xz", 25)
+    _sized(repo / "checkpoints" / "run.pt", 20)  # ignored by no rule, but named: counted once per call
+    (repo / ".gitignore").write_text("ignored.bin\ncheckpoints/\n")
+    out = campaign("travel", "--repo", str(repo), "--carry", "checkpoints")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"checkpoints\s+20\.0 MiB\s+every call", out.stdout)
+    assert "a part may hold up to 26 MiB (device-pack --max-mib 26)" in out.stdout

@@ -21,10 +21,13 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
                  whole tarball when a record would replace a different one.
+    travel       before the first call: whether each ``.device-carry*`` part, with the working tree, its
+                 ``.git`` and what ``--carry`` names, fits the 64 MiB one call sends, and the ``--max-mib`` for
+                 device-pack: see :mod:`harness.suites.travel`.
 
 Exit status of ``run``: 0 every run completed; 75 some stopped at a checkpoint or did not start (run it again);
 1 a run crashed or was killed; 2 bad input (the plan, an argument, a run refused as bad input). ``pack`` and
-``unpack``: 0, or 2 with a one-line error.
+``unpack``: 0, or 2 with a one-line error. ``travel``: 0 every part fits, 1 one does not, 2 nothing packed.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from harness.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
 from harness.suites.pool import run_all
+from harness.suites.travel import travel
 
 PLANS = SUITES / "campaign"
 RECORDS = "leaderboards/results"
@@ -214,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--repo", default=".", help="the repository (default: .)")
     u.add_argument("--side", help="folder for failed runs' records, unfinished runs' logs and the campaign log "
                                   "(default: a fresh temporary folder)")
+    t = sub.add_parser("travel", help="before the first call: whether each packed part fits one call's 64 MiB")
+    t.add_argument("--repo", default=".", help="the repository the calls send (default: .)")
+    t.add_argument("--carry", action="append", default=[],
+                   help="a path every call also carries, e.g. leaderboards/results/.work (repeatable)")
     return p
 
 
@@ -225,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError("--jobs must be at least 1 and --threads at least 0")
             args.threads = args.threads or max(1, (os.cpu_count() or 1) // args.jobs)
             return run(args)
+        if args.verb == "travel":
+            return travel(Path(args.repo), args.carry)
         if args.verb == "pack":
             pack(Path(args.stage), Path(args.out), Path(args.repo), args.checkpoints, args.max_mib)
         else:
