@@ -10,7 +10,9 @@ fail before it starts, so this is checked here, before the first call, and says 
 from __future__ import annotations
 
 import math
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 from domains.base import UserError
@@ -35,7 +37,7 @@ def tree_bytes(repo: Path) -> int:
                                 capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError) as exc:
         raise UserError(f"{repo} is not a git checkout: {exc}") from exc
-    files = (repo / name for name in listed.decode().split("\0") if name)
+    files = (repo / os.fsdecode(name) for name in listed.split(b"\0") if name)
     return sum(p.lstat().st_size for p in files if p.is_symlink() or p.exists())
 
 
@@ -63,11 +65,12 @@ def travel(repo: Path, carried: list[str], limit_mib: float = SEND_LIMIT_MIB, ma
         if total > most:
             over.append(part.name)
     if room < 1:
-        print(f"error: the tree alone leaves {room:.1f} MiB for a part; carry less (--carry) or make the tree smaller")
+        print(f"error: the tree alone leaves {room:.1f} MiB for a part; carry less (--carry) or make the tree smaller",
+              file=sys.stderr)
         return 1
     if over:
         print(f"error: {', '.join(over)} will not fit one call: pack again with "
-              f"../shared/tools/device-pack --max-mib {math.floor(room)} ...")
+              f"../shared/tools/device-pack --max-mib {math.floor(room)} ...", file=sys.stderr)
         return 1
     print(f"every part fits; a part may hold up to {math.floor(room)} MiB (device-pack --max-mib {math.floor(room)})")
     return 0
