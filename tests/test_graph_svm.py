@@ -70,3 +70,17 @@ def test_inner_search_agrees_with_gridsearchcv():
         ref_c.append(grid.best_params_["C"])
     assert ours["chosen_C"] == ref_c
     assert ours["fold_accuracy"] == pytest.approx(ref_acc)
+
+
+def test_the_c_grid_extends_past_infographs_top_only_when_asked_and_keeps_the_identity_at_its_default():
+    from pydantic import ValidationError
+
+    from domains.base import split_config
+    from domains.graph.config import GraphConfig, c_grid
+
+    assert c_grid() == C_GRID and c_grid(GraphConfig().svm_c_top) == C_GRID
+    assert c_grid(6) == (*C_GRID, 1e4, 1e5, 1e6)
+    assert "svm_c_top" not in split_config(GraphConfig())[0]  # the committed records keep their run ids
+    assert split_config(GraphConfig(svm_c_top=5))[0]["svm_c_top"] == 5  # a larger top is another experiment
+    with pytest.raises(ValidationError, match="svm_c_top"):
+        GraphConfig(svm_c_top=2)  # a grid below InfoGraph's top would drop its C values

@@ -34,7 +34,7 @@ from domains.base import (
     label_prior,
 )
 from domains.graph import synthetic
-from domains.graph.config import C_GRID, GraphConfig
+from domains.graph.config import GraphConfig, c_grid
 from domains.graph.data import TU_CATALOGUE, TU_NAME, GraphSet, check_tu_name, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
@@ -206,11 +206,12 @@ class GraphDomain(Domain):
         cfg: GraphConfig = spec.config
         tic = time.perf_counter()
         x, y = embed_all(pretrained.model)
-        res = svm_protocol(x, y, ctx.seed, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds,
+        cs = c_grid(cfg.svm_c_top)
+        res = svm_protocol(x, y, ctx.seed, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds, cs=cs,
                            standardize=cfg.standardize, n_jobs=cfg.svm_jobs)
         details: dict[str, Any] = {
             "fold_accuracy": res["fold_accuracy"], "chosen_C": res["chosen_C"],
-            "protocol": {"classifier": "sklearn SVC (rbf, gamma=scale)", "C_grid": list(C_GRID),
+            "protocol": {"classifier": "sklearn SVC (rbf, gamma=scale)", "C_grid": list(cs),
                          "outer_folds": cfg.svm_folds, "inner_folds": cfg.svm_inner_folds,
                          "standardize": cfg.standardize, "split_seed": ctx.seed, "metric": "accuracy, percent"},
             "node_features": pretrained.model.data.node_features, "num_graphs": int(x.shape[0]),
