@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 from domains.base import UserError
+from harness.suites.pack import MIB
 
-MIB = 2**20
 SEND_LIMIT_MIB = 64.0  # one call's working tree plus what it carries (the device tool's limit)
 MARGIN_MIB = 2.0  # room for the records and logs a session adds between packing and its calls
 CARRY_PREFIX = ".device-carry"
@@ -55,11 +55,12 @@ def travel(repo: Path, carried: list[str], limit_mib: float = SEND_LIMIT_MIB, ma
     print(f"the most one call should send: {most:g} MiB ({limit_mib:g} less {margin_mib:g} spare)")
     for what, size in base.items():
         print(f"  {what:<22} {size / MIB:6.1f} MiB  every call")
-    room = most - sum(base.values()) / MIB
+    every_call = sum(base.values()) / MIB
+    room = most - every_call
     over = []
     for part in parts:
         size = folder_bytes(part) / MIB
-        total = sum(base.values()) / MIB + size
+        total = every_call + size
         verdict = "fits" if total <= most else f"OVER by {total - most:.1f} MiB"
         print(f"  {part.name:<22} {size:6.1f} MiB  the call sends {total:5.1f} MiB: {verdict}")
         if total > most:
