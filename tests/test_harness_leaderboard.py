@@ -103,7 +103,8 @@ def test_secondary_columns_and_evaluation_only_rows(tmp_path):
     # An evaluation-only row trained nothing: no budget in its setting.
     assert "| linear2 | none (evaluation only) | – | quick | **90.50 ± 0.71 (2 seeds)** | – | – |" in page
     index = (tmp_path / "README.md").read_text()
-    assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | 90.50 ± 0.71 (2 seeds), "
+    assert ("| [tiny](tiny.md) | blobs | accuracy | none (evaluation only) | – | linear2 | quick | "
+            "90.50 ± 0.71 (2 seeds), "
             "*fewer than 3 seeds* | – | – |") in index
 
 
@@ -217,7 +218,27 @@ def test_the_index_best_needs_three_seeds(tmp_path):
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
     index = (tmp_path / "README.md").read_text()
     (blobs,) = _lines(index, "| [tiny](tiny.md) | blobs |")
-    assert "| dcl | tau_plus=0.1 | linear | 85.57 ± 0.81 (3 seeds) |" in blobs  # 85, 86.5, 85.2
+    assert "| dcl | tau_plus=0.1 | linear | quick, 3 epochs | 85.57 ± 0.81 (3 seeds) |" in blobs  # 85, 86.5, 85.2
     (hard,) = _lines(index, "| [tiny](tiny.md) | blobs_hard |")
     assert "(2 seeds), *fewer than 3 seeds* |" in hard
     assert "**99.00 ± – (1 seed)**" in (tmp_path / "tiny.md").read_text()  # the page still shows it as the best
+
+
+def test_the_index_best_comes_from_a_setting_that_compares_losses(tmp_path):
+    """A setting that only one loss ran (here infonce under the `paper` preset, an ablation) is not the dataset's
+    best on the index, however high its mean; where no setting compares losses, its row is the best."""
+    records = synthetic_records() + [synthetic_record("infonce", 2, 99.0, config={"epochs": 9}, preset="paper")]
+    write_records(tmp_path / "results", records)
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    index = (tmp_path / "README.md").read_text()
+    (blobs,) = _lines(index, "| [tiny](tiny.md) | blobs |")
+    assert "| dcl | tau_plus=0.1 | linear | quick, 3 epochs | 85.57 ± 0.81 (3 seeds) |" in blobs
+    assert "**89.33 ± 8.39 (3 seeds)**" in (tmp_path / "tiny.md").read_text()  # the page still shows the ablation
+
+    alone = [synthetic_record("infonce", s, 80.0 + s) for s in range(3)]
+    alone += [synthetic_record("dcl", s, 90.0 + s, loss_params=DCL, config={"epochs": 9}, preset="paper")
+              for s in range(3)]
+    write_records(tmp_path / "alone", alone)
+    assert main(["leaderboard", "--results", str(tmp_path / "alone"), "--out", str(tmp_path / "out2")]) == 0
+    (blobs,) = _lines((tmp_path / "out2" / "README.md").read_text(), "| [tiny](tiny.md) | blobs |")
+    assert "| dcl | tau_plus=0.1 | linear | paper, 9 epochs | 91.00 ± 1.00 (3 seeds) | – | – |" in blobs

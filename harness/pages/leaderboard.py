@@ -92,6 +92,19 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     return "\n".join(lines)
 
 
+def comparisons(rows: list[Group]) -> list[Group]:
+    """The rows a dataset's best is chosen from: those whose setting compares losses (two or more losses ran
+    with the same method and setting) and the evaluation-only rows (a reference a loss must beat). A setting that
+    only one loss ran, such as an evaluation-protocol ablation, compares nothing; it is left out where another
+    setting compares losses, and counts where none does."""
+    losses: dict[str, set[str]] = {}
+    for g in rows:
+        if g.loss_used:
+            losses.setdefault(g.setting, set()).add(g.loss)
+    chosen = [g for g in rows if not g.loss_used or len(losses[g.setting]) > 1]
+    return chosen if any(g.loss_used for g in chosen) else rows
+
+
 def index_page(groups: list[Group]) -> str:
     lines = [
         MARKER, "", "# Leaderboards", "",
@@ -99,13 +112,17 @@ def index_page(groups: list[Group]) -> str:
         f"dataset: the best loss (best mean of the primary metric over seeds, any method and setting, among the rows "
         f"with at least {MIN_SEEDS} seeds; where no row has {MIN_SEEDS}, the best row, marked *fewer than "
         f"{MIN_SEEDS} seeds*) and its gain over the baseline loss (the method's own where it has one, else the "
-        "domain's) with the same method and setting (positive = better, whichever direction the metric improves).",
+        "domain's) with the same method and setting (positive = better, whichever direction the metric improves). "
+        "A setting that only one loss ran (an ablation, such as of the evaluation protocol) is not a candidate "
+        "where another setting compares losses; it stays on its domain's page. Evaluation-only rows (no loss "
+        "trained) are candidates: they are what a loss must beat.",
         "",
     ]
     cells = []
     for domain in sorted({g.domain for g in groups}):
+        dom = domain_or_none(domain)
         for dataset in sorted({g.dataset for g in groups if g.domain == domain}):
-            rows = [g for g in groups if g.domain == domain and g.dataset == dataset]
+            rows = comparisons([g for g in groups if g.domain == domain and g.dataset == dataset])
             enough = [g for g in rows if g.n >= MIN_SEEDS]
             top = best(enough or rows)[0]
             base = baseline_for(top, groups)
@@ -116,8 +133,9 @@ def index_page(groups: list[Group]) -> str:
                 gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}"
             few = "" if enough else f", *fewer than {MIN_SEEDS} seeds*"
             cells.append([f"[{domain}]({domain}.md)", dataset, top.primary_metric, top.loss_label(),
-                          top.hparams_label(), top.method, cell(top) + few, baseline, gain])
-    columns = ["domain", "dataset", "metric", "best loss", "hyper-parameters", "method", "best", "baseline", "gain"]
+                          top.hparams_label(), top.method, setting_cell(top, dom), cell(top) + few, baseline, gain])
+    columns = ["domain", "dataset", "metric", "best loss", "hyper-parameters", "method", "setting", "best",
+               "baseline", "gain"]
     lines += [*markdown(columns, cells), ""]
     return "\n".join(lines)
 
