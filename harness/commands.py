@@ -6,6 +6,7 @@ import argparse
 import shlex
 import statistics
 import sys
+from pathlib import Path
 
 from domains.base import RunStopped
 from harness import config as cfg
@@ -41,11 +42,21 @@ def _fmt(value: object) -> str:
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
+def invocation() -> list[str]:
+    """How this process was started, for the commands it prints: ``harness`` (the installed script), or
+    ``python3 -m harness`` when run as a module, as on a machine that runs the project from source."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name == "harness.__main__":
+        return [Path(sys.executable).name, "-m", "harness"]
+    return ["harness"]
+
+
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
-    ``--resume``, without ``--force`` (which would redo the seeds that completed before the interruption)."""
+    ``--resume``, without ``--force`` (which would redo the seeds that completed before the interruption), started
+    the way this process was (:func:`invocation`)."""
     args = [a for a in argv if a != "--force"]
-    return shlex.join(["harness", *args, *([] if "--resume" in args else ["--resume"])])
+    return shlex.join([*invocation(), *args, *([] if "--resume" in args else ["--resume"])])
 
 
 def _print_outcome(outcome: Outcome) -> None:

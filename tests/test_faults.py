@@ -17,7 +17,7 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from support import toy_tu
-from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
+from tiny_domain import AS_MODULE, REPO, harness, harness_env, resume_args, synthetic_record, write_records
 
 from domains.base import NonFiniteLossError, RunContext, UserError
 from harness import records
@@ -86,9 +86,9 @@ def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_r
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     hint = stderr.strip().splitlines()[-1]
-    assert hint.startswith("interrupted; continue with: harness run ") and hint.endswith("--resume")
+    assert hint.startswith(f"interrupted; continue with: {AS_MODULE} run ") and hint.endswith("--resume")
     assert "--force" not in hint  # it would redo the seeds that completed
-    out = harness(*hint.split("continue with: harness ")[1].split())
+    out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr
     assert sorted(r["seed"] for r in _records(tmp_path)) == [0, 1]
 

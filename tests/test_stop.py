@@ -16,9 +16,10 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from test_faults import _start, _wait_for_epoch
-from tiny_domain import harness
+from tiny_domain import harness, resume_args
 
 from domains.base import RunContext, UserError
+from harness.commands import resume_command
 from harness.stopping import EXIT_STOPPED, parse_duration, stop_margin
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--quiet"]
@@ -38,9 +39,7 @@ def _checkpoint_epoch(results: Path) -> int:
 
 def _resume(stderr: str) -> list[str]:
     """The arguments of the resume command the last line of ``stderr`` (or stdout) prints."""
-    hint = stderr.strip().splitlines()[-1]
-    assert " continue with: harness " in hint and hint.endswith(" --resume"), hint
-    return hint.split("continue with: harness ")[1].split()
+    return resume_args(stderr.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1], ids=lambda sig: sig.name)
@@ -186,3 +185,10 @@ def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_pa
     assert state["extra"]["step"] == 20  # the end of the second episode, the one under way
     resumed = run(long, context(tmp_path / "b", resume=True))
     assert resumed[1].metrics == straight[1].metrics and resumed[0].curve == straight[0].curve
+
+
+def test_the_resume_command_starts_the_harness_the_way_it_was_started():
+    """In-process (not run as ``python -m harness``) the hint names the installed script; the subprocess tests
+    above check the ``python -m harness`` form. ``--force`` is dropped and ``--resume`` added once."""
+    assert resume_command(["run", "--force", "--seeds", "0"]) == "harness run --seeds 0 --resume"
+    assert resume_command(["bench", "all", "--resume"]) == "harness bench all --resume"

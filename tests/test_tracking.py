@@ -18,7 +18,7 @@ import tiny_domain
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_faults import _start, _wait_for_epoch
-from tiny_domain import harness
+from tiny_domain import harness, resume_args
 
 from domains.base import RunContext, RunSpec, UserError
 from domains.rl.curl import _means_since
@@ -252,7 +252,7 @@ def _stopped_then_resumed(results: Path, tracker: str) -> tuple[dict, int, str]:
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_STOPPED, stderr
     hint = stderr.strip().splitlines()[-1]
-    out = harness(*hint.split("continue with: harness ")[1].split())
+    out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr
     record = _record(results)
     assert record["resumed"] and 2 <= record["info"]["start_epoch"] < 6

@@ -178,6 +178,16 @@ def harness_env() -> dict[str, str]:
     return env
 
 
+# How the resume hints of a ``python -m harness`` subprocess start (harness.commands.invocation).
+AS_MODULE = f"{Path(sys.executable).name} -m harness"
+
+
+def resume_args(hint: str) -> list[str]:
+    """The arguments of the ``continue with: ...`` command a subprocess printed, for :func:`harness`."""
+    assert f"continue with: {AS_MODULE} " in hint and hint.endswith(" --resume"), hint
+    return hint.split(f"continue with: {AS_MODULE} ")[1].split()
+
+
 def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the ``harness`` CLI in a subprocess (cwd = repo root), capturing its output."""
     return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
