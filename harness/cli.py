@@ -125,8 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", required=True, help=side)
     p.add_argument("--candidate", required=True, help=side)
     p.add_argument("--results", help="the folder that holds the records of both names")
-    p.add_argument("--tolerance", type=float, default=1.0,
-                   help="metric units a change must exceed to count (default 1)")
+    p.add_argument("--tolerance", action="append", metavar="[DOMAIN[/DATASET]=]VALUE",
+                   help="metric units a change must exceed to count (default 1); repeat with DOMAIN=VALUE or "
+                   "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
     p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
                    help="auto (default): paired t-test on the seeds both sides have (>= 2), else Welch's t-test")
     p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
@@ -135,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-missing", action="store_true",
                    help="pass although baseline groups are absent, failed, non-finite or short of seeds there")
     p.add_argument("--allow-untestable", action="store_true",
-                   help="pass although a group the test cannot decide (too few seeds) changed beyond the tolerance")
+                   help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
+                   "or too much spread)")
     p.add_argument("--out", help="also write the markdown report to this file (it is always printed)")
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")

@@ -8,15 +8,23 @@ pair whose resolved configs differ is compared and the report shows the differen
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
 tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's), the p-values of all
-groups corrected together (Holm by default). A group
+groups corrected together (Holm by default). The tolerance is in metric units: one for every group, or one per
+domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads differ. A group
 
 - **regressed** when the corrected p < alpha and the change is worse than the tolerance;
-- **improved** in the same way in the better direction; is **unchanged** when the test could decide and did not;
-- is **untestable** when the test cannot reach significance at these sample sizes (one seed, a rank test on few
-  seeds: its minimum p is at or above alpha / groups) and the change is worse than the tolerance; an undecidable
-  group within the tolerance is listed as **untested**, never as unchanged;
+- **improved** in the same way in the better direction;
+- is **untestable** when the change is worse than the tolerance and the test did not confirm it: it cannot reach
+  significance at these sample sizes (one seed, a rank test on few seeds: its minimum p is at or above
+  alpha / groups), or it can but the spread of the seeds leaves the change short of significance. Either way the
+  seeds showed a drop the gate can neither confirm nor rule out, so the gate never passes it as unchanged;
+- is **unchanged** when the change is within the tolerance (or better) and the test could decide; an undecidable
+  group within the tolerance is listed as **untested**;
 - is **missing** when the baseline has it and the candidate does not, or has it only failed, with a non-finite
   metric, or without some of the baseline's seeds.
+
+Each row also gives the **detectable** change: the smallest change its t-test could have called significant at the
+level a lone group needs after the correction, from its seeds and spread. Honest noise can show drops beyond a
+tolerance well below it: choose the tolerance (and the seeds) from it.
 
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass); 2 when
@@ -116,6 +124,8 @@ class Row:
     p_adjusted: float = math.nan
     problems: list[str] = field(default_factory=list)  # why a group is missing
     config_diff: list[str] = field(default_factory=list)
+    tolerance: float = math.nan  # this group's, in metric units
+    detectable: float = math.nan  # the smallest change its test could have called significant (stats.detectable)
 
 
 def _config_diff(base: Group, cand: Group) -> list[str]:
@@ -142,14 +152,57 @@ def _seeds(seeds: Iterable[int]) -> str:
     return ",".join(map(str, sorted(seeds)))
 
 
+@dataclass(frozen=True)
+class Tolerances:
+    """``--tolerance``: a default and per-selector values (``DOMAIN`` or ``DOMAIN/DATASET``), in metric units."""
+
+    default: float
+    by_selector: dict[str, float]
+
+    def of(self, group: Group) -> float:
+        """The most specific tolerance that names the group: its domain/dataset, its domain, else the default."""
+        for selector in (f"{group.domain}/{group.dataset}", group.domain):
+            if selector in self.by_selector:
+                return self.by_selector[selector]
+        return self.default
+
+
+def parse_tolerances(items: list[str] | None) -> Tolerances:
+    """``--tolerance`` as given (repeatable): ``VALUE`` sets the default (1 when absent), ``SELECTOR=VALUE`` one
+    domain's or one domain/dataset's. UserError for a value that is not a finite number >= 0 or a repeated key."""
+    default, by_selector = None, {}
+    for item in items or []:
+        selector, _, text = item.rpartition("=")
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"--tolerance '{item}': the value must be a finite number >= 0 (metric units)")
+        if not selector:
+            if default is not None:
+                raise UserError(f"--tolerance '{item}': the default tolerance is given twice")
+            default = value
+        elif selector in by_selector or selector.count("/") > 1 or not all(selector.split("/")):
+            raise UserError(f"--tolerance '{item}': give DOMAIN=VALUE or DOMAIN/DATASET=VALUE, each once")
+        else:
+            by_selector[selector] = value
+    return Tolerances(1.0 if default is None else default, by_selector)
+
+
 def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     """Every baseline group's row (and the candidate's added groups), with the verdicts of the rule above."""
     base_groups, cand_groups, failed = base.groups(), cand.groups(), cand.failed()
+    unused = set(args.tolerances.by_selector) - {s for g in base_groups.values()
+                                                 for s in (g.domain, f"{g.domain}/{g.dataset}")}
+    if unused:  # a misspelt selector would leave its groups at the default tolerance without a word
+        raise UserError(f"--tolerance names no baseline group: {', '.join(sorted(unused))}")
     rows, tested = [], []
     for key, b in base_groups.items():
         c = cand_groups.get(key)
         problems = _missing(b, c, failed.get(key, set()))
-        row = Row(b, c, "missing", problems=problems, config_diff=_config_diff(b, c) if c else [])
+        row = Row(b, c, "missing", problems=problems, config_diff=_config_diff(b, c) if c else [],
+                  tolerance=args.tolerances.of(b))
         if c is not None and b.values and c.values:
             row.change = stats.compare_values(b.values, c.values, args.test)
             tested.append(row)
@@ -157,14 +210,16 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     decidable = [r for r in tested if stats.decidable(r.change, args.alpha, len(tested), args.correction)]
     for row, p in zip(decidable, stats.adjust([r.change.p for r in decidable], args.correction)):
         row.p_adjusted = p
+    level = stats.lone_level(args.alpha, len(tested), args.correction)
     for row in tested:
+        row.detectable = stats.detectable(row.change, level)
         gain = row.base.sign * row.change.change
-        if row not in decidable:
-            verdict = "untestable" if gain < -args.tolerance else "untested"
-        elif row.p_adjusted < args.alpha and abs(gain) > args.tolerance:
+        if row in decidable and row.p_adjusted < args.alpha and abs(gain) > row.tolerance:
             verdict = "regression" if gain < 0 else "improvement"
+        elif gain < -row.tolerance:  # a drop the seeds showed and the test did not confirm: never a pass
+            verdict = "untestable"
         else:
-            verdict = "unchanged"
+            verdict = "unchanged" if row in decidable else "untested"
         # Seeds missing on the candidate's side: a regression on the others is still one.
         row.verdict = "missing" if row.problems and verdict != "regression" else verdict
     rows += [Row(None, g, "added") for key, g in cand_groups.items() if key not in base_groups]
@@ -172,7 +227,8 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
 
 
 COLUMNS = ["domain", "dataset", "method", "loss", "hyper-parameters", "setting", "metric", "baseline (n)",
-           "candidate (n)", "change [95% CI]", "effect", "test", "p (corrected)", "min p"]
+           "candidate (n)", "change [95% CI]", "effect", "test", "p (corrected)", "min p", "detectable",
+           "tolerance"]
 
 
 def _p(value: float) -> str:
@@ -185,20 +241,22 @@ def _row(row: Row) -> list[str]:
     base = f"{fmt(g.mean, digits)} ({g.n})" if g.values else "– (0)"
     cand = f"{fmt(c.mean, digits)} ({c.n})" if c is not None and c.values else "– (0)"
     if ch is None:
-        tail = ["–", "–", "–", "–", "–"]
+        tail = ["–", "–", "–", "–", "–", "–"]
     else:
         interval = "" if math.isnan(ch.low) else f" [{ch.low:+.{digits}f}, {ch.high:+.{digits}f}]"
         effect = "–" if math.isnan(ch.effect) else f"{ch.effect:+.2f}"
         pairs = f", {ch.n_pairs} pairs" if ch.n_pairs else ""
+        detectable = "–" if math.isnan(row.detectable) else f"±{row.detectable:.{digits}f}"
         tail = [f"{ch.change:+.{digits}f}{interval}", effect, ch.test + pairs,
-                f"{_p(ch.p)} ({_p(row.p_adjusted)})", _p(ch.min_p)]
+                f"{_p(ch.p)} ({_p(row.p_adjusted)})", _p(ch.min_p), detectable]
     return [g.domain, g.dataset, g.method, g.loss, g.hparams_label(), g.setting_label(),
-            f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})", base, cand, *tail]
+            f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})", base, cand, *tail, f"{row.tolerance:g}"]
 
 
 TITLES = {
     "regression": "Regressions", "missing": "Missing, failed or non-finite in the candidate",
-    "untestable": "Untestable changes worse than the tolerance", "improvement": "Improvements",
+    "untestable": "Untestable: drops worse than the tolerance that the test did not confirm",
+    "improvement": "Improvements",
     "unchanged": "Unchanged", "untested": "Untested (the test cannot decide at these seeds; within the tolerance)",
 }
 
@@ -210,13 +268,17 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         f"Rule: per group, the change of the mean primary metric (candidate − baseline; ↑ higher is better, ↓ lower) "
         f"is tested with {stats.TESTS[args.test]}, two-sided, and the p-values of the groups are corrected together "
         f"with {stats.CORRECTIONS[args.correction]}. A group **regressed** when its corrected p < {args.alpha:g} and "
-        f"the change is worse than {args.tolerance:g} (the tolerance, in metric units); an **improvement** likewise "
-        f"in the better direction. A group whose test cannot reach significance at its seeds (minimum p ≥ {level}) "
-        "is **untestable** when the change is worse than the tolerance, **untested** otherwise, never unchanged. A "
+        f"the change is worse than its tolerance ({_tolerance_text(args.tolerances)}, in metric units); an "
+        "**improvement** likewise in the better direction. A change worse than the tolerance that the test did not "
+        f"confirm is **untestable**: the test cannot reach significance at its seeds (minimum p ≥ {level}), or the "
+        "seeds' spread left it short of significance; the gate never passes it as unchanged. Within the tolerance a "
+        "group is **unchanged**, or **untested** where its test cannot decide. A "
         "baseline group absent from the candidate, failed, non-finite or short of seeds is **missing**. Groups are "
         "matched on domain, dataset, method, loss, hyper-parameters, preset, overrides and primary metric; each side "
         "uses per group the records of its newest code. Change: mean difference (paired: mean of the per-seed "
-        "differences) with its 95% t interval; effect: standardised (paired d_z, else Cohen's d).", "",
+        "differences) with its 95% t interval; effect: standardised (paired d_z, else Cohen's d); detectable: the "
+        f"smallest change the t-test could have called significant at {level} with the group's seeds and spread "
+        "(honest noise can show drops beyond a tolerance well below it).", "",
     ]
     for verdict in VERDICTS:
         chosen = [r for r in rows if r.verdict == verdict]
@@ -233,6 +295,11 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
                          for g in added]), ""] if added else ["none", ""]
     lines += _details(rows)
     return "\n".join(lines)
+
+
+def _tolerance_text(tolerances: Tolerances) -> str:
+    parts = [f"{tolerances.default:g}"] + [f"{k}: {v:g}" for k, v in sorted(tolerances.by_selector.items())]
+    return parts[0] if len(parts) == 1 else f"{parts[0]}; " + ", ".join(parts[1:])
 
 
 def _details(rows: list[Row]) -> list[str]:
@@ -256,8 +323,7 @@ def validate(args: argparse.Namespace) -> None:
     """Every option checked before anything is read."""
     if not (math.isfinite(args.alpha) and 0 < args.alpha < 1):
         raise UserError(f"--alpha must be a number between 0 and 1 (exclusive), got {args.alpha}")
-    if not (math.isfinite(args.tolerance) and args.tolerance >= 0):
-        raise UserError(f"--tolerance must be a finite number >= 0 (metric units), got {args.tolerance}")
+    args.tolerances = parse_tolerances(args.tolerance)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

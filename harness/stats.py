@@ -4,7 +4,9 @@ change and its standardised effect, and the correction for testing many groups a
 Used by ``harness compare`` (the gate) and ``harness history`` (step changes between versions). Every test is
 scipy's; this module only chooses one, and says when it cannot decide: a rank test on few seeds cannot reach a
 small p whatever the data (Mann-Whitney U at 3 seeds a side: p >= 0.1), which asv reports as the minimum p
-reachable, and which makes a group *untestable* rather than "unchanged".
+reachable, and which makes a group *untestable* rather than "unchanged". A t-test can reach any p, but at few
+seeds and a wide spread only for a large change: :func:`detectable` gives the smallest change it could have called
+significant, so that a report says what a group's seeds can see.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class Change:
     effect: float  # standardised: paired d_z = mean(d)/sd(d); unpaired Cohen's d (pooled sd); NaN if undefined
     p: float  # NaN: the test cannot run (fewer than 2 seeds)
     min_p: float  # the smallest p the test can reach at these sample sizes (1.0 when it cannot run)
+    se: float = math.nan  # the t-tests' standard error of the change (0 where neither side varies); NaN otherwise
+    df: float = math.nan  # and its degrees of freedom (Welch-Satterthwaite for Welch's test)
 
 
 def _constant_p(a: list[float], b: list[float]) -> float | None:
@@ -98,7 +102,8 @@ def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) ->
     else:
         p = float(stats.wilcoxon(b, a, method="exact" if 0 not in diffs else "auto").pvalue)
     effect = change / sd if sd > 0 else math.nan
-    return Change(test, len(base), len(cand), len(seeds), change, low, high, effect, p, floor)
+    se = sd / math.sqrt(len(seeds)) if test == "paired-t" else math.nan
+    return Change(test, len(base), len(cand), len(seeds), change, low, high, effect, p, floor, se, len(seeds) - 1)
 
 
 def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) -> Change:
@@ -120,7 +125,26 @@ def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) 
     else:
         p = float(stats.mannwhitneyu(b, a, alternative="two-sided", method="exact").pvalue)
     effect = change / pooled if pooled > 0 else math.nan
-    return Change(test, n1, n2, 0, change, low, high, effect, p, floor)
+    se, df = (_welch_se_df(a, b) if test == "welch" else (math.nan, math.nan))
+    return Change(test, n1, n2, 0, change, low, high, effect, p, floor, se, df)
+
+
+def _welch_se_df(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Welch's standard error of the difference of the means, and its Welch-Satterthwaite degrees of freedom."""
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return 0.0, float(len(a) + len(b) - 2)
+    return se, (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+
+
+def detectable(change: Change, level: float) -> float:
+    """The smallest absolute change the t-test could have called significant at ``level`` (two-sided) with this
+    group's seeds and spread: ``t(1 - level/2, df) * se``. 0 where neither side varies (any change is real); NaN
+    for the rank tests (their steps are ranks, not metric units) and where the test cannot run."""
+    if math.isnan(change.se) or math.isnan(change.df) or change.df < 1:
+        return math.nan
+    return 0.0 if change.se == 0 else float(stats.t.ppf(1 - level / 2, change.df) * change.se)
 
 
 def adjust(p_values: list[float], correction: str) -> list[float]:
@@ -138,8 +162,13 @@ def adjust(p_values: list[float], correction: str) -> list[float]:
     return adjusted
 
 
+def lone_level(alpha: float, n_tests: int, correction: str) -> float:
+    """The uncorrected p a lone significant group needs among ``n_tests`` after the correction (alpha / n_tests for
+    Holm and Benjamini-Hochberg, alpha without one)."""
+    return alpha if correction == "none" else alpha / max(1, n_tests)
+
+
 def decidable(change: Change, alpha: float, n_tests: int, correction: str) -> bool:
     """Whether the test could call this group significant at all: its smallest reachable p is below the level a
-    lone significant group needs after the correction (alpha / n_tests for Holm and Benjamini-Hochberg)."""
-    level = alpha if correction == "none" else alpha / max(1, n_tests)
-    return not math.isnan(change.p) and change.min_p < level
+    lone significant group needs after the correction (:func:`lone_level`)."""
+    return not math.isnan(change.p) and change.min_p < lone_level(alpha, n_tests, correction)

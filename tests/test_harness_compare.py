@@ -3,13 +3,14 @@ and failed seeds, versions and commits by name, the correction for many groups, 
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
-from harness.stats import adjust, compare_values, min_p
+from harness.stats import adjust, compare_values, detectable, min_p
 
 DCL = {"tau_plus": 0.1}
 
@@ -63,7 +64,7 @@ def test_mann_whitney_at_3_seeds_cannot_decide_so_a_drop_is_untestable_not_uncha
     assert min_p("mannwhitney", 3, 3, 0) == pytest.approx(0.1)
     base, cand = _group("dcl", [85.0, 86.0, 85.5]), _group("dcl", [80.1, 80.8, 80.6])
     code, report = _compare(tmp_path, base, cand, "--test", "mannwhitney")
-    assert code == 2 and "## Untestable changes worse than the tolerance (1)" in report
+    assert code == 2 and "## Untestable: drops worse than the tolerance that the test did not confirm (1)" in report
     assert "## Unchanged (0)" in report and "0.1 |" in report  # the minimum p is shown
     code, _ = _compare(tmp_path, base, cand, "--test", "mannwhitney", "--allow-untestable")
     assert code == 0
@@ -71,7 +72,7 @@ def test_mann_whitney_at_3_seeds_cannot_decide_so_a_drop_is_untestable_not_uncha
 
 def test_a_one_seed_group_never_passes_a_drop(tmp_path):
     code, report = _compare(tmp_path, _group("dcl", [85.0]), _group("dcl", [65.0]))
-    assert code == 2 and "## Untestable changes worse than the tolerance (1)" in report
+    assert code == 2 and "## Untestable: drops worse than the tolerance that the test did not confirm (1)" in report
     assert "CANNOT DECIDE" in report and "-20.00" in report
     # Within the tolerance it is listed as untested, not unchanged, and passes.
     code, report = _compare(tmp_path, _group("dcl", [85.0]), _group("dcl", [84.5]))
@@ -111,9 +112,48 @@ def test_two_honest_reruns_of_many_groups_pass(tmp_path):
     losses = [f"l{i}" for i in range(30)]
     base = [r for i, loss in enumerate(losses) for r in _group(loss, _noisy(80, 5, i, sd=1.5))]
     cand = [r for i, loss in enumerate(losses) for r in _group(loss, _noisy(80, 5, 100 + i, sd=1.5))]
-    code, report = _compare(tmp_path, base, cand, "--tolerance", "0")
+    code, report = _compare(tmp_path, base, cand, "--tolerance", "3")
     assert code == 0, report
     assert "## Unchanged (30)" in report
+    # A tolerance of 0 calls every drop a change: no group regresses (the correction), but the seeds' noise shows
+    # drops the test can neither confirm nor rule out, so the gate cannot decide rather than pass them.
+    code, report = _compare(tmp_path, base, cand, "--tolerance", "0")
+    assert code == 2 and "## Regressions (0)" in report and "CANNOT DECIDE" in report
+
+
+def test_a_drop_the_seeds_show_but_the_test_cannot_confirm_is_never_unchanged(tmp_path):
+    """Two seeds, each 10 points down: the paired t-test on 1 degree of freedom gives p = 0.063, short of 0.05. The
+    drop is ten times the tolerance, so the gate cannot decide (exit 2) rather than pass it as unchanged."""
+    base, cand = _group("dcl", [85.0, 86.0]), _group("dcl", [76.0, 75.0])
+    code, report = _compare(tmp_path, base, cand)
+    section = _section(report, "Untestable: drops worse than the tolerance that the test did not confirm (1)")
+    assert code == 2 and "-10.00" in section and "0.0635 (0.0635)" in section and "## Unchanged (0)" in report
+    assert "±12.71 | 1 |" in section  # the detectable change: t(0.975, 1) * se, se = 1
+    # The same drop among 4 groups of 3 noisy seeds (rl-like: a 30 % drop of the return): Holm's correction leaves
+    # it short of significance; still never a pass.
+    others = [r for loss in ("l1", "l2", "l3") for r in _group(loss, [80.0, 81.0, 82.0])]
+    base = _group("infonce", [205.0, 192.0, 180.0]) + others
+    cand = _group("infonce", [128.0, 140.0, 135.0]) + others
+    code, report = _compare(tmp_path, base, cand, "--tolerance", "25")
+    assert code == 2 and "| infonce |" in _section(report, "Untestable")
+    # With a tolerance above the drop it is within what the user said does not matter, and passes.
+    code, report = _compare(tmp_path, base, cand, "--tolerance", "80")
+    assert code == 0 and "## Unchanged (4)" in report
+
+
+def test_tolerances_per_domain_and_dataset(tmp_path):
+    base = _group("dcl", [85.0, 86.0, 85.5]) + _group("infonce", [80.0, 81.0, 82.0], dataset="other")
+    cand = _group("dcl", [83.0, 84.2, 83.4]) + _group("infonce", [78.0, 79.2, 79.9], dataset="other")
+    domain = base[0]["domain"]
+    code, report = _compare(tmp_path, base, cand)  # both drop about 2: beyond the default tolerance of 1
+    assert code == 1 and "## Regressions (2)" in report
+    code, report = _compare(tmp_path, base, cand, "--tolerance", f"{domain}=3")
+    assert code == 0 and "## Unchanged (2)" in report
+    code, report = _compare(tmp_path, base, cand, "--tolerance", f"{domain}=3", "--tolerance", f"{domain}/other=0.5")
+    assert code != 0 and "| infonce |" not in _section(report, "Unchanged") and f"{domain}/other: 0.5" in report
+    code = main(["compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"),
+                 "--tolerance", "chemistry=3"])
+    assert code == 2  # a selector that names no group would leave its groups at the default without a word
 
 
 def test_mixed_code_uses_the_newest_code_so_a_drop_is_not_diluted(tmp_path):
@@ -148,7 +188,8 @@ def test_versions_and_commits_by_name_from_one_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option", [["--alpha", "nan"], ["--alpha", "1.5"], ["--tolerance", "-1"],
-                                    ["--tolerance", "inf"], ["--out", "."]])
+                                    ["--tolerance", "inf"], ["--tolerance", "rl=x"], ["--tolerance", "a/b/c=1"],
+                                    ["--tolerance", "1", "--tolerance", "2"], ["--tolerance", "=1"], ["--out", "."]])
 def test_every_option_is_validated_before_anything_is_read(tmp_path, option, capsys):
     missing = str(tmp_path / "absent")
     assert main(["compare", "--baseline", missing, "--candidate", missing, *option]) == 2
@@ -171,3 +212,15 @@ def test_the_statistics_against_known_answers():
     assert change.p == pytest.approx(0.07955, abs=1e-4)
     # Holm on (0.01, 0.04, 0.03): 0.03, 0.06, 0.06
     assert adjust([0.01, 0.04, 0.03], "holm") == pytest.approx([0.03, 0.06, 0.06])
+    # The detectable change: t(1 - level/2, 3) times the standard error 0.9574 / 2, t(0.975, 3) = 3.1824 from the
+    # tables; at 0.05 / 4 (Holm, a lone group of 4) checked through Student's closed-form CDF on 3 degrees of
+    # freedom, F(t) = 1/2 + (atan(x) + x / (1 + x^2)) / pi with x = t / sqrt(3).
+    assert change.se == pytest.approx(0.957427 / 2, rel=1e-5) and change.df == 3
+    assert detectable(change, 0.05) == pytest.approx(3.182446 * 0.478714, rel=1e-5)
+    x = detectable(change, 0.0125) / change.se / math.sqrt(3)
+    assert 0.5 + (math.atan(x) + x / (1 + x * x)) / math.pi == pytest.approx(1 - 0.0125 / 2, abs=1e-9)
+    assert change.low == pytest.approx(change.change - detectable(change, 0.05))  # the interval's half-width
+    # Welch: se = sqrt(va/na + vb/nb), the Welch-Satterthwaite df, as scipy's interval uses them.
+    welch = compare_values({0: 1.0, 1: 2.0, 2: 4.0}, {3: 2.0, 4: 3.0, 5: 3.5, 6: 5.0}, "welch")
+    assert welch.high - welch.change == pytest.approx(detectable(welch, 0.05))
+    assert math.isnan(detectable(compare_values({0: 1.0, 1: 2.0}, {0: 2.0, 1: 4.0}, "wilcoxon"), 0.05))

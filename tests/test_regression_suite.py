@@ -37,19 +37,28 @@ def test_the_suite_names_a_regression_setting_of_every_domain():
 
 
 @pytest.mark.parametrize("line, message", [
-    ("graph infograph synthetic-motifs pucl regression", "expected 6 columns"),
-    ("graph infograph synthetic-motifs pucl nightly 0-4", "no preset 'nightly'"),
-    ("vision simclr cifar11 infonce regression 0-4", "no dataset 'cifar11'"),
-    ("vision biased digits infonce regression 0-4", "takes the losses"),
-    ("graph infograph synthetic-motifs pucl regression 4-0", "ends before it starts"),
-    ("chemistry gnn qm9 infonce quick 0", "unknown domain 'chemistry'"),
+    ("graph infograph synthetic-motifs pucl regression 0-4", "expected 7 columns"),
+    ("graph infograph synthetic-motifs pucl nightly 0-4 1", "no preset 'nightly'"),
+    ("vision simclr cifar11 infonce regression 0-4 1", "no dataset 'cifar11'"),
+    ("vision biased digits infonce regression 0-4 1", "takes the losses"),
+    ("graph infograph synthetic-motifs pucl regression 4-0 1", "ends before it starts"),
+    ("chemistry gnn qm9 infonce quick 0 1", "unknown domain 'chemistry'"),
+    ("graph infograph synthetic-motifs pucl regression 0-4 -1", "the tolerance '-1' is not a finite number >= 0"),
+    ("graph infograph synthetic-motifs pucl regression 0-4 epochs=3", "the tolerance 'epochs=3' is not a finite"),
 ])
 def test_a_bad_line_names_its_file_and_line(tmp_path, line, message):
     path = tmp_path / "suite.txt"
-    path.write_text(f"# a comment\n\ntext quickthought synthetic-topics dcl quick 0  # trailing comment\n{line}\n")
+    path.write_text(f"# a comment\n\ntext quickthought synthetic-topics dcl quick 0 1  # trailing comment\n{line}\n")
     with pytest.raises(UserError, match=message) as error:
         load_suite(path)
     assert str(error.value).startswith(f"{path}:4: ")
+
+
+def test_two_tolerances_for_one_domain_and_dataset_are_refused(tmp_path):
+    suite = tmp_path / "suite.txt"
+    suite.write_text("tiny linear blobs infonce quick 0-2 1\ntiny linear blobs dcl quick 0-2 2 loss.tau_plus=0.1\n")
+    out = script("--suite", str(suite), "--dry-run")
+    assert out.returncode == 2 and "lines 1 and 2 give tiny/blobs two tolerances (1 and 2)" in out.stderr
 
 
 def test_an_empty_or_absent_suite_is_refused(tmp_path):
@@ -70,8 +79,9 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
     assert lines[0] == (f"{sys.executable} -m harness run --domain {first.domain} --method {first.method} --dataset "
                         f"{first.dataset} --loss {first.loss} --preset regression --seeds {first.seeds[0]} "
                         f"--device cpu --results {tmp_path / 'r'} --quiet")
+    tolerances = " ".join(f"--tolerance {s.domain}/{s.dataset}={s.tolerance:g}" for s in settings)
     assert lines[-1] == (f"{sys.executable} -m harness compare --baseline leaderboards/regression --candidate "
-                         f"{tmp_path / 'r'} --out {tmp_path / 'report.md'}")
+                         f"{tmp_path / 'r'} --out {tmp_path / 'report.md'} {tolerances}")
     assert not (tmp_path / "r").exists()
 
 
@@ -127,7 +137,7 @@ def _records(folder: Path) -> list[Path]:
 @pytest.mark.slow  # 17 interpreters that import torch: about 50 s of CPU
 def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
     suite = tmp_path / "tiny.txt"
-    suite.write_text("tiny linear blobs_hard infonce quick 0-2\n")
+    suite.write_text("tiny linear blobs_hard infonce quick 0-2 1\n")
     base, cand = tmp_path / "baseline", tmp_path / "candidate"
     base.mkdir()
     (base / "stale.json").write_text("{}")  # an old baseline record: the update removes it
@@ -152,7 +162,7 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
     assert "FAIL" in report.read_text()
 
     # A crashed run: the gate does not pass, and the run's output is shown.
-    suite.write_text("tiny linear blobs_hard infonce quick 0\n")
+    suite.write_text("tiny linear blobs_hard infonce quick 0 1\n")
     out = script("--suite", str(suite), "--baseline", str(cand), "--results", str(tmp_path / "crashed"),
                  TINY_DOMAIN_FAIL="1")
     assert out.returncode == 1, out.stdout + out.stderr
@@ -163,7 +173,7 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
 @pytest.mark.slow  # 6 interpreters that import torch: about 20 s of CPU
 def test_one_domains_update_keeps_the_other_domains_baseline(tmp_path):
     suite = tmp_path / "tiny.txt"
-    suite.write_text("tiny linear blobs_hard infonce quick 0-2\n")
+    suite.write_text("tiny linear blobs_hard infonce quick 0-2 1\n")
     base = tmp_path / "baseline"
     out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1,11 +1,13 @@
 """Suites: fixed lists of settings that a CI runs and gates with ``harness compare`` (``python -m harness.suites``,
 ``tools/regression-suite``).
 
-A suite file (``harness/suites/<name>.txt``) has one setting per line, six columns separated by spaces:
-``domain method dataset loss preset seeds``, then any ``key=value`` overrides (``harness run --set``); ``#``
-starts a comment. Each setting becomes one ``harness run`` per seed, so that a pool of parallel jobs can spread
-the seeds of the slowest setting over every worker. A campaign plan (:mod:`harness.suites.campaign`) has a
-seventh column before the overrides: the estimated device seconds of one seed (``load_suite(..., costed=True)``).
+A suite file (``harness/suites/<name>.txt``) has one setting per line, seven columns separated by spaces:
+``domain method dataset loss preset seeds tolerance``, then any ``key=value`` overrides (``harness run --set``);
+``#`` starts a comment. The tolerance is the drop, in the setting's metric units, that ``harness compare`` gates it
+on (``--tolerance domain/dataset=VALUE``). Each setting becomes one ``harness run`` per seed, so that a pool of
+parallel jobs can spread the seeds of the slowest setting over every worker. A campaign plan
+(:mod:`harness.suites.campaign`) is not gated: its seventh column is the estimated device seconds of one seed
+(``load_suite(..., costed=True)``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Setting:
     seeds: tuple[int, ...]
     sets: tuple[str, ...] = ()  # key=value overrides, as harness run --set takes them
     cost_s: float | None = None  # a plan's estimate: device seconds of one seed (None in a suite)
+    tolerance: float | None = None  # a suite's gate tolerance in metric units (None in a plan)
     line: int = 0  # where the setting is in its file, for the messages
 
     def run_args(self, seed: int) -> list[str]:
@@ -68,7 +71,7 @@ def load_suite(path: Path, costed: bool = False) -> list[Setting]:
     """The settings of a suite file (``costed``: of a plan, with its cost column), each checked against its domain
     (:func:`check`); UserError naming the file and line for a malformed or invalid one, or for a file without
     settings."""
-    columns = (*COLUMNS, "cost") if costed else COLUMNS
+    columns = (*COLUMNS, "cost") if costed else (*COLUMNS, "tolerance")
     settings = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         fields = line.split("#", 1)[0].split()
@@ -82,7 +85,8 @@ def load_suite(path: Path, costed: bool = False) -> list[Setting]:
             sets = fields[len(columns):]
             parse_assignments(sets)
             setting = Setting(*fields[:5], seeds=tuple(parse_seeds(fields[5])), sets=tuple(sets),
-                              cost_s=parse_cost(fields[6]) if costed else None, line=number)
+                              cost_s=parse_cost(fields[6]) if costed else None,
+                              tolerance=None if costed else parse_tolerance(fields[6]), line=number)
             check(setting)
         except UserError as exc:
             raise UserError(f"{where}: {' '.join(str(exc).split())}") from None
@@ -101,6 +105,17 @@ def parse_cost(text: str) -> float:
     if not cost > 0 or cost == float("inf"):
         raise UserError(f"the cost '{text}' is not a positive number of seconds")
     return cost
+
+
+def parse_tolerance(text: str) -> float:
+    """A suite's tolerance column: a finite number >= 0, in the setting's metric units."""
+    try:
+        tolerance = float(text)
+    except ValueError:
+        tolerance = float("nan")
+    if not (tolerance >= 0 and tolerance != float("inf")):
+        raise UserError(f"the tolerance '{text}' is not a finite number >= 0 (the setting's metric units)")
+    return tolerance
 
 
 def check(setting: Setting) -> None:

@@ -2,7 +2,8 @@
 
 Each setting of the suite runs as one ``harness run`` per seed, on the CPU with one thread, ``--jobs`` at a time,
 in the suite file's order, into a results folder (a fresh temporary one unless ``--results``). Then
-``harness compare --baseline <baseline> --candidate <results> --out <report>`` decides. Exit status: compare's
+``harness compare --baseline <baseline> --candidate <results> --out <report>``, with each setting's tolerance
+(``--tolerance domain/dataset=VALUE``), decides. Exit status: compare's
 (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
 that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
 the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
@@ -58,6 +59,19 @@ def run_commands(settings: list[Setting], results: Path) -> list[tuple[str, list
             for s in settings for seed in s.seeds]
 
 
+def tolerance_args(settings: list[Setting]) -> list[str]:
+    """``--tolerance domain/dataset=VALUE`` for each setting of the suite; UserError when two settings of one
+    domain/dataset give different tolerances (compare tells groups apart by those two)."""
+    chosen: dict[str, Setting] = {}
+    for s in settings:
+        key = f"{s.domain}/{s.dataset}"
+        if key in chosen and chosen[key].tolerance != s.tolerance:
+            raise UserError(f"the suite's lines {chosen[key].line} and {s.line} give {key} two tolerances "
+                            f"({chosen[key].tolerance:g} and {s.tolerance:g}); give its settings one")
+        chosen.setdefault(key, s)
+    return [arg for key, s in chosen.items() for arg in ("--tolerance", f"{key}={s.tolerance:g}")]
+
+
 def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
     """The baseline's records and logs; of one ``domain``: its records (read, so that an unreadable one is a
     UserError rather than a guess) and their logs."""
@@ -97,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.domain is not None and not args.update_baseline:
             raise UserError("--domain applies to --update-baseline only (the gate compares every domain's baseline)")
         settings = load_suite(suite_path(args.suite))
+        tolerances = tolerance_args(settings)
         if args.domain is not None:
             settings = only_domain(settings, args.domain)
         baseline = Path(args.baseline)
@@ -112,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Path(args.report) if args.report else results / "regression-report.md"
     commands = run_commands(settings, results)
     compare = harness_command("compare", "--baseline", str(baseline), "--candidate", str(results),
-                              "--out", str(report))
+                              "--out", str(report), *tolerances)
     if args.dry_run:
         for command in [c for _, c in commands] + ([] if args.update_baseline else [compare]):
             print(shlex.join(command))
