@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import platform
 import sys
 import time
 import traceback
@@ -63,21 +62,9 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def cpu_name() -> str:
-    """The CPU model (``platform.processor()`` is empty on most Linux systems, so /proc/cpuinfo first)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def environment(device: torch.device) -> dict[str, Any]:
     """What a figure depends on besides the code: the run records' hardware fields plus the CPU model and cuDNN."""
     hardware = hardware_info(device)
-    hardware["cpu"] = cpu_name()
     hardware["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
     return {"hardware": hardware, "software": software_info(), "date": utc_now()}
 

@@ -302,9 +302,31 @@ def _tolerance_text(tolerances: Tolerances) -> str:
     return parts[0] if len(parts) == 1 else f"{parts[0]}; " + ", ".join(parts[1:])
 
 
-def _details(rows: list[Row]) -> list[str]:
-    """Config differences of matched groups, and groups whose seeds come from different code."""
+MACHINE = ("device", "device_name", "cpu", "cpu_capability", "torch_threads", "torch", "cuda")
+
+
+def _machines(rows: list[Row]) -> list[str]:
+    """The machine and library fields (:data:`MACHINE`) whose values differ between the records the two sides
+    compared, among the fields both sides recorded (older records lack ``cpu`` and ``cpu_capability``)."""
+    compared = [r for r in rows if r.change is not None]
+    sides = [[rec for r in compared for rec in r.base.records], [rec for r in compared for rec in r.cand.records]]
     lines = []
+    for key in MACHINE:
+        base, cand = ({str(rec.hardware[key]) for rec in side if rec.hardware.get(key) is not None} for side in sides)
+        if base and cand and base != cand:
+            lines.append(f"- {key}: {', '.join(sorted(base))} → {', '.join(sorted(cand))}")
+    if not lines:
+        return []
+    return ["## The sides ran on different machines or libraries", "",
+            "A seed reruns bit for bit only on the same machine, libraries and thread count; here they differ, so "
+            "each change holds the machine's as well as the code's (rerun on other CPU kernels alone, the regression "
+            "suite's graph seeds moved like fresh seeds: README, Regression tracking in CI). Compare runs of one "
+            "machine to see the code's change alone.", "", *lines, ""]
+
+
+def _details(rows: list[Row]) -> list[str]:
+    """Config differences of matched groups, groups whose seeds come from different code, and the machines."""
+    lines = _machines(rows)
     diffs = [r for r in rows if r.config_diff]
     if diffs:
         lines += ["## Config differences of matched groups", ""]

@@ -141,6 +141,21 @@ def test_a_drop_the_seeds_show_but_the_test_cannot_confirm_is_never_unchanged(tm
     assert code == 0 and "## Unchanged (4)" in report
 
 
+def test_the_report_says_when_the_sides_ran_on_different_machines(tmp_path):
+    def on(records: list[dict], **hardware: str) -> list[dict]:
+        for r in records:
+            r["hardware"] = {"torch": "2.14.1", "torch_threads": 1, **hardware}
+        return records
+    base = on(_group("dcl", [85.0, 86.0, 85.5]), cpu_capability="AVX512")
+    code, report = _compare(tmp_path, base, on(_group("dcl", [85.0, 86.0, 85.5]), cpu_capability="AVX512"))
+    assert code == 0 and "different machines" not in report
+    code, report = _compare(tmp_path, base, on(_group("dcl", [85.0, 86.0, 85.5]), cpu_capability="DEFAULT",
+                                               cpu="AMD EPYC"))
+    machines = _section(report, "The sides ran on different machines or libraries")
+    assert code == 0 and "- cpu_capability: AVX512 → DEFAULT" in machines
+    assert "torch" not in machines.split("\n- ", 1)[1] and "cpu:" not in machines  # the same, or one side lacks it
+
+
 def test_tolerances_per_domain_and_dataset(tmp_path):
     base = _group("dcl", [85.0, 86.0, 85.5]) + _group("infonce", [80.0, 81.0, 82.0], dataset="other")
     cand = _group("dcl", [83.0, 84.2, 83.4]) + _group("infonce", [78.0, 79.2, 79.9], dataset="other")

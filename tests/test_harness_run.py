@@ -40,6 +40,8 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert set(record["timings"]) == {"pretrain_s", "evaluate_s", "total_s"}
     assert record["software"]["contrastive_harness"] and record["hardware"]["torch"]
     assert record["hardware"]["torch_threads"] >= 1
+    import torch  # the kernels the CPU picked, and the CPU: what a seed's rerun bit for bit also depends on
+    assert record["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and record["hardware"]["cpu"]
     assert (tmp_path / f"{record['run_id']}.log").read_text().count("epoch ") == 2
     assert record["run_id"] in out.stdout and "accuracy=" in out.stdout
     # The recorded command reproduces the same run (same run id), so it is skipped as existing.
