@@ -1,4 +1,4 @@
-"""``harness compare``: regression tracking between two result sets, as a CI gate that never passes a real drop.
+"""``harness compare``: regression tracking between two result sets, as a CI gate that never passes a drop it saw.
 
 A side is a results folder, or the records of one version, commit or tag (``--results DIR`` holding both sides, or
 ``FOLDER@NAME`` on each side). Groups are matched on what the command asked for: domain, dataset, method, loss and
