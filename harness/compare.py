@@ -42,6 +42,7 @@ from pathlib import Path
 
 from domains.base import UserError, write_atomic
 from harness import stats
+from harness.config import tolerance_value
 from harness.groups import Group, command_key, decimals, fmt, group_records
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
@@ -173,11 +174,8 @@ def parse_tolerances(items: list[str] | None) -> Tolerances:
     default, by_selector = None, {}
     for item in items or []:
         selector, _, text = item.rpartition("=")
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value >= 0):
+        value = tolerance_value(text)
+        if value is None:
             raise UserError(f"--tolerance '{item}': the value must be a finite number >= 0 (metric units)")
         if not selector:
             if default is not None:

@@ -166,6 +166,15 @@ MAX_SEED = 2**32 - 1  # numpy's legacy seeding, which every domain calls (np.ran
 MAX_SEEDS = 10_000  # seeds in one range: more is a typo, and would be listed in memory before anything runs
 
 
+def tolerance_value(text: str) -> float | None:
+    """A tolerance as written (``harness compare --tolerance``, a suite's column): a finite number >= 0, else None."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def parse_seeds(text: str) -> list[int]:
     """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds (0..:data:`MAX_SEED`, duplicates dropped)."""
     seeds: list[int] = []

@@ -18,7 +18,7 @@ from pathlib import Path
 import domains
 from domains.base import UserError
 from harness import runner
-from harness.config import parse_assignments, parse_seeds
+from harness.config import parse_assignments, parse_seeds, tolerance_value
 
 SUITES = Path(__file__).resolve().parent
 COLUMNS = ("domain", "method", "dataset", "loss", "preset", "seeds")
@@ -108,12 +108,9 @@ def parse_cost(text: str) -> float:
 
 
 def parse_tolerance(text: str) -> float:
-    """A suite's tolerance column: a finite number >= 0, in the setting's metric units."""
-    try:
-        tolerance = float(text)
-    except ValueError:
-        tolerance = float("nan")
-    if not (tolerance >= 0 and tolerance != float("inf")):
+    """A suite's tolerance column: a finite number >= 0, in the setting's metric units (as compare takes it)."""
+    tolerance = tolerance_value(text)
+    if tolerance is None:
         raise UserError(f"the tolerance '{text}' is not a finite number >= 0 (the setting's metric units)")
     return tolerance
 
