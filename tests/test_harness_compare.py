@@ -122,7 +122,7 @@ def test_two_honest_reruns_of_many_groups_pass(tmp_path):
 
 
 def test_a_drop_the_seeds_show_but_the_test_cannot_confirm_is_never_unchanged(tmp_path):
-    """Two seeds, each 10 points down: the paired t-test on 1 degree of freedom gives p = 0.063, short of 0.05. The
+    """Two seeds, each 10 points down: the paired t-test on 1 degree of freedom gives p = 0.064, short of 0.05. The
     drop is ten times the tolerance, so the gate cannot decide (exit 2) rather than pass it as unchanged."""
     base, cand = _group("dcl", [85.0, 86.0]), _group("dcl", [76.0, 75.0])
     code, report = _compare(tmp_path, base, cand)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+import torch
 from filelock import FileLock
 from tiny_domain import REPO, TinyDomain, harness, harness_env
 
@@ -40,7 +41,7 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert set(record["timings"]) == {"pretrain_s", "evaluate_s", "total_s"}
     assert record["software"]["contrastive_harness"] and record["hardware"]["torch"]
     assert record["hardware"]["torch_threads"] >= 1
-    import torch  # the kernels the CPU picked, and the CPU: what a seed's rerun bit for bit also depends on
+    # the kernels the CPU picked, and the CPU: what a seed's rerun bit for bit also depends on
     assert record["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and record["hardware"]["cpu"]
     assert (tmp_path / f"{record['run_id']}.log").read_text().count("epoch ") == 2
     assert record["run_id"] in out.stdout and "accuracy=" in out.stdout
