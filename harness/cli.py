@@ -129,12 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="metric units a change must exceed to count (default 1); repeat with DOMAIN=VALUE or "
                    "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
     p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
-                   help="auto (default): paired t-test on the seeds both sides have (>= 2), else Welch's t-test")
+                   help="auto (default): paired t-test on the seeds both sides have (>= 2) when the candidate has no "
+                   "other, else Welch's t-test")
     p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
                    help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default 0.05)")
     p.add_argument("--allow-missing", action="store_true",
-                   help="pass although baseline groups are absent, failed, non-finite or short of seeds there")
+                   help="pass although baseline groups are absent, failed, non-finite or short of seeds there (an "
+                   "unconfirmed drop on the seeds they have still needs --allow-untestable)")
     p.add_argument("--allow-untestable", action="store_true",
                    help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
                    "or too much spread)")

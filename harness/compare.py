@@ -3,11 +3,13 @@
 A side is a results folder, or the records of one version, commit or tag (``--results DIR`` holding both sides, or
 ``FOLDER@NAME`` on each side). Groups are matched on what the command asked for: domain, dataset, method, loss and
 its hyper-parameters, preset and ``--set`` overrides, and the primary metric (groups whose primary metrics differ
-are never compared). Each side takes per group the records of its newest code (``harness.groups``); a matched
-pair whose resolved configs differ is compared and the report shows the difference (a changed default).
+are never compared). Each side takes per group the records of its newest code (``harness.groups``), failed ones
+included; a matched pair whose resolved configs or data differ is compared and the report shows the difference (a
+changed default). Two records of one seed that disagree, on one side and of one code, are refused.
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
-tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's), the p-values of all
+tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's; a paired test's change
+is also read over all the candidate's seeds, so that seeds it cannot pair never hide a drop), the p-values of all
 groups corrected together (Holm by default). The tolerance is in metric units: one for every group, or one per
 domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads differ. A group
 
@@ -27,9 +29,10 @@ level a lone group needs after the correction, from its seeds and spread. Honest
 tolerance well below it: choose the tolerance (and the seeds) from it.
 
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
-folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass); 2 when
-the gate cannot decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every
-baseline group was compared and held.
+folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
+untestable drop on their remaining seeds); 2 when the gate cannot decide: an untestable drop (``--allow-untestable``
+lets it pass), or bad input; 0 only when every baseline group was compared and held, or was let through by an
+``--allow-*`` option, which the verdict line then names.
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from domains.base import UserError, write_atomic
+from domains.base import UserError, hash_jsonable, write_atomic
 from harness import stats
 from harness.config import tolerance_value
-from harness.groups import Group, command_key, decimals, fmt, group_records
+from harness.groups import Group, code_class, code_classes, command_key, decimals, fmt, group_records
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
 from harness.version import resolve_commit
@@ -53,43 +56,64 @@ VERDICTS = ("regression", "missing", "untestable", "improvement", "unchanged", "
 
 @dataclass
 class Side:
-    """One side of a comparison: its name and every record of it (failed ones too)."""
+    """One side of a comparison: its name and every record of it (failed ones too).
+
+    Per group (:func:`command_key`) the side is its newest code (:func:`code_classes`), chosen among all its
+    records of the group, failed ones too: a newer code that failed is the side's result, and never gives way to
+    an older code's completed records."""
 
     label: str
     records: list[RunRecord]
+    current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
+
+    def __post_init__(self) -> None:
+        by_key: dict[str, list[RunRecord]] = {}
+        for record in self.records:
+            by_key.setdefault(command_key(record), []).append(record)
+        self.current = {}
+        for key, members in by_key.items():
+            newest = code_classes(members)[-1]
+            self.current[key] = [r for r in members if code_class(r) == newest]
 
     def groups(self) -> dict[str, Group]:
-        return {command_key(g.records[-1]): g for g in group_records(self.records, key=command_key, keep_empty=True)}
+        chosen = [r for members in self.current.values() for r in members]
+        return {command_key(g.records[-1]): g for g in group_records(chosen, key=command_key, keep_empty=True)}
 
     def failed(self) -> dict[str, set[int]]:
-        """Match key -> the seeds that only failed (no completed record of the seed)."""
-        done = {(command_key(r), r.seed) for r in self.records if r.status == "completed"}
+        """Match key -> the seeds that only failed (no completed record of the seed) in the group's newest code."""
         out: dict[str, set[int]] = {}
-        for r in self.records:
-            if r.status == "failed" and (command_key(r), r.seed) not in done:
-                out.setdefault(command_key(r), set()).add(r.seed)
+        for key, members in self.current.items():
+            done = {r.seed for r in members if r.status == "completed"}
+            seeds = {r.seed for r in members if r.status == "failed"} - done
+            if seeds:
+                out[key] = seeds
         return out
+
+    def older_code(self) -> list[str]:
+        """The match keys whose newest code is not the side's newest code (a folder that keeps several versions:
+        the side's newest code did not run these groups, so an older one stands for it)."""
+        newest = code_classes(self.records)[-1]
+        return [key for key, members in self.current.items() if code_class(members[0]) != newest]
 
 
 def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
     """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, else a prefix
     (at least 4 hex digits) of a commit or a source digest. UserError when none or several codes match."""
-    exact = [r for r in records if r.version == name]
-    if exact:
-        return exact
-    commit = resolve_commit(name)
+    chosen = [r for r in records if r.version == name]
+    commit = None if chosen else resolve_commit(name)
     if commit is not None:
         chosen = [r for r in records if r.commit == commit]
-        if chosen:
-            return chosen
-    if len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
+    if not chosen and len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
         chosen = [r for r in records if (r.commit or "").startswith(name.lower())
                   or str(r.software.get("source_digest") or "").startswith(name.lower())]
-        codes = {r.code for r in chosen}
-        if len(codes) > 1:
-            raise UserError(f"'{name}' is ambiguous in {where}: it names {len(codes)} codes; give more digits")
-        if chosen:
-            return chosen
+    codes = sorted({code_class(r): r for r in chosen}.items())
+    if len(codes) > 1:  # e.g. a commit's own records and an edited tree's: the gate would judge only the newest
+        named = "; ".join(f"{r.code_label()} (version {r.version}, source digest "
+                          f"{str(r.software.get('source_digest') or '-')[:12]})" for _, r in codes)
+        raise UserError(f"'{name}' is ambiguous in {where}: it names {len(codes)} codes ({named}); name one by a "
+                        "prefix of its source digest")
+    if chosen:
+        return chosen
     versions = sorted({r.version for r in records})
     commits = sorted({r.commit[:8] for r in records if r.commit})
     raise UserError(f"no records of version, commit or tag '{name}' in {where}; present: versions "
@@ -105,7 +129,7 @@ def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[
     if folder is None or not Path(folder).is_dir():
         raise UserError(f"--{role} '{text}' is not a results folder (nor FOLDER@NAME); to compare two versions, "
                         "commits or tags inside one folder pass --results DIR --baseline NAME --candidate NAME")
-    path = Path(folder)
+    path = Path(folder).resolve()  # one folder however it is spelt (relative, '..', a link): never both sides
     if path not in cache:
         cache[path] = [record for _, record in load_record_files(path, completed_only=False)]
     chosen = select(cache[path], name, str(path)) if name else cache[path]
@@ -124,6 +148,9 @@ class Row:
     change: stats.Change | None = None
     p_adjusted: float = math.nan
     problems: list[str] = field(default_factory=list)  # why a group is missing
+    seen: str = ""  # the verdict on the seeds the candidate has (a missing group's too: it may hide a drop)
+    notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
+    matched: bool = False  # the candidate has the group, completed or only failed
     config_diff: list[str] = field(default_factory=list)
     tolerance: float = math.nan  # this group's, in metric units
     detectable: float = math.nan  # the smallest change its test could have called significant (stats.detectable)
@@ -195,33 +222,60 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
                                                  for s in (g.domain, f"{g.domain}/{g.dataset}")}
     if unused:  # a misspelt selector would leave its groups at the default tolerance without a word
         raise UserError(f"--tolerance names no baseline group: {', '.join(sorted(unused))}")
+    _refuse_conflicts(base, base_groups.values())
+    _refuse_conflicts(cand, cand_groups.values())
     rows, tested = [], []
     for key, b in base_groups.items():
         c = cand_groups.get(key)
         problems = _missing(b, c, failed.get(key, set()))
         row = Row(b, c, "missing", problems=problems, config_diff=_config_diff(b, c) if c else [],
-                  tolerance=args.tolerances.of(b))
+                  tolerance=args.tolerances.of(b), matched=c is not None or key in failed)
         if c is not None and b.values and c.values:
-            row.change = stats.compare_values(b.values, c.values, args.test)
-            tested.append(row)
+            try:
+                row.change = stats.compare_values(b.values, c.values, args.test)
+                whole = b.sign * (c.mean - b.mean)
+            except OverflowError:
+                raise UserError(f"{_name(b)}: its {b.primary_metric} values are too large to compute a mean or a "
+                                "test with; check the records' metrics") from None
+            unpaired = sorted(set(c.values) - set(b.values)) if row.change.n_pairs else []
+            if unpaired:
+                row.notes.append(f"the candidate's seed(s) {_seeds(unpaired)} have no baseline seed to pair with: the "
+                                 f"paired test leaves them out; over all seeds the mean changed by "
+                                 f"{c.mean - b.mean:+.{decimals(b.mean)}f}")
+            tested.append((row, whole if unpaired else b.sign * row.change.change))
         rows.append(row)
-    decidable = [r for r in tested if stats.decidable(r.change, args.alpha, len(tested), args.correction)]
+    decidable = [r for r, _ in tested if stats.decidable(r.change, args.alpha, len(tested), args.correction)]
     for row, p in zip(decidable, stats.adjust([r.change.p for r in decidable], args.correction)):
         row.p_adjusted = p
     level = stats.lone_level(args.alpha, len(tested), args.correction)
-    for row in tested:
+    for row, whole in tested:
         row.detectable = stats.detectable(row.change, level)
         gain = row.base.sign * row.change.change
         if row in decidable and row.p_adjusted < args.alpha and abs(gain) > row.tolerance:
-            verdict = "regression" if gain < 0 else "improvement"
-        elif gain < -row.tolerance:  # a drop the seeds showed and the test did not confirm: never a pass
-            verdict = "untestable"
+            row.seen = "regression" if gain < 0 else "improvement"
+        elif min(gain, whole) < -row.tolerance:  # a drop the seeds showed and the test did not confirm: never a pass
+            row.seen = "untestable"
         else:
-            verdict = "unchanged" if row in decidable else "untested"
+            row.seen = "unchanged" if row in decidable else "untested"
         # Seeds missing on the candidate's side: a regression on the others is still one.
-        row.verdict = "missing" if row.problems and verdict != "regression" else verdict
+        row.verdict = "missing" if row.problems and row.seen != "regression" else row.seen
     rows += [Row(None, g, "added") for key, g in cand_groups.items() if key not in base_groups]
     return rows
+
+
+def _name(g: Group) -> str:
+    return f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, {g.setting_label()})"
+
+
+def _refuse_conflicts(side: Side, groups: Iterable[Group]) -> None:
+    """UserError when a side holds two records of one seed (one group, one code) that disagree: which of them is
+    the side's result is not the gate's to choose."""
+    clashes = [f"{_name(g)}, seed {seed}: " + ", ".join(f"{r.run_id} ({fmt(r.metrics.get(r.primary_metric))})"
+                                                     for r in records)
+               for g in groups for seed, records in sorted(g.conflicts.items())]
+    if clashes:
+        raise UserError(f"'{side.label}' holds different results for one seed of one code: {'; '.join(clashes)}. "
+                        "Keep one record per seed (a side is one run of each seed), then compare again")
 
 
 COLUMNS = ["domain", "dataset", "method", "loss", "hyper-parameters", "setting", "metric", "baseline (n)",
@@ -283,15 +337,15 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         lines += [f"## {TITLES[verdict]} ({len(chosen)})", ""]
         lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
         if verdict == "missing" and chosen:
-            lines += [f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
-                      f"({r.base.hparams_label()}, {r.base.setting_label()}): {'; '.join(r.problems)}"
-                      for r in chosen] + [""]
+            lines += [f"- {_name(r.base)}: {'; '.join(r.problems)}"
+                      + ("; the seeds it has show a drop worse than the tolerance that the test did not confirm"
+                         if r.seen == "untestable" else "") for r in chosen] + [""]
     added = [r.cand for r in rows if r.verdict == "added"]
     lines += [f"## Added in the candidate, not in the baseline ({len(added)})", ""]
     lines += [*markdown(["domain", "dataset", "method", "loss", "hyper-parameters", "setting"],
                         [[g.domain, g.dataset, g.method, g.loss, g.hparams_label(), g.setting_label()]
                          for g in added]), ""] if added else ["none", ""]
-    lines += _details(rows)
+    lines += _details(rows, cand)
     return "\n".join(lines)
 
 
@@ -322,9 +376,40 @@ def _machines(rows: list[Row]) -> list[str]:
             "machine to see the code's change alone.", "", *lines, ""]
 
 
-def _details(rows: list[Row]) -> list[str]:
-    """Config differences of matched groups, groups whose seeds come from different code, and the machines."""
-    lines = _machines(rows)
+def _data(rows: list[Row]) -> list[str]:
+    """The matched groups whose two sides read different data (their records' data fingerprints), and the groups
+    whose seeds on one side did."""
+    lines = []
+    for r in rows:
+        if r.base is None or r.cand is None:
+            continue
+        base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
+        if base != cand:
+            lines.append(f"- {_name(r.base)}: data {', '.join(base)} → {', '.join(cand)}")
+    if not lines:
+        return []
+    return ["## Groups whose data differ", "",
+            "The records' data fingerprints differ (another data root, another copy or version of the data set, or "
+            "seeds of one side that read different data): the change holds the data's as well as the code's.", "",
+            *lines, ""]
+
+
+def _details(rows: list[Row], cand: Side) -> list[str]:
+    """Notes on rows, config and data differences of matched groups, groups whose seeds come from different code,
+    groups an older code stands for, and the machines."""
+    lines = []
+    noted = [r for r in rows if r.notes]
+    if noted:
+        lines += ["## Notes", "", *[f"- {_name(r.base)}: {'; '.join(r.notes)}" for r in noted], ""]
+    older = set(cand.older_code())
+    stale = [r.cand for r in rows if r.cand is not None and command_key(r.cand.records[-1]) in older]
+    if stale:
+        newest = next(r for r in cand.records if code_class(r) == code_classes(cand.records)[-1])
+        lines += [f"## Groups the candidate's newest code ({newest.code_label()}) did not run", "",
+                  "The candidate holds records of several codes; these groups are judged on the newest code that ran "
+                  "them, an older one. Compare a folder of one code to judge that code alone.", "",
+                  *[f"- {_name(g)}: {g.code_label()}" for g in stale], ""]
+    lines += _machines(rows) + _data(rows)
     diffs = [r for r in rows if r.config_diff]
     if diffs:
         lines += ["## Config differences of matched groups", ""]
@@ -358,14 +443,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = judge(base, cand, args)
     count = {v: sum(r.verdict == v for r in rows) for v in (*VERDICTS, "added")}
     failing = count["regression"] + (0 if args.allow_missing else count["missing"])
-    undecided = 0 if args.allow_untestable else count["untestable"]
-    compared = sum(r.change is not None for r in rows)
-    if not compared:  # most likely the wrong folders or names: say so rather than list every group as missing
+    # A missing group's seeds may show an unconfirmed drop: --allow-missing waives the seeds, not the drop.
+    untestable = sum(r.seen == "untestable" for r in rows)
+    undecided = 0 if args.allow_untestable else untestable
+    waived = [f"{count['missing']} missing (--allow-missing)" if count["missing"] else "",
+              f"{untestable} untestable (--allow-untestable)" if untestable else ""]
+    if not any(r.matched for r in rows):  # most likely the wrong folders or names: say so, not "every group missing"
         code, verdict = 2, "CANNOT DECIDE: no baseline group has a matching candidate group"
     elif failing:
         code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing"
     elif undecided:
         code, verdict = 2, f"CANNOT DECIDE: {undecided} untestable change(s) worse than the tolerance"
+    elif any(waived):
+        code, verdict = 0, f"PASS with waivers: {', '.join(w for w in waived if w)} let through"
     else:
         code, verdict = 0, "PASS: every baseline group compared and held"
     summary = ", ".join(f"{n} {v}" for v, n in count.items() if n)

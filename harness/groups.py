@@ -5,7 +5,8 @@ one code: the same run but for the seed. A *setting* is a group without its loss
 against share it (same method, same config).
 
 Code never mixes silently. Of the records of one experiment, a group takes those of the **newest code**
-(:func:`code_classes`): the newest source digest (``RunRecord.code``), ordered by commit date. Records written
+(:func:`code_classes`): the newest source digest (``RunRecord.code``), ordered by commit date, then by when it
+last ran (two edited trees of one commit). Records written
 before the source digest was recorded know only their commit; they form one class per package version, older than
 any digest, and a group of them whose seeds come from several commits says so (``Group.mixed_code``).
 """
@@ -23,7 +24,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from domains.base import Domain, UserError, hash_jsonable
-from harness.records import RunRecord, domain_or_none, load_record_files
+from harness.records import RunRecord, domain_or_none, load_record_files, utc_iso
 
 
 @dataclass
@@ -47,6 +48,7 @@ class Group:
     secondary: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> seed -> value
     nonfinite: set[int] = field(default_factory=set)  # seeds whose primary metric is NaN or infinite
     codes: dict[str, str] = field(default_factory=dict)  # RunRecord.code -> its short label, of the members
+    conflicts: dict[int, list[RunRecord]] = field(default_factory=dict)  # seed -> its records, where they disagree
     records: list[RunRecord] = field(default_factory=list, repr=False)  # the members, oldest first
 
     @property
@@ -119,11 +121,12 @@ def code_class(record: RunRecord) -> str:
 
 def code_classes(records: Iterable[RunRecord]) -> list[str]:
     """The code classes of ``records``, newest last: digests after versions without one, then by the newest
-    commit date (else finish time) among their records, then by version."""
+    commit date (else finish time; both in UTC) among their records, then by version, then by the last finish
+    time (two edited trees of one commit share its date and version: the one run last is the newer)."""
     newest: dict[str, tuple] = {}
     for record in records:
         cls = code_class(record)
-        key = (cls.startswith("src:"), record.code_time(), version_key(record.version))
+        key = (cls.startswith("src:"), record.code_time(), version_key(record.version), utc_iso(record.finished_at))
         newest[cls] = max(newest.get(cls, key), key)
     return sorted(newest, key=lambda c: (newest[c], c))
 
@@ -151,7 +154,8 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
     """Completed records grouped on ``key`` (by default everything but seed and code), sorted deterministically.
 
     Per group only the records of the newest code class are kept (:func:`code_classes`). A seed recorded twice
-    keeps its latest record. ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
+    keeps its latest record; where the two disagree on the primary metric, ``Group.conflicts`` holds both (a gate
+    must not choose between them). ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
     The baseline loss is the one the domain's code names now (so records written before a method got its own
     baseline compare like new ones), the record's own field where the domain cannot be loaded.
     """
@@ -163,7 +167,8 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
     loaded: dict[str, Domain | None] = {}
     for members in by_key.values():
         newest = code_classes(members)[-1]
-        members = sorted((r for r in members if code_class(r) == newest), key=lambda r: (r.finished_at, r.run_id))
+        members = sorted((r for r in members if code_class(r) == newest),
+                         key=lambda r: (utc_iso(r.finished_at), r.run_id))
         first = members[-1]
         latest = max((r.version for r in members), key=version_key)
         if first.domain not in loaded:
@@ -177,7 +182,13 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
             version=latest, loss_used=first.loss_used, records=members,
             codes={r.code: r.code_label() for r in members},
         )
+        seen: dict[int, RunRecord] = {}
         for record in members:
+            earlier = seen.get(record.seed)
+            if earlier is not None and earlier.metrics.get(record.primary_metric) != \
+                    record.metrics.get(record.primary_metric):
+                group.conflicts.setdefault(record.seed, [earlier]).append(record)
+            seen[record.seed] = record
             group.values.pop(record.seed, None)
             group.nonfinite.discard(record.seed)
             if record.metrics.get(record.primary_metric) is None:

@@ -16,7 +16,7 @@ Schema versions:
 
 Since version 3, ``software`` also holds the code's identity (:func:`harness.version.software_info`): the version,
 the git commit, its date, the dirty flag and ``source_digest``, the digest of the package's sources that a run's
-identity hashes. Records written before it have no digest; :func:`code_key` tells their code apart by commit.
+identity hashes. Records written before it have no digest; :attr:`RunRecord.code` tells their code apart by commit.
 
 A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
 named after it), checked on load like every other field.
@@ -109,6 +109,13 @@ class RunRecord(BaseModel):
             raise ValueError(f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)")
         return value
 
+    @field_validator("metrics")
+    @classmethod
+    def _finite_or_none(cls, value: dict[str, float | None]) -> dict[str, float | None]:
+        # The writer stores NaN and infinity as null (``write_json_atomic``); a hand-made file's ``NaN`` literal
+        # means the same, so every reader sees one "not finite".
+        return {k: v if v is None or math.isfinite(v) else None for k, v in value.items()}
+
     @model_validator(mode="after")
     def _outcome(self) -> RunRecord:
         if self.status == "completed" and self.primary_metric not in self.metrics:
@@ -149,9 +156,10 @@ class RunRecord(BaseModel):
         return f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
 
     def code_time(self) -> str:
-        """When the code was committed (ISO), else when the record was written: the order of code versions."""
+        """When the code was committed, else when the record was written: the order of code versions. ISO 8601 in
+        UTC, so that times compare as text (git gives a commit's date in its committer's own UTC offset)."""
         date = self.software.get("git_commit_date")
-        return date if isinstance(date, str) and date else self.finished_at
+        return utc_iso(date if isinstance(date, str) and date else self.finished_at)
 
     def to_json(self) -> dict[str, Any]:
         """The record as the JSON object written to its file."""
@@ -221,6 +229,17 @@ def run_id(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def utc_iso(stamp: str) -> str:
+    """An ISO 8601 time as :func:`utc_now` writes it (UTC); a time without an offset is taken as UTC, and text
+    that is not a time is returned as it is."""
+    try:
+        moment = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp
+    moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return moment.isoformat(timespec="seconds")
 
 
 def jsonable(obj: Any) -> Any:
@@ -363,7 +382,8 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
     """(path, record) of every record (``*.json``, not hidden) in the results folders, sorted by run id.
 
     UserError, naming them and why, when a folder does not exist or a file cannot be read as a record (truncated,
-    corrupted, not a run record, a newer schema): a page or a gate built without them would silently lose results.
+    corrupted, not a run record, a newer schema, or a file not named after its run id, as a copy would be): a page
+    or a gate built without them would silently lose results, and one built with a copy would count a run twice.
     """
     dirs = [Path(results)] if isinstance(results, (str, Path)) else [Path(d) for d in results]
     out, unreadable = [], []
@@ -372,11 +392,17 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
         if not directory.is_dir():
             raise UserError(f"results folder '{directory}' does not exist (or is not a folder); nothing was written")
         for path in sorted(directory.glob("*.json")):
+            if path.name.startswith("."):
+                continue
             try:
                 refuse_link(path, directory)
                 record = load_record(path, loaded)
             except (OSError, UserError) as exc:
                 unreadable.append(str(exc) if isinstance(exc, UserError) else f"{path}: {exc.strerror or exc}")
+                continue
+            if path.name != f"{record.run_id}.json":
+                unreadable.append(f"{path}: holds the record of run {record.run_id}, whose file is "
+                                  f"{record.run_id}.json (a copy or a renamed file)")
                 continue
             if not completed_only or record.status == "completed":
                 out.append((path, record))

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from scipy import stats
 
 TESTS = {
-    "auto": "a paired t-test on the seeds both sides have where they share at least 2, else Welch's t-test",
+    "auto": "a paired t-test on the seeds both sides have where they share at least 2 and the candidate has no "
+            "other, else Welch's t-test",
     "paired-t": "a paired t-test (scipy.stats.ttest_rel) on the seeds both sides have",
     "wilcoxon": "a Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact) on the seeds both sides have",
     "welch": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
@@ -74,8 +75,8 @@ def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
 def compare_values(base: dict[int, float], cand: dict[int, float], test: str = "auto") -> Change:
     """The change between two groups' per-seed values (seed -> metric) under ``test`` (see :data:`TESTS`)."""
     pairs = len(set(base) & set(cand))
-    if test == "auto":
-        test = "paired-t" if pairs >= 2 else "welch"
+    if test == "auto":  # a pairing would leave the candidate's extra seeds out of the change
+        test = "paired-t" if pairs >= 2 and set(cand) <= set(base) else "welch"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # zero variance, small samples: scipy warns and returns nan
         if test in PAIRED:
@@ -95,8 +96,8 @@ def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) ->
     result = stats.ttest_rel(b, a)
     interval = result.confidence_interval(0.95)
     low, high = float(interval.low), float(interval.high)
-    if sd == 0:  # the same shift on every seed
-        p, low, high = (1.0 if change == 0 else 0.0), change, change
+    if sd == 0:  # the same shift on every seed: real, but a rank test's p cannot go below its floor
+        p, low, high = (1.0 if change == 0 else floor), change, change
     elif test == "paired-t":
         p = float(result.pvalue)
     else:
@@ -119,7 +120,7 @@ def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) 
     low, high = float(interval.low), float(interval.high)
     constant = _constant_p(a, b)
     if constant is not None:
-        p, low, high = constant, change, change
+        p, low, high = max(constant, floor), change, change
     elif test == "welch":
         p = float(welch.pvalue)
     else:

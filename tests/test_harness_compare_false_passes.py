@@ -1,0 +1,158 @@
+"""``harness compare`` never passes a drop through a side door: each test is a way an audit of the gate once got
+exit 0 (or a traceback) for a candidate that was clearly worse, and now gets a failure or "cannot decide".
+
+Doors: ``--allow-missing`` waiving an unconfirmed drop, a paired test leaving the candidate's extra seeds out, the
+newest code chosen by commit dates in other UTC offsets or by digest order, a named commit or version holding two
+codes, an older code standing in for a newer one that failed, hidden or renamed copies of records, two results for
+one seed, one folder spelt two ways, and metrics that are NaN or too large to compute with."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tiny_domain import synthetic_record, write_records
+
+from harness.cli import main
+from harness.stats import compare_values
+
+GOOD = [85.9, 82.45, 86.6, 81.2, 80.9]  # five seeds of an honest run (mean 83.41)
+OLD = {"source_digest": "a" * 64, "git_commit": "a" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00"}
+NEW = {"source_digest": "b" * 64, "git_commit": "b" * 40, "git_commit_date": "2026-11-26T03:30:00-05:00"}
+
+
+def _records(values: list[float], seeds: list[int] | None = None, **kw) -> list[dict]:
+    seeds = list(range(len(values))) if seeds is None else seeds
+    return [synthetic_record("infonce", s, v, **kw) for s, v in zip(seeds, values)]
+
+
+def _gate(tmp_path, cand: list[dict], *extra: str, base: list[dict] | None = None) -> tuple[int, str]:
+    """Exit status and report of ``harness compare`` of the five honest seeds against ``cand``."""
+    write_records(tmp_path / "base", _records(GOOD) if base is None else base)
+    write_records(tmp_path / "cand", cand)
+    out = tmp_path / "report.md"
+    code = main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"),
+                 "--out", str(out), *extra])
+    return code, out.read_text() if out.exists() else ""
+
+
+def test_allow_missing_waives_the_absent_seeds_not_the_drop_the_others_show(tmp_path, capsys):
+    one = _records([25.0])  # one seed, at chance level
+    assert _gate(tmp_path / "1", one, "--allow-missing")[0] == 2
+    assert "untestable" in capsys.readouterr().err
+    two = _records([GOOD[0] - 10, GOOD[1] - 12])  # p = 0.058 on two pairs
+    code, report = _gate(tmp_path / "2", two, "--allow-missing")
+    assert code == 2 and "the test did not confirm" in report
+    code, report = _gate(tmp_path / "3", two, "--allow-missing", "--allow-untestable")
+    assert code == 0 and "PASS with waivers: 1 missing (--allow-missing), 1 untestable (--allow-untestable)" in report
+    assert "every baseline group compared and held" not in report
+
+
+def test_the_candidates_extra_seeds_count(tmp_path, capsys):
+    collapsed = _records(GOOD) + _records([25.0 + s / 10 for s in range(10)], seeds=list(range(5, 15)))
+    code, report = _gate(tmp_path / "auto", collapsed)
+    assert code == 1 and "welch" in report  # the default test pairs no seeds then: Welch's over all 15
+    code, report = _gate(tmp_path / "paired", collapsed, "--test", "paired-t")
+    assert code == 2  # the pairs show +0.00; the mean over all seeds fell by 38.64
+    assert "seed(s) 5,6,7,8,9,10,11,12,13,14 have no baseline seed to pair with" in report
+    assert "mean changed by -38.64" in report
+    capsys.readouterr()
+
+
+def test_the_newest_code_is_ordered_by_utc_commit_time(tmp_path):
+    # NEW was committed at 08:30 UTC, written in its committer's -05:00: as text it sorts before OLD's 08:00.
+    cand = _records(GOOD, software=OLD) + _records([v - 20 for v in GOOD], software=NEW)
+    code, report = _gate(tmp_path, cand)
+    assert code == 1 and "Regressions (1)" in report
+
+
+def test_two_edited_trees_of_one_commit_the_one_run_last_is_newer(tmp_path, capsys):
+    tree = {"git_commit": "c" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00", "git_dirty": True}
+    first = _records(GOOD, version="0.2.dev1+gccc.d20261126", software={**tree, "source_digest": "f" * 64},
+                     finished_at="2026-11-26T07:17:00+00:00")
+    later = _records([v - 20 for v in GOOD], version="0.2.dev1+gccc.d20261126",
+                     software={**tree, "source_digest": "0" * 64}, finished_at="2026-11-26T09:00:00+00:00")
+    code, report = _gate(tmp_path, first + later)  # "f..." sorts after "0...": the digest order would pick first
+    assert code == 1 and "Regressions (1)" in report
+    # Naming that version names both trees: refused, not judged on one of them.
+    write_records(tmp_path / "both", first + later + _records(GOOD, version="0.1.0"))
+    assert main(["compare", "--results", str(tmp_path / "both"), "--baseline", "0.1.0",
+                 "--candidate", "0.2.dev1+gccc.d20261126"]) == 2
+    assert "ambiguous" in capsys.readouterr().err
+    assert main(["compare", "--results", str(tmp_path / "both"), "--baseline", "0.1.0", "--candidate", "0000"]) == 1
+
+
+def test_a_newer_code_that_failed_is_the_sides_result(tmp_path):
+    failed = [synthetic_record("infonce", s, 0.0, status="failed", software=NEW,
+                               finished_at="2026-11-26T09:00:00+00:00") for s in range(5)]
+    code, report = _gate(tmp_path, _records(GOOD, software=OLD) + failed)
+    assert code == 1 and "failed on seed(s) 0,1,2,3,4" in report
+
+
+def test_the_report_names_groups_an_older_code_stands_for(tmp_path):
+    other = {"dataset": "rings"}
+    base = _records(GOOD) + _records(GOOD, **other)
+    cand = _records(GOOD, software=OLD) + _records(GOOD, software=OLD, **other) + _records(GOOD, software=NEW)
+    code, report = _gate(tmp_path, cand, base=base)
+    stale = report.split("did not run")[1].split("\n## ")[0]
+    assert code == 0 and "tiny / rings /" in stale and "tiny / blobs /" not in stale
+
+
+def test_hidden_and_renamed_copies_of_records_are_not_results(tmp_path, capsys):
+    bad = _records([v - 30 for v in GOOD])
+    write_records(tmp_path / "cand", bad)
+    for record in _records(GOOD):  # a hidden copy of each good record: ls does not show it, the gate must not read it
+        (tmp_path / "cand" / f".{record['run_id']}.json").write_text(json.dumps(record))
+    assert _gate(tmp_path, [])[0] == 1
+    renamed = _records(GOOD)
+    write_records(tmp_path / "copy", renamed)
+    (tmp_path / "copy" / "a-copy.json").write_text(json.dumps({**renamed[0], "metrics": {"accuracy": 30.0}}))
+    capsys.readouterr()
+    assert main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", str(tmp_path / "copy")]) == 2
+    err = capsys.readouterr().err
+    assert "a-copy.json: holds the record of run" in err and err.count("\n") == 1
+
+
+def test_two_results_of_one_seed_are_refused_not_chosen_between(tmp_path, capsys):
+    cand = _records(GOOD)
+    other = {**cand[0], "run_id": cand[0]["run_id"] + "-otherdata", "metrics": {"accuracy": 30.0},
+             "data_fingerprint": {"dataset": "blobs", "sha256": "1" * 64}}
+    assert _gate(tmp_path, [*cand, other])[0] == 2
+    err = capsys.readouterr().err
+    assert "different results for one seed of one code" in err and "seed 0" in err and "30.00" in err
+
+
+def test_one_folder_spelt_two_ways_is_refused(tmp_path, capsys):
+    write_records(tmp_path / "base", _records(GOOD))
+    (tmp_path / "link").symlink_to(tmp_path / "base")
+    spellings = [str(tmp_path / "base" / ".." / "base"), str(tmp_path / "link"),
+                 os.path.relpath(tmp_path / "base")]
+    for spelling in spellings:
+        assert main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", spelling]) == 2
+        assert "the same 5 records" in capsys.readouterr().err
+
+
+def test_the_report_says_when_the_sides_read_different_data(tmp_path):
+    cand = [{**r, "data_fingerprint": {"dataset": "blobs", "graphs": 50}} for r in _records(GOOD)]
+    code, report = _gate(tmp_path, cand)
+    assert code == 0 and "## Groups whose data differ" in report
+
+
+def test_nan_and_huge_metrics(tmp_path, capsys):
+    nan = _records(GOOD)
+    text = json.dumps(nan[0]).replace(str(GOOD[0]), "NaN")  # a hand-made file: Python's json reads the literal
+    write_records(tmp_path / "cand", nan[1:])
+    (tmp_path / "cand" / f"{nan[0]['run_id']}.json").write_text(text)
+    code, report = _gate(tmp_path, [])
+    assert code == 1 and "non-finite accuracy on seed(s) 0" in report
+    capsys.readouterr()
+    assert _gate(tmp_path / "huge", _records([1.7e308] * 5))[0] == 2
+    err = capsys.readouterr().err
+    assert "too large to compute" in err and err.count("\n") == 1
+
+
+def test_a_rank_tests_p_never_goes_below_the_smallest_it_can_reach():
+    change = compare_values({0: 1.0, 1: 1.0, 2: 1.0}, {0: 2.0, 1: 2.0, 2: 2.0}, "mannwhitney")
+    assert change.p == change.min_p == 0.1
+    change = compare_values({s: 1.0 for s in range(4)}, {s: 2.0 for s in range(4)}, "wilcoxon")
+    assert change.p == change.min_p == 0.125
