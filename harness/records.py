@@ -29,6 +29,7 @@ import math
 import os
 import platform
 import re
+import warnings
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -329,7 +330,7 @@ def load_record(path: Path, loaded: dict[str, Domain | None] | None = None) -> R
         raw = fh.read()
     try:
         data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, an integer of 4300+ digits
         raise InvalidRecordError(f"{path}: not JSON (truncated or corrupted)") from None
     record = parse_record(data, path)
     loaded = {} if loaded is None else loaded
@@ -345,6 +346,25 @@ def read_record(path: Path) -> RunRecord | None:
         return load_record(path)
     except (OSError, InvalidRecordError):
         return None
+
+
+def set_aside_damaged(path: Path) -> Path | None:
+    """Move the record file at ``path`` to ``<name>.damaged`` (``.damaged.1``, ... if taken) when it cannot be read
+    as a record (truncated, or edited into an invalid one), with a warning naming both: a run about to write its
+    record there must not lose what the file held. The new path; None when there is nothing to set aside."""
+    try:
+        load_record(path)
+        return None
+    except OSError:
+        return None  # absent (or unreadable: writing the record will say so)
+    except InvalidRecordError as exc:
+        aside, n = path.with_name(f"{path.name}.damaged"), 0
+        while aside.exists():
+            n += 1
+            aside = path.with_name(f"{path.name}.damaged.{n}")
+        os.replace(path, aside)
+        warnings.warn(f"{exc}; moved it to {aside.name} before the run writes its record", UserWarning, stacklevel=2)
+        return aside
 
 
 def is_completed(results: Path, rid: str) -> bool:

@@ -301,6 +301,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
+        records.set_aside_damaged(path)
         return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
     finally:
         lock.release()

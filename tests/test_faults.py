@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -124,13 +125,14 @@ def _board(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
     return results, out, {p.name: p.read_text() for p in out.iterdir() if p.is_file()}
 
 
-@pytest.mark.parametrize("damage", ["truncated", "not json", "not a record"])
+@pytest.mark.parametrize("damage", ["truncated", "not json", "not a record", "nested too deep", "a huge integer"])
 def test_a_damaged_record_is_named_and_the_pages_are_untouched(tmp_path, damage):
     results, out, pages = _board(tmp_path)
     victim = sorted(results.glob("*.json"))[0]
     text = victim.read_text()
     victim.write_text({"truncated": text[: len(text) // 2], "not json": "\x00\x01garbage",
-                       "not a record": "[1, 2, 3]"}[damage])
+                       "not a record": "[1, 2, 3]", "nested too deep": "[" * 100_000,
+                       "a huge integer": re.sub(r'"seed": \d+', '"seed": ' + "9" * 5000, text)}[damage])
     for command in ("leaderboard", "report"):
         proc = harness(command, "--results", str(results), "--out", str(out))
         assert proc.returncode == 2 and victim.name in proc.stderr and "cannot be read" in proc.stderr
@@ -160,13 +162,16 @@ def test_compare_with_nothing_to_compare_fails(tmp_path, candidate):
     assert ("has no completed records" if candidate == "empty" else "no baseline group has a matching") in proc.stderr
 
 
-def test_a_truncated_record_of_a_run_is_run_again(tmp_path):
+def test_a_truncated_record_of_a_run_is_run_again_and_kept_aside(tmp_path):
     assert main([*TINY, "--results", str(tmp_path)]) == 0
     [path] = tmp_path.glob("*.json")
     before = json.loads(path.read_text())
-    path.write_text(path.read_text()[:100])
-    assert main([*TINY, "--results", str(tmp_path)]) == 0
+    damaged = path.read_text()[:100]
+    path.write_text(damaged)
+    with pytest.warns(UserWarning, match=f"moved it to {path.name}.damaged"):
+        assert main([*TINY, "--results", str(tmp_path)]) == 0
     _same_result(before, json.loads(path.read_text()))
+    assert path.with_name(f"{path.name}.damaged").read_text() == damaged  # nothing written is lost
 
 
 def test_a_failed_atomic_write_keeps_the_old_file(tmp_path, monkeypatch):

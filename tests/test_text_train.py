@@ -13,6 +13,7 @@ import losses
 from domains.base import RunContext, UserError
 from domains.text.config import TextConfig
 from domains.text.corpus import (
+    book_sentences,
     from_documents,
     keep_prefixes,
     load_books,
@@ -60,6 +61,20 @@ def test_two_books_are_two_documents_in_order(data_root, tmp_path, monkeypatch):
     assert any(p.suffix == ".json" for p in (tmp_path / "text").iterdir())  # the split is cached
     with pytest.raises(UserError, match="unknown book"):
         load_books(data_root, replace(SMALL, books=("no-such-book",)))
+
+
+@pytest.mark.parametrize("damage", ['["a sentence", "anoth', '{"not": "a list"}', '[1, 2]'])
+def test_a_damaged_sentence_cache_is_named_and_rebuilt(tmp_path, monkeypatch, damage):
+    book = tmp_path / "books" / "tiny.txt"
+    book.parent.mkdir()
+    book.write_text("First sentence here. Second one!\n\nA third.")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    assert book_sentences(book) == ["First sentence here.", "Second one!", "A third."]
+    (cached,) = (tmp_path / "cache" / "text").iterdir()
+    cached.write_text(damage)
+    with pytest.warns(UserWarning, match=f"sentence cache {cached} is damaged"):
+        assert book_sentences(book) == ["First sentence here.", "Second one!", "A third."]
+    assert book_sentences(book) == ["First sentence here.", "Second one!", "A third."]  # rewritten: no warning
 
 
 def test_packed_gru_ignores_padding():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,11 +78,28 @@ def book_sentences(path: Path) -> list[str]:
     raw = path.read_bytes()
     key = hashlib.sha256(raw + SPLITTER_VERSION.encode()).hexdigest()[:32]
     cached = cache_dir() / "text" / f"{path.stem}-{key}.json"
-    if cached.exists():
-        return json.loads(cached.read_text())
+    sentences = _cached_sentences(cached)
+    if sentences is not None:
+        return sentences
     sentences = split_sentences(raw.decode("latin-1"))
     write_atomic(cached, json.dumps(sentences))  # concurrent runs never read half a file
     return sentences
+
+
+def _cached_sentences(path: Path) -> list[str] | None:
+    """The cached sentences at ``path``; None when there are none, or (with a warning naming the file) when the file
+    is damaged or not a list of sentences: the book is then split again and the cache rewritten."""
+    if not path.exists():
+        return None
+    try:
+        sentences = json.loads(path.read_text())
+        if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+            raise ValueError("not a list of sentences")
+        return sentences
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        warnings.warn(f"the sentence cache {path} is damaged or was not written by the harness ({exc}); splitting "
+                      "the book again", UserWarning, stacklevel=3)
+        return None
 
 
 def book_paths(data_root: Path, names: tuple[str, ...]) -> list[Path]:
