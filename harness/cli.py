@@ -189,10 +189,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         from harness.sweep import cmd_sweep
         return cmd_sweep(args)
     if args.command == "leaderboard":
-        from harness.pages.bench import cmd_bench_page
         from harness.pages.leaderboard import cmd_leaderboard
-        code = cmd_leaderboard(args.results, args.out)
-        return code or cmd_bench_page(args.bench or f"{args.out}/bench", args.out)
+        # One command writes the pages and bench.md, so a broken bench file fails before any page is written.
+        return cmd_leaderboard(args.results, args.out, args.bench or f"{args.out}/bench")
     if args.command == "report":
         from harness.pages.report import cmd_report
         return cmd_report(args.results, args.out)

@@ -82,6 +82,11 @@ class Group:
         return len(self.values)
 
     @property
+    def runs(self) -> int:
+        """The seeds that ran: those with a finite primary metric and those without (``nonfinite``)."""
+        return len(self.values) + len(self.nonfinite)
+
+    @property
     def sign(self) -> float:
         """+1 when higher is better: ``sign * (a - b) > 0`` means a is better than b."""
         return 1.0 if self.higher_is_better else -1.0
@@ -206,14 +211,21 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
 
 
 def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Group], list[Path]]:
-    """The groups of the completed records in the folder ``results``, and the record files read.
+    """The groups of the completed records in the folder ``results``, and the record files read. A group whose
+    every seed is non-finite is kept: a page must show that those runs diverged, not drop them.
 
     UserError(``empty``) when there is none, by default "no completed records in '<results>'; nothing was
-    written" (a page, a report or a gate built on nothing would look like a result)."""
+    written" (a page, a report or a gate built on nothing would look like a result); and when no group has a
+    finite primary metric, one that says so."""
     files = load_record_files(results)
-    groups = group_records(record for _, record in files)
+    groups = group_records((record for _, record in files), keep_empty=True)
     if not groups:
         raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")
+    if not any(g.values for g in groups):
+        runs = sum(g.runs for g in groups)
+        metrics = " or ".join(sorted({g.primary_metric for g in groups}))
+        raise UserError(f"{runs} completed record{'s' * (runs != 1)} in '{results}', none with a finite {metrics} "
+                        "(every run diverged); nothing was written")
     return groups, [path for path, _ in files]
 
 
@@ -247,7 +259,11 @@ def decimals(value: float) -> int:
 
 
 def cell(group: Group) -> str:
-    """``mean ± std (n seeds)``."""
+    """``mean ± std (n seeds)``; where seeds diverged (a non-finite primary metric), how many of them ran:
+    ``mean ± std (1 of 3 seeds; 2 non-finite)``, or ``diverged on 3 of 3 seeds`` where none is finite."""
+    ran = "1 seed" if group.runs == 1 else f"{group.runs} seeds"
+    if not group.values:
+        return f"diverged on {group.runs} of {ran}"
     digits = decimals(group.mean)
-    seeds = "1 seed" if group.n == 1 else f"{group.n} seeds"
+    seeds = f"{group.n} of {ran}; {len(group.nonfinite)} non-finite" if group.nonfinite else ran
     return f"{fmt(group.mean, digits)} ± {fmt(group.std, digits)} ({seeds})"

@@ -83,6 +83,17 @@ def test_one_estimate_off_by_more_than_a_quarter_misses_the_goal(tmp_path):
     assert "missed (≤ 25%, every run)" in _row(page, "| tiny / digits / C=4 | dcl | kmeans |")
 
 
+def test_a_diverged_run_is_counted_not_averaged(tmp_path):
+    results = _study(tmp_path, [0.24, 0.26, 0.25, 0.23, 0.27])
+    write_records(results, [_record("dcl", 5, None, {"tau_plus": 0.25})])  # NaN is written as null
+    page = write_prior_page(results, tmp_path / "out").read_text()
+    assert "from 20 completed records in the folder `prior`; 1 more whose metric is non-finite" in page
+    only = tmp_path / "only"
+    write_records(only, [_record("dcl", 0, None, {"tau_plus": 0.25})])
+    with pytest.raises(UserError, match=r"with a finite metric .*\(1 non-finite\); nothing was written"):
+        write_prior_page(only, tmp_path / "out2")
+
+
 def test_an_empty_folder_fails_loudly_and_writes_nothing(tmp_path):
     (tmp_path / "prior").mkdir()
     with pytest.raises(UserError, match="nothing was written"):

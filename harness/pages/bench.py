@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from domains.base import UserError, write_atomic
-from harness.pages.leaderboard import MARKER
+from harness.pages import generated
 from harness.tables import markdown
 
 PAGE = "bench.md"
+MARKER = generated.marker("leaderboard")
 NONE = "–"
 
 
@@ -258,10 +259,12 @@ def load_bench(path: Path) -> dict[str, Any]:
     try:
         bench = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not a readable bench file ({exc}); run `harness bench` again") from None
+        raise UserError(f"{path} is not a readable bench file ({exc}); run `harness bench` again; nothing was "
+                        "written") from None
     if not (isinstance(bench, dict) and isinstance(bench.get("rows"), list)
             and all(isinstance(r, dict) for r in bench["rows"])):
-        raise UserError(f"{path} is not a bench file: expected an object with a list of row objects under 'rows'")
+        raise UserError(f"{path} is not a bench file: expected an object with a list of row objects under 'rows'; "
+                        "nothing was written")
     bench.setdefault("name", path.stem.rsplit("-", 1)[0])
     return bench
 
@@ -295,18 +298,24 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_bench_page(bench_dir: Path, out: Path) -> Path | None:
-    """Render ``bench_dir/*.json`` into ``out/bench.md``; None (and no file touched) when there is none."""
+def read_benches(bench_dir: Path) -> dict[str, dict[str, Any]]:
+    """The bench files ``bench_dir/*.json`` by file stem, each read and checked (:func:`load_bench`): UserError on
+    the first that cannot be, so that a broken file fails before any page is written. Empty when there is none."""
     paths = sorted(p for p in Path(bench_dir).glob("*.json") if not p.name.startswith("."))
-    if not paths:
-        return None
+    return {p.stem: load_bench(p) for p in paths}
+
+
+def write_benches(benches: dict[str, dict[str, Any]], out: Path) -> Path:
+    """Write ``out/bench.md`` for ``benches`` (read and checked, and the page checked replaceable, beforehand)."""
     page = out / PAGE
-    write_atomic(page, bench_page({p.stem: load_bench(p) for p in paths}))
+    write_atomic(page, bench_page(benches))
     return page
 
 
-def cmd_bench_page(bench_dir: str, out: str) -> int:
-    page = write_bench_page(Path(bench_dir), Path(out))
-    if page is not None:
-        print(f"wrote {page}")
-    return 0
+def write_bench_page(bench_dir: Path, out: Path) -> Path | None:
+    """Render ``bench_dir/*.json`` into ``out/bench.md``; None (and no file touched) when there is none."""
+    benches = read_benches(bench_dir)
+    if not benches:
+        return None
+    generated.refuse_foreign([out / PAGE], "leaderboard")
+    return write_benches(benches, out)

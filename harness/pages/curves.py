@@ -18,11 +18,12 @@ import re
 from pathlib import Path
 
 from harness.groups import Group
-from harness.pages import figures
+from harness.pages import figures, generated
 from harness.pages.tables import latest_by_seed
 from harness.records import RunRecord
 
 FOLDER = "curves"
+NAME = re.compile(rf"{FOLDER}/[A-Za-z0-9_.-]+\.png")  # a figure's link, as figure_path writes it
 X_AXES = (("env_steps", "environment steps"), ("step", "optimiser steps"), ("epoch", "epoch"))
 # (curve key, axis label, the record metric that is the same measurement at the end of training, if any)
 MONITORS = (("eval_return", "evaluation return", "return"), ("knn_top1", "kNN top-1 (%)", None),
@@ -76,7 +77,7 @@ def panels(rows: list[Group]) -> list[figures.Panel]:
     """A panel per setting of ``rows`` (in table order), a line per trained row of it."""
     settings: dict[str, list[Group]] = {}
     for group in rows:
-        if group.loss_used:
+        if group.loss_used and group.values:  # a row that diverged on every seed has no curve to average
             settings.setdefault(group.setting, []).append(group)
     out = []
     for members in settings.values():
@@ -94,20 +95,27 @@ def panels(rows: list[Group]) -> list[figures.Panel]:
     return out
 
 
-def write_curves(groups: list[Group], out: Path) -> dict[tuple[str, str], str]:
-    """Draw each (domain, dataset)'s figure under ``out/curves/``; remove figures of datasets no longer shown.
-    Returns the relative path of each figure drawn, by (domain, dataset)."""
-    drawn: dict[tuple[str, str], str] = {}
+def plan(groups: list[Group]) -> dict[tuple[str, str], tuple[str, list[figures.Panel]]]:
+    """The figure of each (domain, dataset) that has a curve to draw: its path relative to the pages, its panels."""
+    planned = {}
     for domain, dataset in sorted({(g.domain, g.dataset) for g in groups}):
-        rows = [g for g in groups if g.domain == domain and g.dataset == dataset]
-        shown = panels(rows)
+        shown = panels([g for g in groups if g.domain == domain and g.dataset == dataset])
         if shown:
-            path = figure_path(domain, dataset)
-            figures.curve_panels(f"{domain} / {dataset}: learning curves (line: mean over seeds; band: lowest to "
-                                 "highest seed)", shown, out / path)
-            drawn[(domain, dataset)] = path
-    folder = out / FOLDER
-    if folder.is_dir():
-        for stale in sorted(set(folder.glob("*.png")) - {out / p for p in drawn.values()}):
-            stale.unlink()
-    return drawn
+            planned[(domain, dataset)] = (figure_path(domain, dataset), shown)
+    return planned
+
+
+def drawn_before(out: Path, command: str) -> set[Path]:
+    """The figures under ``out/curves/`` that the pages of ours in ``out`` show: those the last run drew."""
+    return {path for page in out.glob("*.md") for path in generated.shown_figures(page, command, NAME)}
+
+
+def write_curves(planned: dict[tuple[str, str], tuple[str, list[figures.Panel]]], out: Path,
+                 previous: set[Path]) -> dict[tuple[str, str], str]:
+    """Draw the ``planned`` figures under ``out/curves/``; remove those the last run drew (``previous``) that are
+    no longer drawn, and no other file. Returns the relative path of each figure drawn, by (domain, dataset)."""
+    for (domain, dataset), (path, shown) in planned.items():
+        figures.curve_panels(f"{domain} / {dataset}: learning curves (line: mean over seeds; band: lowest to "
+                             "highest seed)", shown, out / path)
+    generated.remove_stale(previous, {out / path for path, _ in planned.values()})
+    return {key: path for key, (path, _) in planned.items()}

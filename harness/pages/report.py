@@ -8,12 +8,14 @@ largest set of ≥3 losses sharing ≥2 tasks, with the Nemenyi critical differe
 diagram; the page and the diagram name the domains and datasets that block covers, which may be fewer than the
 report's. A figure of the relative improvement per domain (a panel each, the seed spread as error bars, a
 symmetric-log axis so a run at chance does not hide the others); written to ``report.md`` with the PNG figures
-beside it.
+beside it. A loss that diverged on every seed of a task (a non-finite primary metric) ranks last there and loses to
+the baseline rather than vanish from it; the page lists the rows with non-finite seeds.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +26,12 @@ from scipy import stats
 
 from domains.base import write_atomic
 from harness.groups import Group, completed_groups
-from harness.pages import figures
+from harness.pages import figures, generated
 from harness.tables import markdown
 
+MARKER = generated.marker("report")
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
+FIGURES = re.compile(f"{re.escape(CD_PNG)}|{re.escape(BARS_PNG)}")  # the links to them in a report of ours
 ALPHA = 0.05
 
 
@@ -40,11 +44,33 @@ class Task:
     sign: float
     values: dict[str, float] = field(default_factory=dict)  # loss -> mean primary metric (best hyper-parameters)
     seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # loss -> its per-seed values there
+    diverged: set[str] = field(default_factory=set)  # losses that ran here but diverged on every seed
+
+    @property
+    def losses(self) -> list[str]:
+        """Every loss that ran in the task, finite or diverged."""
+        return sorted({*self.values, *self.diverged})
+
+    def score(self, loss: str) -> float:
+        """The loss's mean in the better direction (higher is better); -inf for a loss that diverged."""
+        return self.sign * self.values[loss] if loss in self.values else -math.inf
 
     def ranks(self, among: list[str] | None = None) -> dict[str, float]:
-        names = sorted(among if among is not None else self.values)
-        ranked = stats.rankdata([-self.sign * self.values[n] for n in names])
+        """1 for the best loss (ties averaged); losses that diverged share the last ranks."""
+        names = sorted(among if among is not None else self.losses)
+        ranked = stats.rankdata([-self.score(n) for n in names])
         return dict(zip(names, map(float, ranked)))
+
+    def beats_baseline(self, loss: str) -> bool | None:
+        """Whether ``loss`` did better than the task's baseline: by its relative improvement where both are
+        finite; a loss that diverged loses, and one that did not beats a baseline that diverged. None where there
+        is nothing to compare (no baseline, the baseline itself, or a baseline mean of 0)."""
+        if loss == self.baseline_loss or self.baseline_loss not in self.losses or loss not in self.losses:
+            return None
+        if loss in self.diverged or self.baseline_loss in self.diverged:
+            return loss not in self.diverged
+        relative = self.relative(loss)
+        return None if relative is None else relative > 0
 
     def relative(self, loss: str) -> float | None:
         base = self.values.get(self.baseline_loss)
@@ -67,13 +93,20 @@ def build_tasks(groups: list[Group]) -> list[Task]:
     for g in groups:
         if not g.loss_used:  # evaluation-only rows rank no loss
             continue
-        label = f"{g.domain}/{g.dataset}/{g.method}/{g.setting_label()}"
-        task = tasks.setdefault(g.setting, Task(g.domain, g.dataset, label, g.baseline_loss, g.sign))
-        if g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:
+        task = tasks.setdefault(g.setting, Task(g.domain, g.dataset, task_label(g), g.baseline_loss, g.sign))
+        if not g.values:
+            task.diverged.add(g.loss)
+        elif g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:
             task.values[g.loss] = g.mean
             task.seeds[g.loss] = dict(g.values)
+    for task in tasks.values():  # a loss with a finite setting of its hyper-parameters enters with it
+        task.diverged -= set(task.values)
     # A task with one loss compares nothing; it would only hand that loss a rank of 1.
-    return sorted((t for t in tasks.values() if len(t.values) >= 2), key=lambda t: t.label)
+    return sorted((t for t in tasks.values() if len(t.losses) >= 2), key=lambda t: t.label)
+
+
+def task_label(group: Group) -> str:
+    return f"{group.domain}/{group.dataset}/{group.method}/{group.setting_label()}"
 
 
 @dataclass
@@ -81,11 +114,12 @@ class Summary:
     loss: str
     tasks: int
     mean_rank: float
-    relative: list[float]  # relative improvement over the baseline, one per task that has a baseline
+    relative: list[float]  # relative improvement over the baseline, one per task where both are finite
+    wins: list[bool]  # whether it beat the baseline, one per task that has one (Task.beats_baseline)
 
     @property
     def win_rate(self) -> float | None:
-        return sum(x > 0 for x in self.relative) / len(self.relative) if self.relative else None
+        return sum(self.wins) / len(self.wins) if self.wins else None
 
     @property
     def mean_relative(self) -> float | None:
@@ -96,21 +130,22 @@ def summarise(tasks: list[Task]) -> list[Summary]:
     """One summary per loss, sorted by mean rank."""
     ranks = [t.ranks() for t in tasks]
     rows = []
-    for loss in sorted({name for t in tasks for name in t.values}):
+    for loss in sorted({name for t in tasks for name in t.losses}):
         mine = [r[loss] for r in ranks if loss in r]
         rel = [x for t in tasks if (x := t.relative(loss)) is not None]
-        rows.append(Summary(loss, len(mine), statistics.fmean(mine), rel))
+        wins = [x for t in tasks if (x := t.beats_baseline(loss)) is not None]
+        rows.append(Summary(loss, len(mine), statistics.fmean(mine), rel, wins))
     return sorted(rows, key=lambda r: (r.mean_rank, r.loss))
 
 
 def friedman_block(tasks: list[Task]) -> tuple[list[str], list[Task]]:
     """The most losses (≥3) that share ≥2 tasks: drop the least covered loss until they do; else empty."""
-    losses = sorted({name for t in tasks for name in t.values})
+    losses = sorted({name for t in tasks for name in t.losses})
     while len(losses) >= 3:
-        shared = [t for t in tasks if all(name in t.values for name in losses)]
+        shared = [t for t in tasks if all(name in t.losses for name in losses)]
         if len(shared) >= 2:
             return losses, shared
-        coverage = {name: sum(name in t.values for t in tasks) for name in losses}
+        coverage = {name: sum(name in t.losses for t in tasks) for name in losses}
         losses.remove(min(losses, key=lambda n: (coverage[n], n)))
     return [], []
 
@@ -124,7 +159,7 @@ def nemenyi_cd(k: int, n: int, alpha: float = ALPHA) -> float:
 def _table(rows: list[Summary]) -> list[str]:
     cells = []
     for r in rows:
-        win = "–" if r.win_rate is None else f"{100 * r.win_rate:.0f}% ({len(r.relative)})"
+        win = "–" if r.win_rate is None else f"{100 * r.win_rate:.0f}% ({len(r.wins)})"
         gain = "–" if r.mean_relative is None else f"{r.mean_relative:+.2f}%"
         cells.append([r.loss, str(r.tasks), f"{r.mean_rank:.2f}", win, gain])
     return markdown(["loss", "tasks", "mean rank", "win rate vs baseline (tasks)", "mean relative improvement"], cells)
@@ -148,18 +183,35 @@ def improvements(tasks: list[Task], domain: str) -> list[figures.Improvement]:
     return rows
 
 
+def nonfinite_lines(groups: list[Group]) -> list[str]:
+    """The note on the seeds whose primary metric was NaN or infinite (diverged), with the rows that have them;
+    nothing where there is none."""
+    rows = [g for g in groups if g.loss_used and g.nonfinite]
+    if not rows:
+        return []
+    items = [f"- {task_label(g)}: {g.loss}{'' if g.hparams_label() == '–' else f' ({g.hparams_label()})'}, "
+             f"{len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
+    return [f"**Non-finite seeds.** {sum(len(g.nonfinite) for g in rows)} runs ended with a NaN or infinite primary "
+            "metric (diverged). A loss that diverged on every seed of a task (at each of its hyper-parameter "
+            "settings there) ranks last in it (ties averaged) and loses to the baseline (a baseline that diverged "
+            "loses to every other loss); it has no relative improvement there. A loss that diverged on some seeds "
+            "enters with the mean of its finite seeds, which flatters it. The rows with non-finite seeds:", "",
+            *items, ""]
+
+
 def write_report(results: Path, out: Path) -> Path:
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
     domains = sorted({t.domain for t in tasks})
     lines = [
-        "<!-- generated by `harness report`; do not edit -->", "", "# Cross-modality report", "",
+        MARKER, "", "# Cross-modality report", "",
         f"{len(tasks)} tasks over {len(domains)} domains ({', '.join(domains) or 'none'}). A task is one (domain, "
         "dataset, method, setting) with at least two losses; each loss enters a task with its best hyper-parameter "
         "setting there, which favours losses that have hyper-parameters. Mean rank: 1 is the best loss of a task "
         "(ties averaged). Win rate and relative improvement are against the baseline loss in the same task (the "
         "method's own where it has one, else the domain's); relative "
         "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
+        *nonfinite_lines(groups),
     ]
     if not tasks:
         lines += ["No task has records of two losses yet: nothing to compare.", ""]
@@ -170,10 +222,17 @@ def write_report(results: Path, out: Path) -> Path:
             lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
     lines += ["## Friedman test and critical difference", ""]
     block_losses, block = friedman_block(tasks)
+    per_domain = {d: improvements(tasks, d) for d in domains}
+    bars = any(per_domain.values())
+    path = out / "report.md"
+    drawn = {out / name for name, draw in ((CD_PNG, bool(block)), (BARS_PNG, bars)) if draw}
+    previous = generated.shown_figures(path, "report", FIGURES)
+    generated.refuse_foreign([path], "report")
+    generated.refuse_foreign(sorted(drawn), "report", figures=previous)
     out.mkdir(parents=True, exist_ok=True)
     with FileLock(str(out / ".report.lock")):
         if block:
-            matrix = [[t.sign * t.values[name] for t in block] for name in block_losses]
+            matrix = [[t.score(name) for t in block] for name in block_losses]
             chi2, p = stats.friedmanchisquare(*matrix)
             mean_ranks = np.mean([[t.ranks(block_losses)[n] for n in block_losses] for t in block], axis=0)
             cd = nemenyi_cd(len(block_losses), len(block))
@@ -191,10 +250,10 @@ def write_report(results: Path, out: Path) -> Path:
                          if left else ".") + " The tables above rank every task; this test only these.", "",
                       f"![critical difference diagram]({CD_PNG})", ""]
         else:
-            (out / CD_PNG).unlink(missing_ok=True)
             lines += ["Too few tasks for a Friedman test: it needs at least 3 losses that share at least 2 tasks.", ""]
         lines += ["## Relative improvement per domain", ""]
-        if figures.improvement_panels({d: improvements(tasks, d) for d in domains}, out / BARS_PNG):
+        if bars:
+            figures.improvement_panels(per_domain, out / BARS_PNG)
             lines += ["One panel per domain, each on its own scale. Bar: a loss's mean relative improvement over the "
                       "baseline across the domain's tasks (the tables' figure); dots: each task; error bar: ± the "
                       "seed spread (per task, the std over seeds of the per-seed relative improvement against the "
@@ -202,12 +261,15 @@ def write_report(results: Path, out: Path) -> Path:
                       "symmetric-log, linear within ±1%, so a run at chance level and a change of a fraction of a "
                       "percent are both readable.", "", f"![relative improvement per domain]({BARS_PNG})", ""]
         else:
-            (out / BARS_PNG).unlink(missing_ok=True)
             lines += ["No task has both a baseline and another loss yet.", ""]
-        lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(sorted(t.values))}" for t in tasks], ""]
-        path = out / "report.md"
+        lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(task_losses(t))}" for t in tasks], ""]
+        generated.remove_stale(previous, drawn)
         write_atomic(path, "\n".join(lines))
     return path
+
+
+def task_losses(task: Task) -> list[str]:
+    return [f"{name} (diverged)" if name in task.diverged else name for name in task.losses]
 
 
 def cmd_report(results: str, out: str) -> int:

@@ -27,10 +27,12 @@ NONE = "–"
 
 
 def latest_by_seed(group: Group) -> dict[int, RunRecord]:
-    """The record behind each seed of the row (a seed recorded twice: its latest record), by seed."""
+    """The record behind each seed of the row (a seed recorded twice: its latest record), by seed: of its finite
+    seeds, or where every seed diverged, of those (what its runtime, device and record cells then describe)."""
+    seeds = group.values or group.nonfinite
     out: dict[int, RunRecord] = {}
     for record in group.records:  # oldest first: a later record of a seed replaces an earlier one
-        if record.seed in group.values:
+        if record.seed in seeds:
             out[record.seed] = record
     return dict(sorted(out.items()))
 
@@ -49,6 +51,8 @@ def delta_cell(group: Group, base: Group | None) -> str:
         return NONE
     if group is base:
         return "baseline"
+    if not (group.values and base.values):  # one of them diverged on every seed: no change to give
+        return NONE
     digits = decimals(base.mean)
     change = group.mean - base.mean
     return f"{change:+.{digits}f}{DAGGER if paired_p(group, base) < ALPHA else ''}"
