@@ -5,9 +5,10 @@ hyper-parameters, preset, overrides, primary metric); a *version* is one code (`
 or for records written before the digest was recorded, a commit), ordered by its commit date. The page
 ``history.md`` gives, for each setting that more than one version ran, a row per version (seeds, mean ± std,
 the change from the version before it) and marks a **step**: a change whose two-sided test (``harness.stats``,
-paired where the versions share seeds, else Welch) has a p below ``--alpha`` after Holm's correction over every
-step on the page. The figure ``history.png`` draws each such setting's mean over the versions with its seed
-spread (± one std) and the steps marked. Settings run by one version only are counted, not drawn.
+paired where the later version's seeds are among the earlier's, else Welch) has a p below ``--alpha`` after
+Holm's correction over every step on the page. The figure ``history.png`` draws each such setting's mean over
+the versions with its seed spread (± one std) and the steps marked. Settings run by one version only are
+counted, not drawn.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def page(history: list[list[Point]], single: int, figure: str | None) -> str:
         f"Each setting's primary metric over the versions of the code that ran it: {len(history)} settings ran with "
         f"more than one version ({single} with one only, not shown). A version is one source digest, or for records "
         "written before the digest was recorded, one commit; versions are ordered by commit date. Change: against "
-        "the version before (paired on shared seeds, else Welch's t-test, two-sided). **step**: its p after Holm's "
+        "the version before (paired where its seeds are among the earlier version's, else Welch's t-test over all "
+        "seeds, two-sided). **step**: its p after Holm's "
         f"correction over all {sum(len(p) - 1 for p in history)} changes of this page is below {ALPHA} "
         f"({steps} step{'s' * (steps != 1)}).", "",
     ]
