@@ -66,6 +66,16 @@ def test_cli_bag_of_words_ignores_the_loss(tmp_path, data_root):
     assert record["metrics"]["TREC"] > 50  # word counts separate question types well above chance (23%)
 
 
+def test_cli_bag_of_words_on_the_default_dataset(tmp_path):
+    """Its sparse features reach the synthetic task's class-structure figure too (they once crashed it)."""
+    out = _run(tmp_path, "--method", "bow", "--loss", "infonce", "--seeds", "0", "--set", "synthetic_documents=8",
+               "--set", "synthetic_sentences_per_doc=10", "--set", "synthetic_eval_sentences=300", *TINY)
+    assert out.returncode == 0, out.stderr
+    record = _record(tmp_path)
+    assert record["status"] == "completed" and record["loss_used"] is False
+    assert 0 <= record["metrics"]["accuracy"] <= 100 and record["details"]["class_structure"]
+
+
 def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path):
     out = _run(tmp_path, "--method", "hf", "--loss", "infonce", "--seeds", "0")
     assert out.returncode != 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy import sparse
 
 from domains.text.config import TextConfig
 from domains.text.corpus import synthetic_task
@@ -31,8 +32,14 @@ def evaluate_synthetic(encoder, cfg: TextConfig, device: str | Any = "cpu") -> t
     details = {"synthetic": result, **protocol_details([result], cfg),
                "primary": "accuracy on the synthetic topic task (percent)",
                "class_prior": [1.0 / k] * k, "chance_accuracy": 100.0 / k, "bayes_accuracy": bayes,
-               "class_structure": class_structure(torch.from_numpy(np.asarray(embeddings)), labels)}
+               "class_structure": class_structure(_dense(embeddings), labels)}
     return {"accuracy": result["accuracy"], "bayes_accuracy": bayes}, details
+
+
+def _dense(embeddings: Any) -> torch.Tensor:
+    """The embeddings as a dense tensor: the bag-of-words encoder gives a scipy sparse matrix (small here: the
+    synthetic task's sentences by its vocabulary)."""
+    return torch.from_numpy(np.asarray(embeddings.toarray() if sparse.issparse(embeddings) else embeddings))
 
 
 def evaluate_encoder(encoder, dataset: str, cfg: TextConfig, data_root: Path, log=print,
