@@ -34,8 +34,13 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for module in filter(None, os.environ.get("HARNESS_PLUGINS", "").split(",")):
-        importlib.import_module(module.strip())
+    for module in filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
+            _plugins_loaded = False
+            raise UserError(f"HARNESS_PLUGINS names '{module}', which cannot be imported ({exc}); fix or unset "
+                            "the variable") from None
     for ep in entry_points(group="contrastive_harness.domains"):
         ep.load()
 

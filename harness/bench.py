@@ -69,6 +69,9 @@ def environment(device: torch.device) -> dict[str, Any]:
     return {"hardware": hardware, "software": software_info(), "date": utc_now()}
 
 
+DEFAULT_DIM = 128  # the embedding size of the loss benchmark
+
+
 def batch_sizes(text: str | None, device: torch.device) -> list[int]:
     text = text or DEFAULT_BATCH_SIZES.get(device.type, DEFAULT_BATCH_SIZES["cpu"])
     try:
@@ -89,9 +92,10 @@ def parts(target: str, args: argparse.Namespace, device: torch.device) -> tuple[
         except ImportError as exc:
             raise UserError(f"the loss benchmark is not available ({exc})") from None
         sizes = batch_sizes(args.batch_sizes, device)
-        command += ["--batch-sizes", ",".join(map(str, sizes)), "--dim", str(args.dim)]
+        dim = DEFAULT_DIM if args.dim is None else args.dim
+        command += ["--batch-sizes", ",".join(map(str, sizes)), "--dim", str(dim)]
         # One part per batch size: its rows' ratios are to NT-Xent at that size.
-        return command, [BenchPart(f"B={b}", lambda b=b: benchmark.run_benchmark([b], args.dim, str(device)))
+        return command, [BenchPart(f"B={b}", lambda b=b: benchmark.run_benchmark([b], dim, str(device)))
                          for b in sizes]
     command += ["--quick"] if args.quick else []
     return command, domains.get(target).benchmark(device, default_data_root(args.data_root), args.quick)
@@ -207,7 +211,7 @@ def all_targets(names: str | None) -> list[str]:
     then the domains in the order of bench.md's targets), so that a time limit cuts the others."""
     read = [t.bench for t in TARGETS]
     known = sorted(["losses", *domains.available()], key=lambda n: (read.index(n) if n in read else len(read), n))
-    if not names:
+    if names is None:
         return known
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in known]
@@ -260,8 +264,15 @@ def _stopped(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     device = resolve_device(args.device)
-    if args.targets and args.target != "all":
+    if args.targets is not None and args.target != "all":
         raise UserError("--targets only goes with 'harness bench all'")
+    if args.dim is not None and args.dim < 1:
+        raise UserError(f"--dim must be an embedding size of at least 1, got {args.dim}")
+    if args.target not in ("losses", "all") and (args.batch_sizes or args.dim is not None):
+        raise UserError(f"--batch-sizes and --dim are for 'losses' (or 'all'); the {args.target} benchmark sets "
+                        "its own")
+    if args.target == "losses" and args.quick:
+        raise UserError("--quick is for a domain's benchmark (or 'all'); 'losses' measures the --batch-sizes given")
     with stopping.graceful(stopping.STOP_SIGNALS, time_limit(args)):
         if args.target == "all":
             return bench_all(args, device)

@@ -35,7 +35,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run from its last checkpoint")
-    p.add_argument("--force", action="store_true", help="run again even when a completed record exists")
+    p.add_argument("--force", action="store_true",
+                   help="run again even when a completed record exists; with --resume, go on with an interrupted "
+                        "--force: redo only the seeds it had not redone yet")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_tracker(p)
     _add_time_limit(p)
@@ -87,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
-    p.add_argument("--force", action="store_true", help="run every job again, even those with a completed record")
+    p.add_argument("--force", action="store_true",
+                   help="run every job again, even those with a completed record; with --resume, go on with an "
+                        "interrupted --force sweep: redo only the jobs it had not redone yet")
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
@@ -147,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--targets", help="with 'all': comma-separated targets (default: losses and every domain)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-sizes", help="for 'losses' (default: 512,4096,16384 on cuda, 256,512,1024 on cpu)")
-    p.add_argument("--dim", type=int, default=128, help="embedding size for 'losses'")
+    p.add_argument("--dim", type=int, help="embedding size for 'losses' (default 128)")
     p.add_argument("--quick", action="store_true", help="for a domain: a short benchmark")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to, "

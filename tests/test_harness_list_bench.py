@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import types
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
-from tiny_domain import AS_MODULE, harness
+from tiny_domain import AS_MODULE, REPO, harness, harness_env
 
 from harness.bench import format_table
 from harness.cli import main
@@ -25,6 +26,15 @@ def test_list_everything_in_a_subprocess():
     assert "tiny/absent" in text and "[download]" in text
     assert "tiny/quick" in text and "seeds 0,1" in text
     assert "baseline: infonce; linear2: supcon)" in text
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line():
+    env = {**harness_env(), "HARNESS_PLUGINS": "tiny_domain, no_such_plugin_module"}
+    for args in (["list", "domains"], ["run", "--domain", "graph", "--loss", "pucl"]):
+        out = subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
 
 
 def test_list_losses_shows_domains_hparams_and_labels(capsys):
@@ -133,6 +143,22 @@ def test_bench_all_rejects_unknown_targets_before_running_anything(tmp_path, cap
     assert "unknown target(s) nope" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
     assert main(["bench", "tiny", "--targets", "tiny", "--out", str(tmp_path)]) == 2
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["all", "--targets", ""], "(none given)"),  # an empty list (an unset variable) is not "every target"
+    (["losses", "--dim", "0"], "--dim must be an embedding size of at least 1"),
+    (["losses", "--dim", "-4"], "--dim must be an embedding size of at least 1"),
+    (["tiny", "--dim", "8"], "--batch-sizes and --dim are for 'losses'"),
+    (["tiny", "--batch-sizes", "8"], "--batch-sizes and --dim are for 'losses'"),
+    (["losses", "--quick"], "--quick is for a domain's benchmark"),
+])
+def test_bench_options_that_cannot_apply_are_refused_before_anything_runs(tmp_path, capsys, args, message):
+    assert main(["bench", *args, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+    assert not any(tmp_path.iterdir())
 
 
 def test_bench_losses_default_batch_sizes_depend_on_the_device(tmp_path, monkeypatch):

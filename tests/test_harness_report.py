@@ -81,6 +81,13 @@ def test_report_with_too_few_tasks(tmp_path, capsys):
     assert "results folder" in capsys.readouterr().err and not (tmp_path / "lb2").exists()
 
 
+def test_a_report_with_nothing_to_compare_fails_and_writes_nothing(tmp_path, capsys):
+    write_records(tmp_path / "results", [synthetic_record("infonce", s, 80.0 + s) for s in range(2)]
+                  + [synthetic_record("dcl", 0, 81.0, dataset="rings", loss_params={"tau_plus": 0.1})])
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 2
+    assert "has records of two losses" in capsys.readouterr().err and not (tmp_path / "lb").exists()
+
+
 def test_the_report_names_what_its_test_covers_and_the_seed_spread(tmp_path):
     """The Friedman block here is the 3 tasks all four losses share (d2 lacks hcl); the page names them. The seed
     spread of a task is the std over seeds of 100 · (value_s − baseline mean) / |baseline mean|."""

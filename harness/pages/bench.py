@@ -60,10 +60,6 @@ def _is_not(value: Any) -> Callable[[Any], bool]:
     return lambda v: v != value
 
 
-def _contains(text: str) -> Callable[[Any], bool]:
-    return lambda v: text in str(v)
-
-
 # Issue 12 (and issue 2's memory target). Update the keys here when a domain renames its row fields.
 TARGETS: tuple[Target, ...] = (
     Target("loss step <= 1.3x NT-Xent (GPU, wall time)", "losses", "time_ratio", "<=", 1.3,

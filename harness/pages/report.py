@@ -24,7 +24,7 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
-from domains.base import write_atomic
+from domains.base import UserError, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
 from harness.tables import markdown
@@ -202,6 +202,9 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
 def write_report(results: Path, out: Path) -> Path:
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
+    if not tasks:  # a page of no comparison would look like a report
+        raise UserError(f"no task in '{results}' has records of two losses (one domain, dataset, method and "
+                        "setting): nothing to compare; nothing was written")
     domains = sorted({t.domain for t in tasks})
     lines = [
         MARKER, "", "# Cross-modality report", "",
@@ -213,13 +216,10 @@ def write_report(results: Path, out: Path) -> Path:
         "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
         *nonfinite_lines(groups),
     ]
-    if not tasks:
-        lines += ["No task has records of two losses yet: nothing to compare.", ""]
-    else:
-        lines += ["## Overall", "", *_table(summarise(tasks)), ""]
-        lines += ["## Per domain", ""]
-        for domain in domains:
-            lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
+    lines += ["## Overall", "", *_table(summarise(tasks)), ""]
+    lines += ["## Per domain", ""]
+    for domain in domains:
+        lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
     lines += ["## Friedman test and critical difference", ""]
     block_losses, block = friedman_block(tasks)
     per_domain = {d: improvements(tasks, d) for d in domains}
