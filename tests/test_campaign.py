@@ -68,13 +68,16 @@ def test_dry_run_prints_every_run_and_the_estimated_totals(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-def test_a_plan_that_cannot_fit_the_time_given_is_refused(tmp_path):
+def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300")
     out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")
     assert out.returncode == 2
     assert "error: the plan cannot fit: at least 600 s with 2 jobs, over the 540 s given" in out.stderr
-    out = campaign("run", str(plan), "--jobs", "2", "--time", "9m", "--stage", str(tmp_path / "s"))
+    out = campaign("run", str(plan), "--jobs", "2", "--budget", "9m", "--stage", str(tmp_path / "s"))
     assert out.returncode == 2 and not (tmp_path / "s").exists()  # refused before anything runs
+    # Without --budget a plan longer than one call's --time is one of several calls, each resuming the last.
+    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--time", "9m")
+    assert out.returncode == 0 and "the same command again resumes them" in out.stdout
 
 
 @pytest.mark.parametrize("line, message", [

@@ -16,7 +16,9 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  checkpoint stays). ``--dry-run`` prints the commands and the estimated device time: the sum of the
                  costs (runs that keep the GPU busy share it, so their times add up) and the schedule of
                  ``--jobs`` workers (perfect overlap, the least it can take). A plan whose least time is over
-                 ``--budget`` (the device time it may use, default ``--time``) is refused: it cannot fit.
+                 ``--budget`` (the device time it may use over all its calls, when given) is refused: it cannot
+                 fit. Without ``--budget`` a plan longer than ``--time`` runs in several calls of the same
+                 command, each resuming the last.
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
@@ -136,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     the_plan = load_plan(plan_path(args.plan))
     runs = the_plan.runs(args.only)
     time_s = parse_duration(args.time)
-    budget = parse_duration(args.budget) if args.budget else time_s
+    budget = parse_duration(args.budget) if args.budget else None  # None: one of several calls, which resume
     repo_records = Path(args.repo) / the_plan.records
     staged = Path(args.stage) / the_plan.records
     serial, least, summary = estimate_lines(runs, args.jobs)
@@ -147,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         for (label, command) in commands:
             print(shlex.join(command), " # ", label)
         print(summary)
-    if least > budget:
+    if budget is not None and least > budget:
         raise UserError(f"the plan cannot fit: at least {least:.0f} s with {args.jobs} jobs, over the "
                         f"{budget:.0f} s given (--budget); run part of it (--only) or give it more time")
     if serial > time_s:
@@ -203,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--jobs", type=int, default=4, help="runs at a time (default: 4)")
     r.add_argument("--threads", type=int, default=0, help="threads per run (default: the CPUs over --jobs)")
     r.add_argument("--time", default="7m", help="wall time the runs of this command may take (default: 7m)")
-    r.add_argument("--budget", help="device time the plan may use, over several commands (default: --time)")
+    r.add_argument("--budget", help="device time the plan may use over all its calls: a plan that cannot fit in "
+                   "it is refused (default: no limit; a plan longer than --time goes on in the next call)")
     r.add_argument("--stage", default=STAGE, help=f"staging folder, outside the working tree (default: {STAGE})")
     r.add_argument("--repo", default=".", help="the repository whose records are copied in first (default: .)")
     r.add_argument("--dry-run", action="store_true", help="print the commands and the estimate, run nothing")
