@@ -147,6 +147,9 @@ def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[s
     """Check that ``domain`` accepts ``loss`` and return its hyper-parameters from the ``loss.*`` texts, parsed and
     validated by the loss registry, defaults filled."""
     accepted = domain.accepted_losses()
+    if loss not in losses.available():
+        raise UserError(f"unknown loss '{loss}'{did_you_mean(loss, accepted)} Domain '{domain.name}' accepts: "
+                        f"{', '.join(accepted)}")
     if loss not in accepted:
         raise UserError(f"domain '{domain.name}' does not accept loss '{loss}'; accepted: {', '.join(accepted)}")
     spec = losses.spec(loss)
