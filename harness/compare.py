@@ -230,6 +230,10 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
         problems = _missing(b, c, failed.get(key, set()))
         row = Row(b, c, "missing", problems=problems, config_diff=_config_diff(b, c) if c else [],
                   tolerance=args.tolerances.of(b), matched=c is not None or key in failed)
+        for side, g in (("baseline", b), ("candidate", c)):
+            configs = {hash_jsonable(r.config) for r in g.records} if g is not None else set()
+            if len(configs) > 1:  # one code, one command: only an edited record or a plugin domain can do this
+                row.notes.append(f"the {side}'s seeds ran {len(configs)} different configs")
         if c is not None and b.values and c.values:
             try:
                 row.change = stats.compare_values(b.values, c.values, args.test)

@@ -132,10 +132,13 @@ def test_one_folder_spelt_two_ways_is_refused(tmp_path, capsys):
         assert "the same 5 records" in capsys.readouterr().err
 
 
-def test_the_report_says_when_the_sides_read_different_data(tmp_path):
+def test_the_report_says_when_the_sides_read_different_data_or_seeds_ran_different_configs(tmp_path):
     cand = [{**r, "data_fingerprint": {"dataset": "blobs", "graphs": 50}} for r in _records(GOOD)]
-    code, report = _gate(tmp_path, cand)
+    code, report = _gate(tmp_path / "data", cand)
     assert code == 0 and "## Groups whose data differ" in report
+    mixed = [{**r, "config": {"epochs": 30}} if r["seed"] < 2 else r for r in _records(GOOD)]
+    code, report = _gate(tmp_path / "config", mixed)
+    assert code == 0 and "the candidate's seeds ran 2 different configs" in report
 
 
 def test_nan_and_huge_metrics(tmp_path, capsys):
