@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from domains.base import ADDED, RUNTIME, Preset
@@ -46,6 +46,7 @@ EPISODE_ENV_STEPS = 1000
 
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+AdamBeta = Annotated[float, Field(ge=0.0, lt=1.0)]  # Adam's beta1: torch takes [0, 1)
 
 
 @pydantic_dataclass(config=ConfigDict(extra="forbid"))
@@ -60,7 +61,9 @@ class CurlConfig:
     # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never. Runtime: a resumed run
     # continues exactly, so it is recorded, not hashed.
     checkpoint_freq: NonNegativeInt = field(default=10_000, metadata={RUNTIME: True})
-    seed_agent_steps: NonNegativeInt = 200  # uniformly random actions before learning (agent steps, CURL: 1000)
+    # uniformly random actions before learning (agent steps, CURL: 1000); at least 1: the first update samples the
+    # replay buffer, which holds nothing before a step
+    seed_agent_steps: PositiveInt = 200
     # Observations.
     action_repeat: PositiveInt | None = None  # None: the task's (8 cartpole, 2 finger/walker, 4 otherwise)
     frame_stack: PositiveInt = 3
@@ -73,14 +76,14 @@ class CurlConfig:
     # sampling included (domains.graphed); no effect on the CPU. The same updates with the launches batched:
     # a runtime field (float differences at most, of the order another cuDNN algorithm gives).
     cuda_graph: bool = field(default=True, metadata={RUNTIME: True})
-    lr: float | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
-    beta: float = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
+    lr: PositiveFloat | None = None  # actor, critic and encoder learning rate; None: the task's (1e-3, cheetah 2e-4)
+    beta: AdamBeta = 0.9  # Adam beta1 of actor, critic (CURL's actor_beta, critic_beta)
     # SAC.
     hidden_dim: PositiveInt = 1024
     discount: Rate = 0.99
-    init_temperature: float = 0.1
-    alpha_lr: float = 1e-4
-    alpha_beta: float = 0.5
+    init_temperature: PositiveFloat = 0.1  # SAC's initial alpha; learnt as log(alpha)
+    alpha_lr: PositiveFloat = 1e-4
+    alpha_beta: AdamBeta = 0.5
     actor_log_std_min: float = -10.0
     actor_log_std_max: float = 2.0
     actor_update_freq: PositiveInt = 2
@@ -101,9 +104,13 @@ class CurlConfig:
     num_positives: Annotated[int, Field(ge=1, le=2)] = 1
 
     @model_validator(mode="after")
-    def _check_crop(self) -> CurlConfig:
+    def _check_combinations(self) -> CurlConfig:
+        """The rules a single field's constraint cannot say."""
         if self.crop_size > self.image_size:
             raise ValueError(f"crop_size ({self.crop_size}) must not exceed image_size ({self.image_size})")
+        if self.actor_log_std_min > self.actor_log_std_max:
+            raise ValueError(f"actor_log_std_min ({self.actor_log_std_min}) must not exceed actor_log_std_max "
+                             f"({self.actor_log_std_max}): the policy's log std is squashed into [min, max]")
         return self
 
 

@@ -19,6 +19,8 @@ from domains.base import RUNTIME
 Task = Literal["MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC"]
 TASKS: tuple[str, ...] = get_args(Task)
 AtLeast2 = Annotated[int, Field(ge=2)]
+# a seed numpy's legacy seeding takes (0..2**32 - 1): SentEval's folds need it; the synthetic corpus's uses the same
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 @dataclass(config=ConfigDict(extra="forbid"))
@@ -39,7 +41,7 @@ class TextConfig:
     # the chance that a content word comes from the document's topic
     synthetic_topic_word_prob: Annotated[float, Field(gt=0.0, le=1.0)] = 0.4
     synthetic_eval_sentences: PositiveInt = 2000
-    synthetic_seed: int = 1234  # the synthetic corpus is fixed; the run seed does not change it
+    synthetic_seed: Seed = 1234  # the synthetic corpus is fixed; the run seed does not change it
     # --- tokenizer ---
     vocab_size: PositiveInt = 20000
     min_frequency: PositiveInt = 1
@@ -76,7 +78,7 @@ class TextConfig:
     kfold: AtLeast2 = 10
     # subsample each task (train and test) to this size, for smoke tests; 0: all
     senteval_max_samples: NonNegativeInt = 0
-    eval_seed: int = 1111  # SentEval's seed: the folds do not change with the run seed
+    eval_seed: Seed = 1111  # SentEval's seed: the folds do not change with the run seed
     # torch: SentEval's PyTorch logistic regression (Adam, L2 grid 1e-5..1e-2, early stopping), every model of a
     # task batched, on the run's device; sklearn: scikit-learn's LogisticRegression (C grid), on the CPU. Sparse
     # features (bag-of-words counts) and the senteval package always run scikit-learn: resolved so in the record

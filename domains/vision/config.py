@@ -33,7 +33,7 @@ class VisionConfig:
     optimizer: Literal["adam", "sgd"] = "adam"  # adam (DCL) | sgd (with momentum; Barbano et al.'s script default)
     lr: PositiveFloat = 1e-3
     momentum: Momentum = 0.9  # sgd only
-    weight_decay: float = 1e-6
+    weight_decay: NonNegativeFloat = 1e-6
     lr_decay: Literal["none", "step", "cosine"] = "none"  # none | step (x0.1 at 1/3 and 2/3 of the epochs) | cosine
     temperature: NonNegativeFloat = 0.0  # 0: the method's paper value (METHOD_TEMPERATURE)
     proj_dim: PositiveInt = 128
@@ -63,12 +63,12 @@ class VisionConfig:
     objective: Literal["paper", "authors"] = "paper"
     online_lr: PositiveFloat = 1e-3  # the biased track's online linear classifier (Adam, no weight decay)
     linear_epochs: PositiveInt = 100  # linear evaluation, Adam 1e-3 on frozen features (DCL protocol)
-    linear_lr: float = 1e-3
+    linear_lr: PositiveFloat = 1e-3
     linear_batch_size: PositiveInt = 64  # DCL: 512 on 50,000 images; 64 gives the 1,257 digits enough steps
-    linear_weight_decay: float = 1e-6
+    linear_weight_decay: NonNegativeFloat = 1e-6
     knn_k: PositiveInt = 200
-    knn_temperature: float = 0.5
-    knn_every: int = 5  # kNN monitor every N epochs (and at the last); 0: off
+    knn_temperature: PositiveFloat = 0.5  # the kNN monitor's weights exp(similarity / T)
+    knn_every: NonNegativeInt = 5  # kNN monitor every N epochs (and at the last); 0: off
     bf16: bool = True  # bf16 autocast on CUDA; the losses run in float32 anyway
     # torch.compile the networks, the loss and the augmentation (eager, with a warning, if it fails): the same model and
     # maths in fused kernels, so a runtime field (float differences of the order another thread count gives)
@@ -76,7 +76,8 @@ class VisionConfig:
     # on CUDA, one process: each training step replayed from a CUDA graph (one launch for its hundreds of kernels;
     # eager, with a warning, if capture fails): the same kernels on the same numbers, so a runtime field
     cuda_graph: bool = field(default=True, metadata={RUNTIME: True})
-    num_workers: int = field(default=4, metadata={RUNTIME: True})  # image-folder loader processes: speed only
+    # image-folder loader processes (0: the main process): speed only
+    num_workers: NonNegativeInt = field(default=4, metadata={RUNTIME: True})
     download: bool = field(default=False, metadata={RUNTIME: True})  # try torchvision's download when missing
 
 
