@@ -4,17 +4,22 @@ to overwrite a different record and the refusal to pack nothing."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 from tiny_domain import REPO, harness_env
 
 from harness.suites.campaign import PLANS, load_plan
+from harness.suites.pack import CAMPAIGN_LOG
 
 SCRIPT = REPO / "tools" / "campaign"
 
@@ -187,6 +192,26 @@ def test_a_second_run_skips_what_the_repository_holds(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert (fresh / "leaderboards" / "results" / record.name).read_bytes() == record.read_bytes()  # skipped
     assert not list((fresh / "leaderboards" / "results").glob("*.log"))  # no run wrote a log
+
+
+def test_sigterm_stops_the_campaigns_runs_and_says_the_same_command_resumes_them(tmp_path):
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-1 5 epochs=200 sleep_s=0.5")
+    stage = tmp_path / "stage"
+    proc = subprocess.Popen([str(SCRIPT), "run", str(plan), "--device", "cpu", "--jobs", "1", "--stage", str(stage),
+                             "--repo", str(_repo(tmp_path))], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    end = time.monotonic() + 90
+    while not list(stage.glob("**/.work/*.lock")) and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 75 and "Traceback" not in stderr, stderr
+    assert "1 running stopped, 1 not started; the same command again resumes them" in stderr
+    assert "campaign: stopped by SIGTERM" in (stage / CAMPAIGN_LOG).read_text()
 
 
 def _sized(path: Path, mib: float) -> None:

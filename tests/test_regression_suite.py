@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_domain import REPO, harness_env
+from tiny_domain import REPO, harness_env, synthetic_record, write_records
 
 import domains
 from domains.base import UserError
@@ -85,12 +85,13 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_dry_run_of_an_update_runs_into_the_baseline_and_removes_nothing(tmp_path):
+def test_dry_run_of_an_update_runs_beside_the_baseline_and_removes_nothing(tmp_path):
     (tmp_path / "kept.json").write_text("{}")
     out = script("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert all(f"--results {tmp_path} --quiet" in line for line in out.stdout.splitlines())
-    assert "compare" not in out.stdout and (tmp_path / "kept.json").exists()
+    new = tmp_path.parent / f".{tmp_path.name}-new-XXXXXX"  # the new baseline's folder, swapped in when complete
+    assert all(f"--results {new} --quiet" in line for line in out.stdout.splitlines())
+    assert "compare" not in out.stdout and (tmp_path / "kept.json").exists() and not new.exists()
 
 
 def test_dry_run_of_one_domains_update_runs_only_its_settings(tmp_path):
@@ -139,13 +140,13 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
     suite = tmp_path / "tiny.txt"
     suite.write_text("tiny linear blobs_hard infonce quick 0-2 1\n")
     base, cand = tmp_path / "baseline", tmp_path / "candidate"
-    base.mkdir()
-    (base / "stale.json").write_text("{}")  # an old baseline record: the update removes it
+    # An old baseline record (of another code version, so another run id): the update replaces it.
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard", version="0.0.1")])
 
     out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "removed 1 old baseline files" in out.stdout and "3 of 3 runs completed" in out.stdout
-    assert len(_records(base)) == 3 and not (base / "stale.json").exists()
+    assert len(_records(base)) == 3 and not list(base.glob("*-0.0.1-*"))
 
     out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     assert out.returncode == 0, out.stdout + out.stderr  # the same code and seeds: nothing changed

@@ -8,16 +8,26 @@ in the suite file's order, into a results folder (a fresh temporary one unless `
 that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
 the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
 
-``--update-baseline`` removes the baseline's records and runs the suite into the baseline folder instead (no
-comparison): for a change that moves the numbers on purpose; commit the new records. With ``--domain D`` it runs
-only D's settings and removes only D's records (those whose ``domain`` is D, and their logs): the other domains'
-baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
+``--update-baseline`` runs the suite into a new folder beside the baseline (``.<name>-new-XXXXXX``, on the same
+file system) instead (no comparison), and only when every run completed swaps it in: the new records and logs
+move into the baseline folder and the old ones go. For a change that moves the numbers on purpose; commit the new
+records. A run that failed, or a stop (Ctrl-C, SIGTERM), leaves the old baseline as it was and the new runs in
+their folder, which it names. It refuses to start when the baseline folder holds anything but run records, their
+logs and the runs' scratch (hidden files, tracking folders): a wrong ``--baseline`` loses nothing. With ``--domain
+D`` it runs only D's settings and replaces only D's records (those whose ``domain`` is D, and their logs): the
+other domains' baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
+
+Ctrl-C or SIGTERM stops the suite: no further run starts, the running ones are stopped, and one line says what
+was stopped and how to go on; exit 130 (SIGINT) or 75 (SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,9 +36,11 @@ from pathlib import Path
 from domains.base import UserError
 from harness.records import load_record_files
 from harness.suites import Setting, load_suite, suite_path
-from harness.suites.pool import run_all
+from harness.suites.pool import Interrupted, handled, run_all
 
 BASELINE = "leaderboards/regression"
+# What runs write into their results folder beside the records and logs: live tracking (harness/tracking.py).
+TRACKING_FOLDERS = ("tb", "wandb", "mlruns")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report", help="compare's markdown report (default: <results>/regression-report.md)")
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default: 2)")
     p.add_argument("--update-baseline", action="store_true",
-                   help="remove the baseline's records and run the suite into the baseline folder (no comparison)")
+                   help="run the suite into a new folder beside the baseline and, when every run completed, replace "
+                   "the baseline's records with its records (no comparison)")
     p.add_argument("--domain", help="with --update-baseline: run only this domain's settings and replace only its "
                    "baseline records (the other domains' stay)")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
@@ -73,23 +86,53 @@ def tolerance_args(settings: list[Setting]) -> list[str]:
 
 
 def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
-    """The baseline's records and logs; of one ``domain``: its records (read, so that an unreadable one is a
-    UserError rather than a guess) and their logs."""
-    if domain is None:
-        return sorted([*baseline.glob("*.json"), *baseline.glob("*.log")])
-    if not baseline.is_dir():
+    """The files an update replaces: the baseline's records (of one ``domain``) and their logs. UserError naming
+    what the folder holds beyond run records, their logs and the runs' scratch (hidden files, tracking folders): an
+    unreadable record, or a file the update would not own (a wrong ``--baseline``, someone's notes)."""
+    if not baseline.exists():
         return []
-    records = [path for path, record in load_record_files(baseline, completed_only=False) if record.domain == domain]
-    return sorted([*records, *(log for path in records if (log := path.with_suffix(".log")).is_file())])
+    try:
+        records = load_record_files(baseline, completed_only=False)
+    except UserError as exc:
+        raise UserError(f"--update-baseline: {exc}") from None
+    logs = {path.with_suffix(".log") for path, _ in records}
+    foreign = [path.name for path in sorted(baseline.iterdir()) if not path.name.startswith(".")
+               and path.suffix != ".json" and path not in logs
+               and not (path.is_dir() and path.name in TRACKING_FOLDERS)]
+    if foreign:
+        raise UserError(f"--update-baseline: {baseline} holds {len(foreign)} files that are not run records or their "
+                        f"logs: {', '.join(foreign)}; the update replaces a folder of records only, so move them out "
+                        "(or give --baseline the records folder); nothing was changed")
+    chosen = [path for path, record in records if domain is None or record.domain == domain]
+    return sorted([*chosen, *(log for path in chosen if (log := path.with_suffix(".log")).is_file())])
 
 
-def clear_baseline(baseline: Path, old: list[Path], domain: str | None = None) -> None:
-    """Remove ``old`` (:func:`baseline_files`), saying how many (git restores committed ones)."""
-    for path in old:
-        path.unlink()
-    what = f"of domain {domain} " if domain else ""
-    print(f"removed {len(old)} old baseline files {what}(records and logs) from {baseline}; the suite now writes the "
-          "new baseline there (git checkout restores the committed one)", flush=True)
+def new_baseline_folder(baseline: Path, dry_run: bool = False) -> Path:
+    """A fresh folder beside ``baseline`` for the new one, on the same file system so that the swap is renames; a
+    dry run names it and makes none."""
+    baseline = baseline.resolve()
+    if dry_run:
+        return baseline.parent / f".{baseline.name}-new-XXXXXX"
+    baseline.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{baseline.name}-new-", dir=baseline.parent))
+
+
+def swap_baseline(baseline: Path, new: Path, old: list[Path]) -> int:
+    """Move ``new``'s records and logs into ``baseline``, then remove the ``old`` files (:func:`baseline_files`)
+    that none of them replaced, then ``new`` with the runs' scratch; returns how many moved. New first: a swap cut
+    short leaves both baselines, never neither; and Ctrl-C and SIGTERM are ignored meanwhile (renames: a moment)."""
+    with handled(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM):
+        baseline.mkdir(parents=True, exist_ok=True)
+        moved = [path for pattern in ("*.json", "*.log") for path in sorted(new.glob(pattern))
+                 if not path.name.startswith(".")]
+        for path in moved:
+            os.replace(path, baseline / path.name)
+        replaced = {path.name for path in moved}
+        for path in old:
+            if path.name not in replaced:
+                path.unlink(missing_ok=True)
+        shutil.rmtree(new)
+    return len(moved)
 
 
 def only_domain(settings: list[Setting], domain: str) -> list[Setting]:
@@ -99,6 +142,48 @@ def only_domain(settings: list[Setting], domain: str) -> list[Setting]:
         known = ", ".join(dict.fromkeys(s.domain for s in settings))
         raise UserError(f"--domain {domain}: the suite has no setting of that domain (its domains: {known})")
     return chosen
+
+
+def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: Path, new: Path, old: list[Path],
+                    domain: str | None) -> int:
+    """Run ``commands`` into ``new`` and, when every run completed, swap it in (:func:`swap_baseline`); else leave
+    the baseline as it was. Exit status: 0, 1 (a run failed) or 2 (a run refused as bad input)."""
+    try:
+        codes = run_all(commands, jobs)
+    except Interrupted as stop:
+        print(f"regression suite {stop}; the baseline {baseline} is unchanged, the runs done so far are in {new} "
+              "(remove it); run the same command again to start over", file=sys.stderr)
+        return stop.code
+    done = f"baseline: {sum(c == 0 for c in codes)} of {len(codes)} runs completed"
+    if any(codes):
+        print(f"{done}: the baseline {baseline} is unchanged; the new runs are in {new} (remove it when done)",
+              file=sys.stderr)
+        return 2 if 2 in codes else 1
+    moved = swap_baseline(baseline, new, old)
+    what = f"of domain {domain} " if domain else ""
+    print(f"{done}; removed {len(old)} old baseline files {what}(records and logs) from {baseline} and moved the "
+          f"{moved} new ones in (git checkout restores the committed ones)")
+    return 0
+
+
+def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compare: list[str], report: Path) -> int:
+    """Run ``commands`` into ``results``, then compare; the exit status of the module's docstring."""
+    try:
+        codes = run_all(commands, jobs)
+    except Interrupted as stop:
+        print(f"regression suite {stop}; the runs done so far are in {results}: run it again with --results "
+              f"{results} to go on (their completed records are reused)", file=sys.stderr)
+        return stop.code
+    print(shlex.join(compare), flush=True)
+    code = subprocess.run(compare).returncode
+    print(f"report: {report}")
+    if 2 in codes:
+        print("a run was refused as bad input (above): the suite could not run as written", file=sys.stderr)
+        return 2
+    if any(codes):
+        print("a run failed (above): the gate does not pass", file=sys.stderr)
+        return 1
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,9 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    if args.update_baseline or args.results:
-        results = baseline if args.update_baseline else Path(args.results)
-    else:  # a dry run names the folder it would make, and makes none
+    # A dry run names the folder it would make, and makes none.
+    if args.update_baseline:
+        results = new_baseline_folder(baseline, args.dry_run)
+    elif args.results:
+        results = Path(args.results)
+    else:
         results = Path(tempfile.gettempdir(), "regression-XXXXXX") if args.dry_run else Path(
             tempfile.mkdtemp(prefix="regression-"))
     report = Path(args.report) if args.report else results / "regression-report.md"
@@ -133,21 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             print(shlex.join(command))
         return 0
     if args.update_baseline:
-        clear_baseline(baseline, old, args.domain)
-    codes = run_all(commands, args.jobs)
-    if args.update_baseline:
-        print(f"baseline: {sum(c == 0 for c in codes)} of {len(codes)} runs completed into {baseline}")
-        return 2 if 2 in codes else int(any(codes))
-    print(shlex.join(compare), flush=True)
-    code = subprocess.run(compare).returncode
-    print(f"report: {report}")
-    if 2 in codes:
-        print("a run was refused as bad input (above): the suite could not run as written", file=sys.stderr)
-        return 2
-    if any(codes):
-        print("a run failed (above): the gate does not pass", file=sys.stderr)
-        return 1
-    return code
+        return update_baseline(commands, args.jobs, baseline, results, old, args.domain)
+    return gate(commands, args.jobs, results, compare, report)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from domains.base import UserError
 from harness.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
-from harness.suites.pool import run_all
+from harness.suites.pool import Interrupted, run_all
 from harness.suites.travel import travel
 
 PLANS = SUITES / "campaign"
@@ -170,7 +170,13 @@ def run(args: argparse.Namespace) -> int:
         resume = ["--resume"] if has_checkpoint(staged, setting, seed) else []
         return [*command, "--time-limit", f"{left:.0f}s", *resume]
 
-    codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S)
+    try:
+        codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S)
+    except Interrupted as stop:  # Ctrl-C or SIGTERM: the runs stopped at their checkpoints; the log says so
+        with open(Path(args.stage) / CAMPAIGN_LOG, "a") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} campaign: {stop}\n")
+        print(f"campaign: {stop}; the same command again resumes them", file=sys.stderr, flush=True)
+        return stop.code
     return report(commands, codes, Path(args.stage) / CAMPAIGN_LOG)
 
 
