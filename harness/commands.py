@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import statistics
 import sys
@@ -11,13 +12,14 @@ from pathlib import Path
 from domains.base import RunStopped
 from harness import config as cfg
 from harness import stopping, tracking
+from harness.records import RunRecord
 from harness.runner import Outcome, RunRequest, execute
 
 
 def request_from_args(args: argparse.Namespace) -> RunRequest:
     return RunRequest(
         domain=args.domain, loss=args.loss, method=args.method, dataset=args.dataset,
-        seeds=cfg.parse_seeds(args.seeds) if args.seeds else None, preset=args.preset,
+        seeds=cfg.parse_seeds(args.seeds) if args.seeds is not None else None, preset=args.preset,
         sets=cfg.parse_assignments(args.sets), device=args.device, data_root=args.data_root,
         results=args.results, resume=args.resume, force=args.force, quiet=args.quiet,
         trackers=tracking.resolve(args.trackers),
@@ -34,11 +36,13 @@ def summary_line(outcome: Outcome) -> str:
         value = _fmt(record.metrics[primary])
         return f"[{outcome.status}] {outcome.run_id}: {primary}={value} ({what}) -> {outcome.path}"
     if outcome.status == "busy":
-        return f"[busy] {outcome.run_id}: {outcome.error}; skipped"
+        return f"[busy] {outcome.run_id}: {outcome.error}; not run here"
     return f"[{outcome.status}] {outcome.run_id}: {outcome.error} -> {outcome.path}"
 
 
 def _fmt(value: object) -> str:
+    if value is None:  # how a record holds a NaN or infinite metric
+        return "null (non-finite)"
     return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
@@ -53,10 +57,10 @@ def invocation() -> list[str]:
 
 def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
-    ``--resume``, without ``--force`` (which would redo the seeds that completed before the interruption), started
-    the way this process was (:func:`invocation`)."""
-    args = [a for a in argv if a != "--force"]
-    return shlex.join([*invocation(), *args, *([] if "--resume" in args else ["--resume"])])
+    ``--resume``, started the way this process was (:func:`invocation`). A ``--force`` stays: ``--force
+    --resume`` goes on with the forced rerun, redoing only the seeds it had not redone yet
+    (:func:`harness.runner.force_mark`)."""
+    return shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
 def _print_outcome(outcome: Outcome) -> None:
@@ -73,9 +77,25 @@ def time_limit(args: argparse.Namespace) -> float | None:
     return stopping.parse_duration(args.time_limit) if args.time_limit else None
 
 
+def _metric_summary(done: list[RunRecord]) -> str:
+    """The primary metric's mean ± std over the seeds where it is finite, and how many are not (the record writer
+    stores NaN and infinity as null)."""
+    primary = done[0].primary_metric
+    values = [r.metrics.get(primary) for r in done]
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not finite:
+        return f"{primary}: non-finite on all {len(values)} seeds (null in the records)"
+    stat = f"{statistics.mean(finite):.4g} ± {statistics.stdev(finite):.4g}" if len(finite) > 1 else f"{finite[0]:.4g}"
+    bad = len(values) - len(finite)
+    if not bad:
+        return f"{primary}: {stat} over {len(values)} seeds"
+    return f"{primary}: {stat} over {len(finite)} of {len(values)} seeds; {bad} non-finite (null in the record)"
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """Print each seed as it finishes; exit 0, 1 (a run failed), 2 (user error), 75 (``stopping.EXIT_STOPPED``:
-    stopped at a checkpoint by SIGTERM, SIGUSR1 or --time-limit) or 130 (interrupted by Ctrl-C at once)."""
+    stopped at a checkpoint by SIGTERM, SIGUSR1 or --time-limit, or a seed busy in another process: not done yet)
+    or 130 (interrupted by Ctrl-C at once)."""
     request, limit = request_from_args(args), time_limit(args)
     try:
         with stopping.graceful(stopping.STOP_SIGNALS, limit):
@@ -89,11 +109,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         return stopping.EXIT_STOPPED
     done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
     if len(done) > 1:
-        primary = done[0].primary_metric
-        values = [r.metrics[primary] for r in done]
-        print(f"{primary}: {statistics.mean(values):.4g} ± {statistics.stdev(values):.4g} over {len(values)} seeds")
+        print(_metric_summary(done))
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
         print(f"error: {failed[0].error} (log: {failed[0].path.with_suffix('.log')})", file=sys.stderr)
         return 2 if failed[0].user_error else 1
+    busy = sum(o.status == "busy" for o in outcomes)
+    if busy:
+        # Not done yet: a script running `harness run && harness leaderboard` must not publish without them.
+        print(f"not finished: {busy} seed{'s' * (busy > 1)} busy in another process; once it is done, continue "
+              f"with: {resume_command(args.argv)}", file=sys.stderr)
+        return stopping.EXIT_STOPPED
     return 0

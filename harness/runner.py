@@ -242,6 +242,19 @@ def results_folder(results: str) -> Path:
     return path
 
 
+def force_mark(results: Path, rid: str) -> Path:
+    """The mark of a seed that a ``--force`` command has yet to redo: set for every seed of the command before
+    the first one runs, removed once the seed's new record is written. After an interruption, ``--force
+    --resume`` redoes only the seeds still marked (resuming the checkpoint where one was saved) and keeps those
+    the interrupted command already redid."""
+    return results / ".work" / f"{rid}.force"
+
+
+def redo(req: RunRequest, results: Path, rid: str) -> bool:
+    """Whether ``req`` runs this seed again although it has a completed record (:func:`force_mark`)."""
+    return req.force and (not req.resume or force_mark(results, rid).exists())
+
+
 def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts, and
     RunStopped where a stop is requested (:mod:`harness.stopping`): at a checkpoint, or before a seed starts.
@@ -251,9 +264,14 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
     data = PlanData(the_plan, data_root, device)
-    if req.force or not all(records.reusable(Path(req.results), spec, data.fingerprint) for spec in the_plan.specs):
+    rids = [records.run_id(spec, data.fingerprint) for spec in the_plan.specs]
+    if not all(not redo(req, Path(req.results), rid) and records.reusable(Path(req.results), spec, data.fingerprint)
+               for spec, rid in zip(the_plan.specs, rids)):
         data.load()  # before any run starts: a data error leaves the results folder untouched
     results = results_folder(req.results)
+    if req.force and not req.resume and not _secondary_rank():
+        for rid in rids:
+            force_mark(results, rid).touch()
     outcomes = []
     # Presets longer than quick print an estimate, once per `harness run`, from its first seed that runs.
     estimated = False
@@ -283,7 +301,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         work_dir.mkdir(parents=True, exist_ok=True)
         return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left,
                         write=False)
-    if not req.force and (done := records.reusable(results, spec, data.fingerprint)) is not None:
+    if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
         return Outcome(rid, "skipped", path, done)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -296,13 +314,16 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
     except Timeout:
         return Outcome(rid, "busy", path, error="another process is running it")
     try:
-        if not req.force and (done := records.reusable(results, spec, data.fingerprint)) is not None:
+        if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
             return Outcome(rid, "skipped", path, done)  # finished while we waited for the lock
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
         records.set_aside_damaged(path)
-        return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
+        outcome = _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
+        if outcome.status == "completed":
+            force_mark(results, rid).unlink(missing_ok=True)  # redone: a resumed --force keeps it
+        return outcome
     finally:
         lock.release()
 

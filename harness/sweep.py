@@ -21,8 +21,10 @@ import os
 import shlex
 import signal
 import time
+import traceback
 import uuid
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +37,21 @@ from harness import config as cfg
 from harness import stopping, tracking
 from harness.commands import resume_command, time_limit
 from harness.output import configure_output
-from harness.records import reusable
+from harness.records import reusable, run_id
 from harness.runner import (
     RunRequest,
     default_data_root,
     execute,
     fingerprint,
+    force_mark,
     plan,
+    redo,
     resolve_device,
     results_folder,
 )
 
 POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
+WORKER_DIED = "its worker process died (killed, out of memory?), which ends the pool; rerun the sweep with --resume"
 # What a job on another machine (Ray) needs of this environment to import the harness and find the data.
 FORWARDED_ENV = ("PYTHONPATH", "HARNESS_PLUGINS", "HARNESS_DATA_ROOT", "HARNESS_CACHE_DIR")
 
@@ -62,8 +67,15 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     return grid
 
 
-def _csv(text: str | None) -> list[str] | None:
-    return [x.strip() for x in text.split(",") if x.strip()] if text else None
+def _csv(text: str | None, option: str) -> list[str] | None:
+    """The names ``option`` lists; None where it is not given (the default applies). A given but empty list is a
+    UserError: falling back to the default would run what was not asked for."""
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise UserError(f"{option} '{text}' names nothing: give comma-separated names (see harness list)")
+    return names
 
 
 def _applies(key: str, domain_name: str, loss: str) -> bool:
@@ -78,11 +90,12 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
     grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets)
     trackers = tracking.resolve(args.trackers)
-    wanted = {"dataset": _csv(args.datasets), "method": _csv(args.methods), "loss": _csv(args.losses)}
+    wanted = {"dataset": _csv(args.datasets, "--datasets"), "method": _csv(args.methods, "--methods"),
+              "loss": _csv(args.losses, "--losses")}
     used: dict[str, set[str]] = {k: set() for k in wanted}
     used_grid: set[str] = set()
     requests = []
-    for name in _csv(args.domains) or []:
+    for name in _csv(args.domains, "--domains") or []:
         domain = get(name)
         datasets = [d for d in wanted["dataset"] or [domain.default_dataset] if d in domain.datasets]
         methods = [m for m in wanted["method"] or [domain.default_method] if m in domain.methods]
@@ -93,7 +106,7 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
         if args.preset not in domain.presets:
             raise UserError(f"unknown preset '{args.preset}' for domain '{name}'; "
                             f"available: {', '.join(sorted(domain.presets))}")
-        seeds = cfg.parse_seeds(args.seeds) if args.seeds else list(domain.presets[args.preset].seeds)
+        seeds = cfg.parse_seeds(args.seeds) if args.seeds is not None else list(domain.presets[args.preset].seeds)
         for dataset, method, loss in itertools.product(datasets, methods, chosen):
             keys = [k for k in grid if _applies(k, name, loss)]
             used_grid.update(keys)
@@ -111,13 +124,19 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     unused = sorted(set(grid) - used_grid)
     if unused:
         raise UserError(f"--grid {', '.join(unused)} applies to no domain/loss of the sweep")
+    if not requests:
+        raise UserError("the sweep has no job: no domain of --domains has a dataset, a method and a loss of the "
+                        "selection together (see harness list)")
     return requests
 
 
-def run_job(request: RunRequest, stop_file: str | None = None, threads: int | None = None) -> list[dict[str, Any]]:
+def run_job(request: RunRequest, stop_file: str | None = None, threads: int | None = None,
+            show_traceback: bool = True) -> list[dict[str, Any]]:
     """One sweep job in a worker: exactly what ``harness run`` does; failures and stops come back as data.
     ``stop_file``: the sweep's (:func:`harness.stopping.follow`); ``threads``: torch's, where the worker's
-    initializer did not set them (Ray, Slurm)."""
+    initializer did not set them (Ray, Slurm); ``show_traceback``: print the traceback of a crash outside the
+    run's own code (whose failures its log holds) to this process's stderr: a Slurm job's log, a Ray worker's
+    output; the local executor's workers print it under ``-v`` only, its one-line error says so."""
     stopping.follow(Path(stop_file) if stop_file else None)
     if stopping.stop_reason() is not None:  # handed to this worker before the sweep stopped
         return _not_started([request])
@@ -126,9 +145,13 @@ def run_job(request: RunRequest, stop_file: str | None = None, threads: int | No
     try:
         outcomes = execute(request)
     except UserError as exc:
-        return [{"run_id": _job_name(request), "status": "failed", "error": str(exc)}]
+        return [_failed(request, str(exc))]
     except RunStopped as stop:
         return [{"run_id": _job_name(request), "status": "stopped", "error": f"{stop}; its checkpoint is kept"}]
+    except Exception as exc:  # noqa: BLE001 - a crash outside the run (a damaged cache): the other jobs go on
+        if show_traceback:
+            traceback.print_exc()
+        return [_failed(request, _one_line(exc) + ("" if show_traceback else " (sweep -v shows its traceback)"))]
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "path": str(o.path),
              "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
 
@@ -151,6 +174,15 @@ def _job_name(request: RunRequest) -> str:
     return f"{request.domain}/{request.dataset}/{request.loss} seed {request.seeds[0]}"
 
 
+def _failed(request: RunRequest, error: str) -> dict[str, Any]:
+    return {"run_id": _job_name(request), "status": "failed", "error": error}
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as the one line a failed run's record gives (``harness.runner``): its type and message."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
+
+
 def _job_line(request: RunRequest) -> str:
     argv = ["harness", "run", "--domain", request.domain, "--dataset", request.dataset, "--method", request.method,
             "--loss", request.loss, "--preset", request.preset, "--seeds", str(request.seeds[0])]
@@ -159,8 +191,12 @@ def _job_line(request: RunRequest) -> str:
     return shlex.join(argv)
 
 
-def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
+def pending(requests: list[RunRequest], mark_in: Path | None = None,
+            ) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
     """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason).
+    ``mark_in``: the results folder of a ``--force`` sweep, where each job to run is marked as one to redo
+    (:func:`harness.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
+    jobs the sweep had not redone yet, queued ones included, and keeps those it redid.
 
     A job's record is named by its data fingerprint, so this takes each fingerprint once, through the domain's
     cheap path (``Domain.data_fingerprint``: file hashes or generator parameters, where the domain has them)
@@ -180,11 +216,14 @@ def pending(requests: list[RunRequest]) -> tuple[list[RunRequest], list[RunReque
             if key not in fingerprints:
                 # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
                 fingerprints[key] = fingerprint(the_plan, data_root, torch.device("cpu"))
-            data = fingerprints[key]
-            exists = not request.force and reusable(Path(request.results), spec, data) is not None
+            data, results = fingerprints[key], Path(request.results)
+            rid = run_id(spec, data)
+            exists = not redo(request, results, rid) and reusable(results, spec, data) is not None
         except UserError as exc:
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
+        if mark_in is not None and not exists:
+            force_mark(mark_in, rid).touch()
         (done if exists else todo).append(request)
     return todo, done, invalid
 
@@ -221,21 +260,37 @@ def _not_started(requests: list[RunRequest]) -> list[dict[str, Any]]:
 
 
 def run_local(requests: list[RunRequest], workers: int, stop_file: Path, verbose: bool = False) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = []
+    """A pool of ``workers`` processes, handed at most one job each at a time (as the Ray executor does), so that
+    the jobs under way are known: a job that crashes fails alone; a worker that dies (killed, out of memory)
+    breaks the pool, which fails the jobs under way, and the queued ones are reported not started."""
+    queued, running, results = list(requests), {}, []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
     # share the cores instead of each starting one thread per core.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
-                             initargs=(_threads(workers), verbose)) as pool, _progress(len(requests)) as bar:
-        waiting = {pool.submit(run_job, r, str(stop_file)): r for r in requests}
-        while waiting:
-            done, _ = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                             initargs=(_threads(workers), verbose)) as pool, _progress(len(queued)) as bar:
+        while queued or running:
+            while queued and len(running) < workers:
+                request = queued.pop(0)
+                try:
+                    running[pool.submit(run_job, request, str(stop_file), None, verbose)] = request
+                except BrokenProcessPool:  # a worker died as another job ended: the jobs under way fail next
+                    results += _not_started([request, *queued])
+                    queued = []
+            done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            broken = False
             for future in done:
-                request = waiting.pop(future)
-                results += _not_started([request]) if future.cancelled() else _report(future.result(), bar)
-            if _stopped(stop_file):
-                for future in waiting:
-                    future.cancel()  # a job already handed to a worker starts, sees the stop file and returns
+                request = running.pop(future)
+                try:
+                    results += _report(future.result(), bar)
+                except BrokenProcessPool:
+                    broken = True
+                    results += _report([_failed(request, WORKER_DIED)], bar)
+                except Exception as exc:  # noqa: BLE001 - what run_job could not send back: the others go on
+                    results += _report([_failed(request, _one_line(exc))], bar)
+            if broken or _stopped(stop_file):
+                results += _not_started(queued)
+                queued = []
     return results
 
 
@@ -280,8 +335,8 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
                 except Exception as exc:  # noqa: BLE001 - cancelled, killed, out of memory: the others go on
                     cancelled = stop_file is not None and stopping.stop_reason() is not None
                     results += _not_started([request]) if cancelled else _report(
-                        [{"run_id": _job_name(request), "status": "failed", "error": f"Slurm job {job.job_id} "
-                          f"ended without a result ({type(exc).__name__}); rerun the sweep with --resume"}], bar)
+                        [_failed(request, f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); "
+                                          "rerun the sweep with --resume")], bar)
             if stop_file is not None and _stopped(stop_file):
                 for job in waiting:
                     if job.state == "PENDING":
@@ -318,8 +373,7 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
                         results += _report(ray.get(ref), bar)
                     except ray.exceptions.RayError as exc:  # the worker died (killed, out of memory, node lost)
                         error = f"its Ray worker was lost ({type(exc).__name__}); rerun the sweep with --resume"
-                        results += _report([{"run_id": _job_name(request), "status": "failed", "error": error}],
-                                           bar)
+                        results += _report([_failed(request, error)], bar)
                 if _stopped(stop_file):
                     results += _not_started(queued)
                     queued = []
@@ -339,12 +393,14 @@ def _report(job_results: list[dict[str, Any]], bar) -> list[dict[str, Any]]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Exit 0, 1 (a job failed), 2 (user error) or 75 (``stopping.EXIT_STOPPED``: stopped, ``--resume`` goes on)."""
+    """Exit 0, 1 (a job failed), 2 (user error) or 75 (``stopping.EXIT_STOPPED``: stopped, or a job busy in
+    another process: not done yet, ``--resume`` goes on)."""
     if args.workers < 1:
         raise UserError("--workers must be at least 1")
     resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
     limit = time_limit(args)
-    todo, done, invalid = pending(build_requests(args))
+    forced = args.force and not args.resume and not args.dry_run
+    todo, done, invalid = pending(build_requests(args), results_folder(args.results) if forced else None)
     for line in invalid:
         print(f"[invalid] {line}")
     print(f"sweep: {len(todo) + len(done)} runs, {len(done)} with a completed record (skipped), {len(todo)} to run")
@@ -355,6 +411,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(_job_line(request))
         return 0
     if not todo:
+        print("sweep done: nothing to run, every job has its completed record")
         return 0
     tracking.check(todo[0].trackers)
     if "tensorboard" in todo[0].trackers:
@@ -372,11 +429,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             reason = stopping.stop_reason()
     finally:
         stop_file.unlink(missing_ok=True)
+    return _summarize(results, reason, args.argv)
+
+
+def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str]) -> int:
+    """Print the sweep's last line, with the command that goes on where any job is left undone; its exit status."""
     states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
     counts = {s: sum(r["status"] == s for r in results) for s in states}
-    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+    summary = ", ".join(f"{n} {s}" + (f" (another process is running {'it' if n == 1 else 'them'})"
+                                       if s == "busy" else "") for s, n in counts.items() if n)
     if reason is not None and (counts["stopped"] or counts["not started"]):
-        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(args.argv)}")
+        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv)}")
         return stopping.EXIT_STOPPED
-    print("sweep done: " + summary)
-    return 1 if counts["failed"] else 0
+    if not (counts["failed"] or counts["busy"] or counts["stopped"] or counts["not started"]):
+        print("sweep done: " + summary)
+        return 0
+    print(f"sweep done: {summary}; continue with: {resume_command(argv)}")
+    # A busy job is not done yet either: exit 75 so that a script does not publish the sweep without it.
+    return 1 if counts["failed"] else stopping.EXIT_STOPPED

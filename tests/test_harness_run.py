@@ -18,6 +18,7 @@ from tiny_domain import REPO, TinyDomain, harness, harness_env
 from harness.cli import main
 from harness.records import REQUIRED_FIELDS, config_hash, run_hash
 from harness.runner import RunRequest, plan
+from harness.stopping import EXIT_STOPPED
 
 
 def _records(results: Path) -> list[dict]:
@@ -66,6 +67,8 @@ def test_user_error_from_a_subprocess_is_one_line(tmp_path):
 @pytest.mark.parametrize("args, expected", [
     (["--domain", "nope", "--loss", "infonce"], "unknown domain 'nope'"),
     (["--domain", "tiny", "--loss", "jsd"], "does not accept loss 'jsd'; accepted: infonce"),
+    (["--domain", "tiny", "--loss", "infnce"], "unknown loss 'infnce'; did you mean 'infonce'? Domain 'tiny' "
+                                               "accepts: infonce"),
     (["--domain", "tiny", "--loss", "infonce", "--set", "nope=1"], "Valid keys: classes, dim_in"),
     (["--domain", "tiny", "--loss", "infonce", "--set", "epoch=1"], "unknown --set key 'epoch' for domain 'tiny'; "
                                                                       "did you mean 'epochs'? Valid keys: classes"),
@@ -185,7 +188,7 @@ def test_a_run_held_by_another_process_is_skipped_and_failed_force_keeps_the_rec
     [record] = _records(tmp_path)
     capsys.readouterr()
     with FileLock(str(tmp_path / ".work" / f"{record['run_id']}.lock")):
-        assert main([*args, "--force"]) == 0
+        assert main([*args, "--force"]) == EXIT_STOPPED  # not done yet
     assert "[busy]" in capsys.readouterr().out and _records(tmp_path) == [record]
     monkeypatch.setenv("TINY_DOMAIN_FAIL", "1")
     assert main([*args, "--force"]) == 1

@@ -189,6 +189,7 @@ def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_pa
 
 def test_the_resume_command_starts_the_harness_the_way_it_was_started():
     """In-process (not run as ``python -m harness``) the hint names the installed script; the subprocess tests
-    above check the ``python -m harness`` form. ``--force`` is dropped and ``--resume`` added once."""
-    assert resume_command(["run", "--force", "--seeds", "0"]) == "harness run --seeds 0 --resume"
+    above check the ``python -m harness`` form. ``--resume`` is added once; ``--force`` stays (``--force --resume``
+    goes on with the forced rerun)."""
+    assert resume_command(["run", "--force", "--seeds", "0"]) == "harness run --force --seeds 0 --resume"
     assert resume_command(["bench", "all", "--resume"]) == "harness bench all --resume"

@@ -1,0 +1,99 @@
+"""``harness run``'s last lines and exit status where not every seed simply completes: an interrupted ``--force``
+and the command its hint gives, a non-finite primary metric, a seed busy in another process. In-process, on the
+tiny domain and its faulty variant (tests/faulty_domain.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import statistics
+from pathlib import Path
+
+import faulty_domain  # noqa: F401  (registers the faulty domain, and the tiny one, in this process)
+from filelock import FileLock
+from tiny_domain import TinyDomain
+
+from harness.cli import main
+from harness.stopping import EXIT_STOPPED
+
+TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=3", "--quiet"]
+
+
+def _by_seed(results: Path) -> dict[int, dict]:
+    return {r["seed"]: r for r in (json.loads(p.read_text()) for p in results.glob("*.json"))}
+
+
+def _hint_args(hint: str) -> list[str]:
+    """The arguments of the in-process hint ``... continue with: harness run ...``."""
+    return shlex.split(hint.split("continue with: harness ")[1])
+
+
+def test_resuming_an_interrupted_force_run_redoes_only_the_seeds_it_had_not_redone(tmp_path, capsys, monkeypatch):
+    args = [*TINY, "--seeds", "0-2", "--results", str(tmp_path)]
+    assert main(args) == 0
+    before = _by_seed(tmp_path)
+    pretrain = TinyDomain.pretrain
+
+    def stopped_in_seed_1(self, spec, ctx, data):
+        if spec.seed == 1:  # as if SIGTERM came during its first epoch: it stops at the checkpoint after it
+            asked = iter(range(100))
+            ctx.stop_reason = lambda: "SIGTERM" if next(asked) >= 1 else None
+        return pretrain(self, spec, ctx, data)
+
+    monkeypatch.setattr(TinyDomain, "pretrain", stopped_in_seed_1)
+    capsys.readouterr()
+    assert main([*args, "--force"]) == EXIT_STOPPED
+    hint = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--force" in hint and hint.endswith(" --resume"), hint
+    forced = _by_seed(tmp_path)
+    assert forced[0]["timings"] != before[0]["timings"]  # seed 0 was redone
+    assert forced[1] == before[1] and forced[2] == before[2]
+    monkeypatch.setattr(TinyDomain, "pretrain", pretrain)
+
+    assert main(_hint_args(hint)) == 0
+    out = capsys.readouterr().out
+    after = _by_seed(tmp_path)
+    assert after[0] == forced[0] and f"[skipped] {after[0]['run_id']}" in out  # what the --force redid is kept
+    assert after[1]["info"]["start_epoch"] == 1  # its checkpoint goes on
+    assert after[2]["info"]["start_epoch"] == 0 and after[2]["timings"] != before[2]["timings"]  # redone
+    assert not [p.name for p in (tmp_path / ".work").iterdir() if not p.name.endswith(".lock")]
+    assert main(_hint_args(hint)) == 0 and _by_seed(tmp_path) == after  # a forced rerun is done once
+
+
+def test_the_summary_takes_the_finite_seeds_and_counts_the_others(tmp_path, capsys):
+    args = ["run", "--domain", "faulty", "--loss", "infonce", "--seeds", "0-2", "--set", "tag=nan",
+            "--set", "epochs=1", "--results", str(tmp_path), "--quiet"]
+    assert main(args) == 0  # every seed completed; the line says which are non-finite
+    records = _by_seed(tmp_path)
+    assert records[1]["metrics"]["accuracy"] is None  # NaN, written as null
+    finite = [records[s]["metrics"]["accuracy"] for s in (0, 2)]
+    assert all(math.isfinite(v) for v in finite)
+    line = f"accuracy: {statistics.mean(finite):.4g} ± {statistics.stdev(finite):.4g} over 2 of 3 seeds; " \
+           "1 non-finite (null in the record)"
+    out = capsys.readouterr().out
+    assert line in out.splitlines() and "accuracy=null (non-finite)" in out
+    assert main(args) == 0 and line in capsys.readouterr().out.splitlines()  # read back from the records
+    assert main([*args, "--seeds", "1,3"]) == 0
+    assert "accuracy: non-finite on all 2 seeds (null in the records)" in capsys.readouterr().out.splitlines()
+
+
+def test_a_seed_busy_in_another_process_is_not_done_exit_75(tmp_path, capsys):
+    args = [*TINY, "--seeds", "0,1", "--results", str(tmp_path)]
+    assert main([*TINY, "--seeds", "0", "--results", str(tmp_path)]) == 0
+    [record] = _by_seed(tmp_path).values()
+    capsys.readouterr()
+    with FileLock(str(tmp_path / ".work" / f"{record['run_id']}.lock")):
+        assert main([*args, "--force"]) == EXIT_STOPPED
+    out, err = capsys.readouterr()
+    assert f"[busy] {record['run_id']}: another process is running it; not run here" in out
+    hint = err.strip().splitlines()[-1]
+    assert hint.startswith("not finished: 1 seed busy in another process; once it is done, continue with: "), hint
+    assert sorted(_by_seed(tmp_path)) == [0, 1]  # the other seed ran
+    assert main(_hint_args(hint)) == 0  # once the lock is free, the hint's command redoes the busy seed
+    assert _by_seed(tmp_path)[0]["timings"] != record["timings"]
+
+
+def test_an_empty_seed_list_is_a_user_error(tmp_path, capsys):
+    assert main([*TINY, "--seeds", "", "--results", str(tmp_path)]) == 2
+    assert "--seeds expects comma-separated integers" in capsys.readouterr().err
