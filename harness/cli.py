@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a swept key (config field or loss.NAME; the latter only for losses that have it)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a fixed override")
-    p.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
+    p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
     p.add_argument("--preset", default="quick", help="the preset of every job (harness list presets; default: quick)")
     p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
                    help="local: a pool of --workers processes; slurm: a job array through submitit (local when no "

@@ -24,13 +24,16 @@ from domains.base import Domain, UserError, describe_validation, did_you_mean
 LOSS_PREFIX = "loss."
 
 
-def parse_assignments(items: list[str] | None) -> dict[str, str]:
-    """``["a=1", "loss.tau_plus=0.1"]`` -> ``{"a": "1", "loss.tau_plus": "0.1"}`` (later wins)."""
+def parse_assignments(items: list[str] | None, option: str = "--set", once: bool = False) -> dict[str, str]:
+    """``["a=1", "loss.tau_plus=0.1"]`` -> ``{"a": "1", "loss.tau_plus": "0.1"}``: a later key wins, or with
+    ``once`` a key given twice is a UserError (a sweep's grid would silently lose the first)."""
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--set expects key=value, got '{item}'")
+            raise UserError(f"{option} expects key=value, got '{item}'")
+        if once and key.strip() in out:
+            raise UserError(f"{option} {key.strip()} is given twice; give its values once, comma-separated")
         out[key.strip()] = value.strip()
     return out
 

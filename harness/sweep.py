@@ -59,7 +59,7 @@ FORWARDED_ENV = ("PYTHONPATH", "HARNESS_PLUGINS", "HARNESS_DATA_ROOT", "HARNESS_
 def parse_grid(items: list[str]) -> dict[str, list[str]]:
     """``["loss.alpha=0.1,0.5", "epochs=2,4"]`` -> ``{"loss.alpha": ["0.1", "0.5"], "epochs": ["2", "4"]}``."""
     grid = {}
-    for key, text in cfg.parse_assignments(items).items():
+    for key, text in cfg.parse_assignments(items, "--grid", once=True).items():
         values = [v.strip() for v in text.split(",") if v.strip()]
         if not values:
             raise UserError(f"--grid {key}= has no values")
@@ -89,6 +89,9 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
 def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
     grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets)
+    both = sorted(set(grid) & set(fixed))
+    if both:  # one of the two would be dropped without a word
+        raise UserError(f"{', '.join(both)} given both to --set and to --grid; give it to one of them")
     trackers = tracking.resolve(args.trackers)
     wanted = {"dataset": _csv(args.datasets, "--datasets"), "method": _csv(args.methods, "--methods"),
               "loss": _csv(args.losses, "--losses")}
@@ -109,12 +112,13 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
         seeds = cfg.parse_seeds(args.seeds) if args.seeds is not None else list(domain.presets[args.preset].seeds)
         for dataset, method, loss in itertools.product(datasets, methods, chosen):
             keys = [k for k in grid if _applies(k, name, loss)]
-            used_grid.update(keys)
+            sets = {k: v for k, v in fixed.items() if _applies(k, name, loss)}  # loss.alpha: the losses having it
+            used_grid.update(keys, sets)
             for values in itertools.product(*(grid[k] for k in keys)):
                 for seed in seeds:
                     requests.append(RunRequest(
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
-                        sets={**fixed, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
+                        sets={**sets, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
                         results=args.results, resume=args.resume, force=args.force, quiet=True,
                         trackers=trackers))
     for what, names in wanted.items():
@@ -124,6 +128,9 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     unused = sorted(set(grid) - used_grid)
     if unused:
         raise UserError(f"--grid {', '.join(unused)} applies to no domain/loss of the sweep")
+    unused = sorted(set(fixed) - used_grid)
+    if unused:
+        raise UserError(f"--set {', '.join(unused)} applies to no domain/loss of the sweep")
     if not requests:
         raise UserError("the sweep has no job: no domain of --domains has a dataset, a method and a loss of the "
                         "selection together (see harness list)")
@@ -183,11 +190,18 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
 
 
-def _job_line(request: RunRequest) -> str:
+def _job_line(request: RunRequest, whole: bool = False) -> str:
+    """The ``harness run`` of a job: what it runs; ``whole`` adds where and how (results, device, data root,
+    trackers), so that the line pasted runs the job as the sweep would."""
     argv = ["harness", "run", "--domain", request.domain, "--dataset", request.dataset, "--method", request.method,
             "--loss", request.loss, "--preset", request.preset, "--seeds", str(request.seeds[0])]
     for key, value in sorted(request.sets.items()):
         argv += ["--set", f"{key}={value}"]
+    if whole:
+        argv += ["--results", request.results, "--device", request.device]
+        argv += ["--data-root", request.data_root] if request.data_root else []
+        for tracker in request.trackers or [tracking.NONE]:
+            argv += ["--tracker", tracker]
     return shlex.join(argv)
 
 
@@ -408,11 +422,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("every combination of the sweep is invalid")
     if args.dry_run:
         for request in todo:
-            print(_job_line(request))
-        return 0
+            print(_job_line(request, whole=True))
+        return 1 if invalid else 0
     if not todo:
-        print("sweep done: nothing to run, every job has its completed record")
-        return 0
+        print("sweep done: nothing to run, every job has its completed record"
+              + (f"; {len(invalid)} invalid combination(s) not run (listed above)" if invalid else ""))
+        return 1 if invalid else 0
     tracking.check(todo[0].trackers)
     if "tensorboard" in todo[0].trackers:
         print(f"tracking: tensorboard --logdir {Path(args.results) / 'tb'}")
@@ -429,21 +444,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             reason = stopping.stop_reason()
     finally:
         stop_file.unlink(missing_ok=True)
-    return _summarize(results, reason, args.argv)
+    return _summarize(results, reason, args.argv, len(invalid))
 
 
-def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str]) -> int:
-    """Print the sweep's last line, with the command that goes on where any job is left undone; its exit status."""
+def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str], invalid: int = 0) -> int:
+    """Print the sweep's last line, with the command that goes on where any job is left undone; its exit status
+    (1 also where a combination was invalid: the sweep did not run all it was asked to)."""
     states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
     counts = {s: sum(r["status"] == s for r in results) for s in states}
     summary = ", ".join(f"{n} {s}" + (f" (another process is running {'it' if n == 1 else 'them'})"
                                        if s == "busy" else "") for s, n in counts.items() if n)
+    if invalid:
+        summary += f", {invalid} invalid combination(s) not run (listed above)"
     if reason is not None and (counts["stopped"] or counts["not started"]):
         print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv)}")
         return stopping.EXIT_STOPPED
     if not (counts["failed"] or counts["busy"] or counts["stopped"] or counts["not started"]):
         print("sweep done: " + summary)
-        return 0
+        return 1 if invalid else 0
     print(f"sweep done: {summary}; continue with: {resume_command(argv)}")
     # A busy job is not done yet either: exit 75 so that a script does not publish the sweep without it.
-    return 1 if counts["failed"] else stopping.EXIT_STOPPED
+    return 1 if counts["failed"] or invalid else stopping.EXIT_STOPPED

@@ -24,6 +24,38 @@ def test_sweep_grid_and_dry_run(tmp_path, capsys):
     assert "applies to no domain/loss" in capsys.readouterr().err
 
 
+def test_a_dry_run_prints_the_command_each_job_runs(tmp_path, capsys):
+    assert main(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--device", "cpu",
+                 "--tracker", "none", "--results", str(tmp_path), "--dry-run"]) == 0
+    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("harness run")]
+    assert line.endswith(f"--results {tmp_path} --device cpu --tracker none")
+
+
+def test_a_set_applies_where_it_can_and_contradictions_are_refused(tmp_path, capsys):
+    # loss.alpha is pucl's: the other losses run without it, as with --grid.
+    assert main(["sweep", "--domains", "tiny", "--losses", "infonce,pucl", "--set", "loss.alpha=0.3", "--seeds", "0",
+                 "--results", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[invalid]" not in out and "--loss pucl --preset quick --seeds 0 --set loss.alpha=0.3" in out
+    for args, message in ((["--set", "epochs=3", "--grid", "epochs=1,2"], "epochs given both to --set and to --grid"),
+                          (["--grid", "epochs=1", "--grid", "epochs=2"], "--grid epochs is given twice"),
+                          (["--grid", "epochs"], "--grid expects key=value, got 'epochs'"),
+                          (["--set", "loss.nope=1"], "--set loss.nope applies to no domain/loss")):
+        assert main(["sweep", "--domains", "tiny", "--results", str(tmp_path), "--dry-run", *args]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_an_invalid_grid_point_fails_the_sweep_after_the_others_ran(tmp_path):
+    args = ["sweep", "--domains", "tiny", "--losses", "pucl", "--grid", "loss.alpha=0.1,abc", "--seeds", "0",
+            "--set", "epochs=1", "--results", str(tmp_path), "--tracker", "none"]
+    assert main([*args, "--dry-run"]) == 1
+    out = harness(*args, timeout=300)  # the workers must know the tiny domain: a subprocess
+    assert out.returncode == 1, out.stderr
+    assert "[invalid]" in out.stdout and "loss.alpha=abc" in out.stdout
+    assert "sweep done: 1 completed, 1 invalid combination(s) not run (listed above)" in out.stdout
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
 def test_sweep_skips_existing_records(tmp_path):
     # Two of the six runs exist already.
     assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=2",
