@@ -351,7 +351,9 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
         "software": software_info(),
-        "started_at": records.utc_now(), "resumed": req.resume, "data_fingerprint": data.fingerprint,
+        # Resumed: a checkpoint was there to go on from (a --resume of a seed that never started starts fresh).
+        "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
+        "data_fingerprint": data.fingerprint,
     }
     estimate = write and spec.preset != "quick" and seeds_left > 0
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,

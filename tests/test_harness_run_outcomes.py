@@ -55,8 +55,9 @@ def test_resuming_an_interrupted_force_run_redoes_only_the_seeds_it_had_not_redo
     out = capsys.readouterr().out
     after = _by_seed(tmp_path)
     assert after[0] == forced[0] and f"[skipped] {after[0]['run_id']}" in out  # what the --force redid is kept
-    assert after[1]["info"]["start_epoch"] == 1  # its checkpoint goes on
+    assert after[1]["info"]["start_epoch"] == 1 and after[1]["resumed"] is True  # its checkpoint goes on
     assert after[2]["info"]["start_epoch"] == 0 and after[2]["timings"] != before[2]["timings"]  # redone
+    assert after[2]["resumed"] is False  # --resume found no checkpoint of it: it started fresh
     assert not [p.name for p in (tmp_path / ".work").iterdir() if not p.name.endswith(".lock")]
     assert main(_hint_args(hint)) == 0 and _by_seed(tmp_path) == after  # a forced rerun is done once
 
