@@ -305,11 +305,12 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         return Outcome(rid, "skipped", path, done)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
-    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid):
+    lock_path = results / ".work" / f"{rid}.lock"
+    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid, lock_path):
         refuse_link(own, results)
     # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
     try:
-        lock = FileLock(str(results / ".work" / f"{rid}.lock"), timeout=0)
+        lock = FileLock(str(lock_path), timeout=0)
         lock.acquire()
     except Timeout:
         return Outcome(rid, "busy", path, error="another process is running it")

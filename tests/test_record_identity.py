@@ -80,8 +80,21 @@ def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, c
     assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 2
     assert f"{log} is a symbolic link" in capsys.readouterr().err
     assert outside.read_text() == "precious\n"
-    # A record that is a link is named by the readers too.
+    # So is a lock file that is a link (filelock would open it; its target is never truncated, but it is no lock).
     log.unlink()
+    lock = tmp_path / ".work" / f"{rid}.lock"
+    lock.unlink(missing_ok=True)
+    lock.symlink_to(outside)
+    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 2
+    assert f"{lock} is a symbolic link" in capsys.readouterr().err
+    lock.unlink()
+    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 0
+    (tmp_path / "board").mkdir()
+    (tmp_path / "board" / ".leaderboard.lock").symlink_to(outside)
+    assert main(["leaderboard", "--results", str(tmp_path), "--out", str(tmp_path / "board")]) == 2
+    assert ".leaderboard.lock is a symbolic link" in capsys.readouterr().err
+    assert outside.read_text() == "precious\n"
+    # A record that is a link is named by the readers too.
     (tmp_path / "linked.json").symlink_to(outside)
     with pytest.raises(Exception, match="linked.json is a symbolic link"):
         load_record_files(tmp_path)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from domains.base import Domain, write_atomic
+from domains.base import Domain, refuse_link, write_atomic
 from harness.groups import Group, baseline_for, best, cell, completed_groups, decimals, domain_or_none
 from harness.pages import bench, curves, generated
 from harness.pages.tables import (
@@ -193,6 +193,7 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path) -> list[Path]:
     generated.refuse_foreign([out / path for path, _ in planned.values()], "leaderboard", figures=previous)
     out.mkdir(parents=True, exist_ok=True)
     written = []
+    refuse_link(out / ".leaderboard.lock", out)  # a lock file that is a link could point anywhere
     with FileLock(str(out / ".leaderboard.lock")):
         drawn = curves.write_curves(planned, out, previous)
         written += [out / path for path in drawn.values()]

@@ -22,7 +22,7 @@ from pathlib import Path
 from filelock import FileLock
 from scipy import stats
 
-from domains.base import UserError, write_atomic
+from domains.base import UserError, refuse_link, write_atomic
 from harness import tables
 from harness.pages import generated
 from harness.records import RunRecord, load_records
@@ -429,6 +429,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
     generated.refuse_foreign([path], "prior")
     generated.refuse_foreign([figure] if curves else [], "prior", figures=previous)
     out.mkdir(parents=True, exist_ok=True)
+    refuse_link(out / ".prior.lock", out)  # a lock file that is a link could point anywhere
     with FileLock(str(out / ".prior.lock")):
         if curves:
             figures.error_curves(curves, figure)

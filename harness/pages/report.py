@@ -24,7 +24,7 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
-from domains.base import UserError, write_atomic
+from domains.base import UserError, refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
 from harness.tables import markdown
@@ -230,6 +230,7 @@ def write_report(results: Path, out: Path) -> Path:
     generated.refuse_foreign([path], "report")
     generated.refuse_foreign(sorted(drawn), "report", figures=previous)
     out.mkdir(parents=True, exist_ok=True)
+    refuse_link(out / ".report.lock", out)  # a lock file that is a link could point anywhere
     with FileLock(str(out / ".report.lock")):
         if block:
             matrix = [[t.score(name) for t in block] for name in block_losses]
