@@ -236,6 +236,9 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
         except UserError as exc:
             invalid.append(f"{_job_line(request)}: {exc}")
             continue
+        except Exception:  # noqa: BLE001  (a crash here, e.g. a damaged data file: the job runs, and fails alone)
+            todo.append(request)
+            continue
         if mark_in is not None and not exists:
             force_mark(mark_in, rid).touch()
         (done if exists else todo).append(request)

@@ -3,6 +3,7 @@
 
 - dataset ``damaged``: preparing the data raises a JSONDecodeError, as a damaged cache file does; the sweep's
   own process never sees it, since the fingerprint is computed without the data, as real domains hash files;
+- dataset ``unhashable``: computing its fingerprint raises the same, in the sweep's own process too;
 - ``--set tag=kill``: the process running the job is killed during pretraining (as by the OOM killer);
 - ``--set tag=nan``: the primary metric of the odd seeds is NaN.
 
@@ -31,11 +32,14 @@ class FaultyDomain(TinyDomain):
     name = "faulty"
     description = "the tiny domain with planted faults (tests only)"
     datasets = {"blobs": DatasetSpec("blobs", "3 well separated Gaussians", needs_download=False),
-                "damaged": DatasetSpec("damaged", "a dataset whose cache file is damaged", needs_download=False)}
+                "damaged": DatasetSpec("damaged", "a dataset whose cache file is damaged", needs_download=False),
+                "unhashable": DatasetSpec("unhashable", "a dataset whose files cannot be hashed", needs_download=False)}
     supplies = Supplies(positives={losses.VIEWS})
     method_baselines = {}
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict:
+        if spec.dataset == "unhashable":
+            json.loads('{"sha256": "0')  # a checksum file cut short
         return {"dataset": spec.dataset, **FINGERPRINT}
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:

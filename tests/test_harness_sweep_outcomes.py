@@ -33,12 +33,13 @@ def _last(out: subprocess.CompletedProcess) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_a_job_that_crashes_outside_its_run_fails_alone_in_one_line(tmp_path):
-    out = _sweep("--domains", "faulty", "--datasets", "damaged,blobs", "--losses", "infonce", "--seeds", "0",
+@pytest.mark.parametrize("dataset", ["damaged", "unhashable"])  # in the worker only; in the sweep's process too
+def test_a_job_that_crashes_outside_its_run_fails_alone_in_one_line(tmp_path, dataset):
+    out = _sweep("--domains", "faulty", "--datasets", f"{dataset},blobs", "--losses", "infonce", "--seeds", "0",
                  "--set", "epochs=1", "--results", str(tmp_path))
     assert out.returncode == 1, out.stderr
-    assert "[failed] faulty/damaged/infonce seed 0: JSONDecodeError: Expecting ',' delimiter: line 1 column 21 " \
-           "(char 20) (sweep -v shows its traceback)" in out.stdout
+    assert f"[failed] faulty/{dataset}/infonce seed 0: JSONDecodeError: " in out.stdout
+    assert "(sweep -v shows its traceback)" in out.stdout
     assert "Traceback" not in out.stderr
     assert _last(out).startswith("sweep done: 1 completed, 1 failed; continue with: ")
     assert resume_args(_last(out))[:2] == ["sweep", "--domains"]
