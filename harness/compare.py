@@ -65,8 +65,10 @@ class Side:
     label: str
     records: list[RunRecord]
     current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
+    newest: str = field(init=False)  # the side's newest code class, over all its groups
 
     def __post_init__(self) -> None:
+        self.newest = code_classes(self.records)[-1]
         by_key: dict[str, list[RunRecord]] = {}
         for record in self.records:
             by_key.setdefault(command_key(record), []).append(record)
@@ -92,8 +94,7 @@ class Side:
     def older_code(self) -> list[str]:
         """The match keys whose newest code is not the side's newest code (a folder that keeps several versions:
         the side's newest code did not run these groups, so an older one stands for it)."""
-        newest = code_classes(self.records)[-1]
-        return [key for key, members in self.current.items() if code_class(members[0]) != newest]
+        return [key for key, members in self.current.items() if code_class(members[0]) != self.newest]
 
 
 def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
@@ -237,7 +238,7 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
         if c is not None and b.values and c.values:
             try:
                 row.change = stats.compare_values(b.values, c.values, args.test)
-                whole = b.sign * (c.mean - b.mean)
+                means = c.mean - b.mean  # over all seeds: what a paired test's change leaves out
             except OverflowError:
                 raise UserError(f"{_name(b)}: its {b.primary_metric} values are too large to compute a mean or a "
                                 "test with; check the records' metrics") from None
@@ -245,8 +246,8 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             if unpaired:
                 row.notes.append(f"the candidate's seed(s) {_seeds(unpaired)} have no baseline seed to pair with: the "
                                  f"paired test leaves them out; over all seeds the mean changed by "
-                                 f"{c.mean - b.mean:+.{decimals(b.mean)}f}")
-            tested.append((row, whole if unpaired else b.sign * row.change.change))
+                                 f"{means:+.{decimals(b.mean)}f}")
+            tested.append((row, b.sign * (means if unpaired else row.change.change)))
         rows.append(row)
     decidable = [r for r, _ in tested if stats.decidable(r.change, args.alpha, len(tested), args.correction)]
     for row, p in zip(decidable, stats.adjust([r.change.p for r in decidable], args.correction)):
@@ -408,7 +409,7 @@ def _details(rows: list[Row], cand: Side) -> list[str]:
     older = set(cand.older_code())
     stale = [r.cand for r in rows if r.cand is not None and command_key(r.cand.records[-1]) in older]
     if stale:
-        newest = next(r for r in cand.records if code_class(r) == code_classes(cand.records)[-1])
+        newest = next(r for r in cand.records if code_class(r) == cand.newest)
         lines += [f"## Groups the candidate's newest code ({newest.code_label()}) did not run", "",
                   "The candidate holds records of several codes; these groups are judged on the newest code that ran "
                   "them, an older one. Compare a folder of one code to judge that code alone.", "",

@@ -242,6 +242,13 @@ def results_folder(results: str) -> Path:
     return path
 
 
+def error_line(exc: BaseException, with_type: bool = True) -> str:
+    """An exception as the one line a failed record gives: its message on one line (its type where it has none),
+    after its type unless ``with_type`` is False (a UserError's message is the whole story)."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {message}" if with_type else message
+
+
 def force_mark(results: Path, rid: str) -> Path:
     """The mark of a seed that a ``--force`` command has yet to redo: set for every seed of the command before
     the first one runs, removed once the seed's new record is written. After an interruption, ``--force
@@ -421,8 +428,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
         user = isinstance(exc, UserError)
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        error = message if user else f"{type(exc).__name__}: {message}"
+        error = error_line(exc, with_type=not user)
         if user:
             LOGGER.error("run %s failed: %s", rid, error)
         else:

@@ -41,6 +41,7 @@ from harness.records import reusable, run_id
 from harness.runner import (
     RunRequest,
     default_data_root,
+    error_line,
     execute,
     fingerprint,
     force_mark,
@@ -158,7 +159,7 @@ def run_job(request: RunRequest, stop_file: str | None = None, threads: int | No
     except Exception as exc:  # noqa: BLE001 - a crash outside the run (a damaged cache): the other jobs go on
         if show_traceback:
             traceback.print_exc()
-        return [_failed(request, _one_line(exc) + ("" if show_traceback else " (sweep -v shows its traceback)"))]
+        return [_failed(request, error_line(exc) + ("" if show_traceback else " (sweep -v shows its traceback)"))]
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "path": str(o.path),
              "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
 
@@ -183,11 +184,6 @@ def _job_name(request: RunRequest) -> str:
 
 def _failed(request: RunRequest, error: str) -> dict[str, Any]:
     return {"run_id": _job_name(request), "status": "failed", "error": error}
-
-
-def _one_line(exc: BaseException) -> str:
-    """An exception as the one line a failed run's record gives (``harness.runner``): its type and message."""
-    return f"{type(exc).__name__}: {' '.join(str(exc).split()) or type(exc).__name__}"
 
 
 def _job_line(request: RunRequest, whole: bool = False) -> str:
@@ -304,7 +300,7 @@ def run_local(requests: list[RunRequest], workers: int, stop_file: Path, verbose
                     broken = True
                     results += _report([_failed(request, WORKER_DIED)], bar)
                 except Exception as exc:  # noqa: BLE001 - what run_job could not send back: the others go on
-                    results += _report([_failed(request, _one_line(exc))], bar)
+                    results += _report([_failed(request, error_line(exc))], bar)
             if broken or _stopped(stop_file):
                 results += _not_started(queued)
                 queued = []
