@@ -27,6 +27,20 @@ def data_root() -> Path:
 
 
 @pytest.fixture(scope="session")
+def data_set(data_root: Path):
+    """``data_set("TU", "MUTAG", "raw")``: that folder of the data root; skips the test when it is absent (a data
+    root holds only some sets: the GPU machine gets only the sets a call staged)."""
+
+    def folder(*parts: str) -> Path:
+        path = data_root.joinpath(*parts)
+        if not path.is_dir():
+            pytest.skip(f"{'/'.join(parts)} not in the data root {data_root}")
+        return path
+
+    return folder
+
+
+@pytest.fixture(scope="session")
 def rendering() -> str:
     """The MuJoCo rendering backend (egl or osmesa); skips when dm_control cannot render here."""
     from domains.base import UserError

@@ -60,10 +60,9 @@ def test_a_hub_id_is_looked_for_under_the_data_root_only_without_dot_dot(tmp_pat
     assert hub.locate(str(tmp_path / "outside"), root) == (tmp_path / "outside").resolve()  # a path, as given
 
 
-def test_text_a_book_outside_the_books_folder(tmp_path, data_root):
+def test_text_a_book_outside_the_books_folder(tmp_path, data_root, data_set):
     pytest.importorskip("pysbd")
-    if not (data_root / "senteval").is_dir():
-        pytest.skip("SentEval not in the data root")
+    data_set("senteval")
     root = tmp_path / "data"
     (root / "books").mkdir(parents=True)
     (root / "senteval").symlink_to(data_root / "senteval", target_is_directory=True)

@@ -88,10 +88,8 @@ def test_any_tu_name_is_accepted_but_not_a_path():
     assert list(ds)[0] == synthetic.NAME and "NCI1" not in list(ds)
 
 
-def test_mutag_from_read_only_data_root(data_root, cache):
-    raw = data_root / "TU" / "MUTAG" / "raw"
-    if not raw.is_dir():
-        pytest.skip("MUTAG not in the data root")
+def test_mutag_from_read_only_data_root(data_root, data_set, cache):
+    raw = data_set("TU", "MUTAG", "raw")
     files = graph_data.tu_files("MUTAG", data_root, download=False)
     mutag = graph_data.load_tu(files, GraphConfig(download=False))
     assert mutag.num_graphs == 188 and mutag.num_features == 7 and mutag.num_classes == 2
@@ -102,9 +100,8 @@ def test_mutag_from_read_only_data_root(data_root, cache):
     assert files.fingerprint["sha256"] == hash_files(sorted(raw.glob("MUTAG_*.txt")))
 
 
-def test_imdb_gets_one_hot_degree(data_root):
-    if not (data_root / "TU" / "IMDB-BINARY" / "raw").is_dir():
-        pytest.skip("IMDB-BINARY not in the data root")
+def test_imdb_gets_one_hot_degree(data_root, data_set):
+    data_set("TU", "IMDB-BINARY", "raw")
     imdb = graph_data.load_tu(graph_data.tu_files("IMDB-BINARY", data_root, False), GraphConfig(download=False))
     assert imdb.num_graphs == 1000 and imdb.node_features.startswith("one-hot degree 0..")
     assert torch.equal(imdb.x.sum(1), torch.ones(imdb.x.shape[0]))

@@ -28,7 +28,8 @@ def test_probe_on_cuda_matches_cpu(cuda):
     assert np.allclose(on["cpu"]["fold_accuracies"], on[str(cuda)]["fold_accuracies"], atol=1.5)
 
 
-def test_probe_on_cuda_matches_cpu_on_a_senteval_task(cuda, data_root):
+def test_probe_on_cuda_matches_cpu_on_a_senteval_task(cuda, data_root, data_set):
+    data_set("senteval", "TREC")
     from domains.text.config import TextConfig
     from domains.text.senteval import BowEncoder, evaluate_task, load_tasks
 
@@ -58,8 +59,10 @@ def test_gru_trains_under_bf16_autocast(cuda):
     assert out.shape == (400, 1200) and torch.isfinite(enc.gru.weight_hh_l0.grad).all()
 
 
-def test_quick_preset_end_to_end_on_cuda(cuda, data_root, tmp_path):
+def test_quick_preset_end_to_end_on_cuda(cuda, data_root, data_set, tmp_path):
     """The quick preset on the books through the CLI, kept small: the SentEval tasks subsampled to 2000."""
+    data_set("books")
+    data_set("senteval")
     cmd = [sys.executable, "-m", "harness", "run", "--domain", "text", "--dataset", "books", "--loss", "dcl",
            "--device", "cuda", "--seeds", "0", "--quiet", "--data-root", str(data_root), "--results", str(tmp_path),
            "--set", "max_sentences=5000", "--set", "senteval_max_samples=2000"]

@@ -174,9 +174,8 @@ def test_biased_mnist_colouring_follows_the_authors_construction():
     assert images[1, :, 0, 0].tolist() == [0, 0, 255]
 
 
-def test_real_biased_mnist_is_unpacked_into_the_cache(data_root, tmp_path, monkeypatch):
-    if not (data_root / "MNIST" / "raw").is_dir():
-        pytest.skip("no MNIST under the data root")
+def test_real_biased_mnist_is_unpacked_into_the_cache(data_root, data_set, tmp_path, monkeypatch):
+    data_set("MNIST", "raw")
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path))
     from domains.vision.data import load
 

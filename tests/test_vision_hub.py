@@ -178,11 +178,10 @@ def test_corrupted_shard_is_named(tmp_path, digits):
         data.load("cifar10", tmp_path)
 
 
-def test_real_mnist_in_the_hub_layout_equals_torchvisions(data_root, tmp_path):
+def test_real_mnist_in_the_hub_layout_equals_torchvisions(data_root, data_set, tmp_path):
     """The hub's layout of MNIST (``mnist/mnist/*.parquet``, as ylecun/mnist), written from the real idx files:
     the same pixels and labels as torchvision's reader gives, for ``mnist`` and for ``biased-mnist``."""
-    if not (data_root / "MNIST" / "raw").is_dir():
-        pytest.skip("no MNIST under the data root")
+    data_set("MNIST", "raw")
     real = data.load("mnist", data_root)
     features = datasets.Features({"image": datasets.Image(),
                                   "label": datasets.ClassLabel(names=[str(c) for c in range(10)])})
