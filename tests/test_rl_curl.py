@@ -297,6 +297,28 @@ def test_update_matches_a_step_by_step_transcription_of_curl(num_positives):
     torch.testing.assert_close(agent.log_alpha, reference.log_alpha)
 
 
+def test_channels_last_weights_give_the_same_updates():
+    # On CUDA the agent lays its convolutions' weights out channels_last (CurlSac.__init__): the same numbers
+    # in NHWC order. The features' flattening must keep NCHW's logical order for the linear head, and the
+    # optimisers must step the weights whatever their layout; here on the CPU, the layout set by hand.
+    agent, cfg = tiny_agent()
+    nchw = copy.deepcopy(agent)
+    for net in (agent.critic, agent.actor, agent.critic_target):
+        net.to(memory_format=torch.channels_last)
+    conv = agent.critic.encoder.convs[0].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+    for step in range(4):
+        batch = tiny_batch(cfg)
+        torch.manual_seed(step)
+        agent.update(batch, step)
+        torch.manual_seed(step)
+        nchw.update(batch, step)
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    for name in ("actor", "critic", "critic_target"):
+        for (key, p), q in zip(getattr(agent, name).state_dict().items(), getattr(nchw, name).state_dict().values()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=f"{name}.{key}")
+
+
 def test_update_schedule_and_key_encoder_ema():
     # step 2: actor and target updates happen (every 2nd), the contrastive one does not (every 3rd).
     agent, cfg = tiny_agent(curl_update_freq=3)

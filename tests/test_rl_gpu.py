@@ -117,6 +117,17 @@ def test_updates_never_wait_for_the_host(cuda):
     assert not torch.equal(agent.W, before) and all(np.isfinite(float(v)) for v in stats.values())
 
 
+def test_agent_on_cuda_lays_its_convolutions_out_channels_last(cuda):
+    agent = CurlSac(CurlConfig(batch_size=8), 1, 1e-3, losses.get("infonce"), cuda)
+    for net in (agent.critic, agent.actor, agent.critic_target):
+        for conv in (m for m in net.modules() if isinstance(m, torch.nn.Conv2d)):
+            assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+    on_cpu = CurlSac(CurlConfig(batch_size=8), 1, 1e-3, losses.get("infonce"), "cpu")
+    on_cpu.load_state_dict(agent.state_dict())  # a checkpoint of a GPU run resumes on the CPU
+    for p, q in zip(agent.critic.parameters(), on_cpu.critic.parameters()):
+        torch.testing.assert_close(p.cpu(), q)
+
+
 def graphed_or_eager_training(cuda: torch.device, cuda_graph: bool, updates: int = 14):
     """14 CURL updates at batch 128 from seed 0, the replay buffer growing by 10 transitions between updates (a graph
     that froze the buffer's size would sample other transitions): (agent, each update's statistics, runner, its

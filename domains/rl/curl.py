@@ -109,6 +109,13 @@ class CurlSac:
         self.actor.trunk.apply(weight_init)
         self.actor.encoder.fc.apply(weight_init)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        if self.device.type == "cuda":
+            # channels_last weights: each convolution then runs in NHWC (also on the crops' NCHW input), which
+            # cuDNN runs faster for these thin layers: the four convolutions' forward and backward at batch 512
+            # took 4.81 ms against 5.57 (float32) and 3.04 against 4.03 (encoder_bf16) on an H100, timed alone
+            # (2026-11-26). The same numbers, laid out otherwise; the state dict's values are unchanged.
+            for net in (self.critic, self.actor, self.critic_target):
+                net.to(memory_format=torch.channels_last)
         self.W = nn.Parameter(torch.rand(cfg.feature_dim, cfg.feature_dim, device=device))
         self.log_alpha = torch.tensor(math.log(cfg.init_temperature), device=device, requires_grad=True)
         self.target_entropy = -float(action_dim)
