@@ -111,7 +111,8 @@ def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any])
         return None
     try:
         saved = json.loads(path.read_text())
-        readable = isinstance(saved["parts_done"], list) and isinstance(saved["rows"], list)
+        readable = (isinstance(saved["parts_done"], list) and isinstance(saved["rows"], list)
+                    and isinstance(saved.get("columns", []), list))
         same = (saved["command"] == command and saved["software"]["source_digest"] == env["software"]["source_digest"]
                 and all(saved["hardware"].get(k) == env["hardware"].get(k) for k in SAME_MACHINE))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -143,7 +144,8 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     header = env
     sessions: list[dict[str, Any]] = []
     if saved is not None:
-        done = {name: [row for row in saved["rows"] if row.get(PART_KEY) == name]
+        order = saved.get("columns", [])
+        done = {name: [_as_measured(row, order) for row in saved["rows"] if row.get(PART_KEY) == name]
                 for name in saved["parts_done"] if name in names}
         header = {key: saved[key] for key in ("hardware", "software", "date")}
         sessions = saved.get("sessions", [])
@@ -188,6 +190,12 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         raise PartsFailed(f"{target}: {len(failed)} of {len(todo)} parts failed ({', '.join(failed)}); the same "
                           "command with --resume measures them again")
     return rows, True
+
+
+def _as_measured(row: dict[str, Any], columns: list[str]) -> dict[str, Any]:
+    """A kept row with its keys back in the order the benchmark emitted them: the file writes keys sorted, and
+    keeps that order in its ``columns``; the keys not among them (:data:`PART_KEY`) go last."""
+    return {**{key: row[key] for key in columns if key in row}, **row}
 
 
 def _in_order(done: dict[str, list[dict[str, Any]]], names: list[str]) -> list[dict[str, Any]]:

@@ -86,6 +86,28 @@ def test_bench_losses_calls_the_loss_benchmark(tmp_path, monkeypatch, capsys):
     assert "infonce" in capsys.readouterr().out
 
 
+
+def test_bench_resume_keeps_the_benchmarks_column_order(tmp_path, monkeypatch, capsys):
+    """The file writes a row's keys sorted: a resumed benchmark's table and ``columns`` are still in the order
+    the benchmark emitted them (first seen, parts in order), as in a run that was never stopped."""
+    failing = {16}
+
+    def run_benchmark(batch_sizes, dim, device):
+        (b,) = batch_sizes
+        if b in failing:
+            raise RuntimeError(f"a planted failure at B={b}")
+        return [{"loss": "infonce", "time_ms": 1.5, **({"speedup": 2.0} if b == 16 else {}), "batch_size": b}]
+
+    monkeypatch.setitem(sys.modules, "losses.benchmark", types.SimpleNamespace(run_benchmark=run_benchmark))
+    args = ["bench", "losses", "--batch-sizes", "8,16", "--dim", "4", "--out", str(tmp_path)]
+    assert main(args) == 1  # B=16 failed: the file keeps B=8, its keys sorted
+    failing.clear()
+    capsys.readouterr()
+    assert main([*args, "--resume"]) == 0
+    emitted = ["loss", "time_ms", "batch_size", "speedup"]
+    assert emitted in [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert json.loads((tmp_path / "losses-cpu.json").read_text())["columns"] == emitted
+
 def test_format_table_aligns_columns():
     table = format_table([{"a": "x", "b": 1.23456}, {"a": "long", "b": 10}])
     assert table.splitlines() == ["a         b", "----  -----", "x     1.235", "long     10"]
