@@ -37,3 +37,24 @@ def test_history_with_nothing_to_show_fails_loudly(tmp_path, capsys):
     write_records(tmp_path, _version("dcl", [85.0, 85.4], "a", "2026-01-01T00:00:00+00:00"))
     assert main(["history", "--results", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     assert "no setting" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+
+def test_a_version_that_diverged_on_every_seed_is_shown_as_diverged(tmp_path):
+    """A version whose every seed has a non-finite metric is a row that says so, not left out; no change is
+    measured to or from it."""
+    nan, inf = float("nan"), float("inf")
+    records = (_version("dcl", [85.0, 85.4, 84.8], "a", "2026-01-01T00:00:00+00:00")
+               + _version("dcl", [nan, nan, nan], "b", "2026-02-01T00:00:00+00:00")
+               + _version("dcl", [85.2, 85.1, 84.9], "c", "2026-03-01T00:00:00+00:00")
+               + _version("infonce", [80.0, 81.0], "a", "2026-01-01T00:00:00+00:00")
+               + _version("infonce", [inf, inf], "b", "2026-02-01T00:00:00+00:00"))
+    write_records(tmp_path / "results", records)
+    out = tmp_path / "out"
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
+    page = (out / "history.md").read_text()
+    assert "2 settings ran with more than one version (0 with one only" in page
+    cells = [line.split(" | ")[1:4] for line in page.splitlines() if line.startswith(("| bbbbbbb", "| ccccccc"))]
+    assert cells == [["0", "diverged on 2 of 2 seeds", "–"],  # infonce
+                     ["0", "diverged on 3 of 3 seeds", "–"], ["3", "85.07 ± 0.15", "–"]]  # dcl
+    assert (out / "history.png").exists()

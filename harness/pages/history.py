@@ -8,7 +8,8 @@ the change from the version before it) and marks a **step**: a change whose two-
 paired where the later version's seeds are among the earlier's, else Welch) has a p below ``--alpha`` after
 Holm's correction over every step on the page. The figure ``history.png`` draws each such setting's mean over
 the versions with its seed spread (± one std) and the steps marked. Settings run by one version only are
-counted, not drawn.
+counted, not drawn. A version that diverged on every seed (a non-finite primary metric) is a row that says so,
+with no change measured to or from it, and a gap in the figure.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from domains.base import UserError, write_atomic
 from harness import stats
-from harness.groups import Group, command_key, decimals, fmt, group_records
+from harness.groups import Group, cell, command_key, decimals, fmt, group_records
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
@@ -55,7 +56,7 @@ def settings(records: list[RunRecord]) -> list[list[Point]]:
         by_setting.setdefault(command_key(record), []).append(record)
     out = []
     for members in by_setting.values():
-        versions = group_records(members, key=lambda r: r.code)
+        versions = group_records(members, key=lambda r: r.code, keep_empty=True)
         if len(versions) > 1:
             out.append([Point(g) for g in sorted(versions, key=lambda g: max(map(version_order, g.records)))])
     out.sort(key=lambda points: points[-1].group.sort_key())
@@ -67,6 +68,8 @@ def test_steps(history: list[list[Point]]) -> None:
     tested = []
     for points in history:
         for before, point in zip(points, points[1:]):
+            if not (before.group.values and point.group.values):  # a diverged version has no mean to compare
+                continue
             point.change = stats.compare_values(before.group.values, point.group.values)
             if not math.isnan(point.change.p):
                 tested.append(point)
@@ -77,6 +80,18 @@ def test_steps(history: list[list[Point]]) -> None:
 def version_label(group: Group) -> str:
     newest = max(group.records, key=version_order)
     return f"{group.code_label()} ({newest.code_time()[:10]})"
+
+
+def version_row(point: Point) -> list[str]:
+    """A version's cells; one that diverged on every seed says so (``diverged on 3 of 3 seeds``)."""
+    g = point.group
+    if not g.values:
+        return [version_label(g), str(g.n), cell(g), "–", "–", ""]
+    digits = decimals(g.mean)
+    change = "–" if point.change is None else f"{point.change.change:+.{digits}f}"
+    p = "–" if math.isnan(point.p_adjusted) else f"{point.p_adjusted:.3g}"
+    return [version_label(g), str(g.n), f"{fmt(g.mean, digits)} ± {fmt(g.std, digits)}", change, p,
+            "**step**" if point.step else ""]
 
 
 def page(history: list[list[Point]], single: int, figure: str | None) -> str:
@@ -91,19 +106,16 @@ def page(history: list[list[Point]], single: int, figure: str | None) -> str:
         f"correction over all {sum(len(p) - 1 for p in history)} changes of this page is below {ALPHA} "
         f"({steps} step{'s' * (steps != 1)}).", "",
     ]
+    if any(not pt.group.values for points in history for pt in points):
+        lines += ["A version that diverged on every seed (a non-finite metric) says so; no change is measured to or "
+                  "from it.", ""]
     if figure:
         lines += [f"![each setting's metric over versions, ± one std over seeds]({figure})", ""]
     for points in history:
         g = points[-1].group
         lines += [f"## {g.domain} / {g.dataset} / {g.method} / {g.loss_label()} ({g.hparams_label()}), "
                   f"{g.setting_label()}", ""]
-        cells = []
-        for pt in points:
-            digits = decimals(pt.group.mean)
-            change = "–" if pt.change is None else f"{pt.change.change:+.{digits}f}"
-            p = "–" if math.isnan(pt.p_adjusted) else f"{pt.p_adjusted:.3g}"
-            cells.append([version_label(pt.group), str(pt.group.n), f"{fmt(pt.group.mean, digits)} ± "
-                          f"{fmt(pt.group.std, digits)}", change, p, "**step**" if pt.step else ""])
+        cells = [version_row(pt) for pt in points]
         lines += [*markdown(["version (date)", "seeds", g.primary_metric, "change", "p (Holm)", ""], cells), ""]
     return "\n".join(lines)
 
@@ -126,7 +138,9 @@ def write_history(results: Path, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     series = [(f"{pts[-1].group.domain}/{pts[-1].group.dataset} {pts[-1].group.loss} "
                f"{pts[-1].group.hparams_label()}\n{pts[-1].group.setting_label()}",
-               [(pt.group.mean, pt.group.std if pt.group.n > 1 else 0.0, pt.step) for pt in pts])
+               # a version that diverged on every seed: NaN, a gap in its line
+               [(pt.group.mean if pt.group.values else math.nan, pt.group.std if pt.group.n > 1 else 0.0, pt.step)
+                for pt in pts])
               for pts in history]
     drawn = figures.history_lines(series, figure)
     write_atomic(path, page(history, single, figure.name if drawn else None))
