@@ -186,6 +186,16 @@ def _failed(request: RunRequest, error: str) -> dict[str, Any]:
     return {"run_id": _job_name(request), "status": "failed", "error": error}
 
 
+def varying_keys(requests: list[RunRequest]) -> list[str]:
+    """The keys whose value differs between jobs of the sweep: a ``--grid`` of several values (a ``--set``, or a
+    ``--grid`` of one value, is the same in every job that has it)."""
+    values: dict[str, set[str]] = {}
+    for request in requests:
+        for key, value in request.sets.items():
+            values.setdefault(key, set()).add(str(value))
+    return sorted(key for key, seen in values.items() if len(seen) > 1)
+
+
 def _job_line(request: RunRequest, whole: bool = False) -> str:
     """The ``harness run`` of a job: what it runs; ``whole`` adds where and how (results, device, data root,
     trackers), so that the line pasted runs the job as the sweep would."""
@@ -272,10 +282,12 @@ def _not_started(requests: list[RunRequest]) -> list[dict[str, Any]]:
     return [{"run_id": _job_name(r), "status": "not started", "error": None} for r in requests]
 
 
-def run_local(requests: list[RunRequest], workers: int, stop_file: Path, verbose: bool = False) -> list[dict[str, Any]]:
+def run_local(requests: list[RunRequest], workers: int, stop_file: Path, varying: list[str],
+              verbose: bool = False) -> list[dict[str, Any]]:
     """A pool of ``workers`` processes, handed at most one job each at a time (as the Ray executor does), so that
     the jobs under way are known: a job that crashes fails alone; a worker that dies (killed, out of memory)
-    breaks the pool, which fails the jobs under way, and the queued ones are reported not started."""
+    breaks the pool, which fails the jobs under way, and the queued ones are reported not started. ``varying``:
+    the keys each job's line shows (:func:`varying_keys`)."""
     queued, running, results = list(requests), {}, []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
     # share the cores instead of each starting one thread per core.
@@ -295,12 +307,12 @@ def run_local(requests: list[RunRequest], workers: int, stop_file: Path, verbose
             for future in done:
                 request = running.pop(future)
                 try:
-                    results += _report(future.result(), bar)
+                    results += _report(future.result(), bar, request, varying)
                 except BrokenProcessPool:
                     broken = True
-                    results += _report([_failed(request, WORKER_DIED)], bar)
+                    results += _report([_failed(request, WORKER_DIED)], bar, request, varying)
                 except Exception as exc:  # noqa: BLE001 - what run_job could not send back: the others go on
-                    results += _report([_failed(request, error_line(exc))], bar)
+                    results += _report([_failed(request, error_line(exc))], bar, request, varying)
             if broken or _stopped(stop_file):
                 results += _not_started(queued)
                 queued = []
@@ -319,9 +331,10 @@ def _absolute(request: RunRequest) -> RunRequest:
                                data_root=str(default_data_root(request.data_root).resolve()))
 
 
-def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace,
+def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace, varying: list[str],
               stop_file: Path | None = None) -> list[dict[str, Any]] | None:
-    """Slurm job arrays through submitit; None when submitit detects no Slurm here."""
+    """Slurm job arrays through submitit; None when submitit detects no Slurm here. ``varying``: as
+    :func:`run_local`'s."""
     submitit = require("submitit", "sweep")
     executor = submitit.AutoExecutor(folder=str(Path(args.results) / ".submitit" / "%j"))
     if executor.cluster != "slurm":
@@ -344,12 +357,12 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
             for job in [j for j in waiting if j.done()]:
                 request = waiting.pop(job)
                 try:
-                    results += _report(job.result(), bar)
+                    results += _report(job.result(), bar, request, varying)
                 except Exception as exc:  # noqa: BLE001 - cancelled, killed, out of memory: the others go on
                     cancelled = stop_file is not None and stopping.stop_reason() is not None
                     results += _not_started([request]) if cancelled else _report(
                         [_failed(request, f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); "
-                                          "rerun the sweep with --resume")], bar)
+                                          "rerun the sweep with --resume")], bar, request, varying)
             if stop_file is not None and _stopped(stop_file):
                 for job in waiting:
                     if job.state == "PENDING":
@@ -359,10 +372,11 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
     return results
 
 
-def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path) -> list[dict[str, Any]]:
+def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
+            varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
     cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
-    on from its checkpoint); the others go on."""
+    on from its checkpoint); the others go on. ``varying``: as :func:`run_local`'s."""
     try:
         ray = importlib.import_module("ray")
     except ImportError:
@@ -383,10 +397,10 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
                 for ref in ready:
                     request = running.pop(ref)
                     try:
-                        results += _report(ray.get(ref), bar)
+                        results += _report(ray.get(ref), bar, request, varying)
                     except ray.exceptions.RayError as exc:  # the worker died (killed, out of memory, node lost)
                         error = f"its Ray worker was lost ({type(exc).__name__}); rerun the sweep with --resume"
-                        results += _report([_failed(request, error)], bar)
+                        results += _report([_failed(request, error)], bar, request, varying)
                 if _stopped(stop_file):
                     results += _not_started(queued)
                     queued = []
@@ -396,11 +410,14 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     return results
 
 
-def _report(job_results: list[dict[str, Any]], bar) -> list[dict[str, Any]]:
+def _report(job_results: list[dict[str, Any]], bar, request: RunRequest, varying: list[str]) -> list[dict[str, Any]]:
+    """A line per result of ``request``'s job, with the job's values of the ``varying`` keys: neither a run id
+    (a hash) nor a job's name (domain, dataset, loss, seed) tells apart two points of the grid."""
+    grid = ", ".join(f"{key}={request.sets[key]}" for key in varying if key in request.sets)
     for r in job_results:
         detail = r["error"] or "" if r["status"] not in ("completed", "skipped") else ", ".join(
             f"{k}={v:.4g}" for k, v in sorted(r.get("metrics", {}).items()) if isinstance(v, (int, float)))
-        bar.write(f"[{r['status']}] {r['run_id']}: {detail}")
+        bar.write(f"[{r['status']}] {r['run_id']}{f' ({grid})' if grid else ''}: {detail}")
     bar.update(1)
     return job_results
 
@@ -413,7 +430,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
     limit = time_limit(args)
     forced = args.force and not args.resume and not args.dry_run
-    todo, done, invalid = pending(build_requests(args), results_folder(args.results) if forced else None)
+    requests = build_requests(args)
+    varying = varying_keys(requests)
+    todo, done, invalid = pending(requests, results_folder(args.results) if forced else None)
     for line in invalid:
         print(f"[invalid] {line}")
     print(f"sweep: {len(todo) + len(done)} runs, {len(done)} with a completed record (skipped), {len(todo)} to run")
@@ -435,11 +454,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         with stopping.graceful((*stopping.STOP_SIGNALS, signal.SIGINT), limit):
             results = None
             if args.executor == "slurm":
-                results = run_slurm(todo, args.workers, args, stop_file)
+                results = run_slurm(todo, args.workers, args, varying, stop_file)
             elif args.executor == "ray":
-                results = run_ray(todo, args, stop_file)
+                results = run_ray(todo, args, stop_file, varying)
             if results is None:
-                results = run_local(todo, args.workers, stop_file, args.verbose)
+                results = run_local(todo, args.workers, stop_file, varying, args.verbose)
             reason = stopping.stop_reason()
     finally:
         stop_file.unlink(missing_ok=True)

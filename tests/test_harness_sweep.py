@@ -56,6 +56,17 @@ def test_an_invalid_grid_point_fails_the_sweep_after_the_others_ran(tmp_path):
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 
+
+def test_each_jobs_line_names_its_point_of_the_grid(tmp_path):
+    """Two jobs of one loss and seed that differ only in a --grid value: each line says which it ran (the keys
+    that vary only, not a --set or a --grid of one value)."""
+    out = harness("sweep", "--domains", "tiny", "--losses", "pucl", "--grid", "loss.alpha=0.1,0.5", "--grid",
+                  "epochs=1", "--set", "lr=0.1", "--seeds", "0", "--results", str(tmp_path),
+                  "--tracker", "none", timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[completed]")]
+    assert sorted(line.split(" ")[2] for line in lines) == ["(loss.alpha=0.1):", "(loss.alpha=0.5):"], lines
+
 def test_sweep_skips_existing_records(tmp_path):
     # Two of the six runs exist already.
     assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=2",
@@ -81,6 +92,6 @@ def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: -1))  # as where no srun is installed
     args = argparse.Namespace(results=str(tmp_path), timeout_min=10, device="cpu", slurm_partition=None)
-    assert run_slurm([], 1, args) is None  # submitit's AutoExecutor finds no Slurm on this machine
+    assert run_slurm([], 1, args, []) is None  # submitit's AutoExecutor finds no Slurm on this machine
     assert "no Slurm cluster found (submitit detected 'local'); running with the local executor" in \
         capsys.readouterr().out

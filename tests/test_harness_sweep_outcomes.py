@@ -51,7 +51,8 @@ def test_a_killed_worker_fails_its_job_and_the_queued_ones_are_not_started(tmp_p
     out = _sweep("--domains", "faulty", "--losses", "infonce", "--grid", "tag=kill,a,b", "--seeds", "0",
                  "--set", "epochs=1", "--workers", "1", "--results", str(tmp_path))
     assert out.returncode == 1, out.stderr
-    assert "[failed] faulty/blobs/infonce seed 0: its worker process died (killed, out of memory?)" in out.stdout
+    assert "[failed] faulty/blobs/infonce seed 0 (tag=kill): its worker process died (killed, out of memory?)" \
+        in out.stdout
     assert "Traceback" not in out.stderr
     assert _last(out).startswith("sweep done: 1 failed, 2 not started; continue with: ")
     assert not _records(tmp_path) and len(list(tmp_path.glob("*.log"))) == 1  # the killed job's: no other started
