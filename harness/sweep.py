@@ -358,11 +358,14 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
                 request = waiting.pop(job)
                 try:
                     results += _report(job.result(), bar, request, varying)
-                except Exception as exc:  # noqa: BLE001 - cancelled, killed, out of memory: the others go on
+                except Exception as exc:  # noqa: BLE001 - raised, cancelled, killed, out of memory: the others go on
                     cancelled = stop_file is not None and stopping.stop_reason() is not None
-                    results += _not_started([request]) if cancelled else _report(
-                        [_failed(request, f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); "
-                                          "rerun the sweep with --resume")], bar, request, varying)
+                    raised = _raised(exc) if isinstance(exc, submitit.core.utils.FailedJobError) else None
+                    error = (f"Slurm job {job.job_id} raised {raised} (its traceback: {job.paths.stderr})" if raised
+                             else f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); rerun the "
+                                  "sweep with --resume")
+                    results += _not_started([request]) if cancelled else _report([_failed(request, error)], bar,
+                                                                                 request, varying)
             if stop_file is not None and _stopped(stop_file):
                 for job in waiting:
                     if job.state == "PENDING":
@@ -370,6 +373,20 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
             if waiting:
                 time.sleep(POLL_S)
     return results
+
+
+def _raised(failed: Exception) -> str | None:
+    """The exception a Slurm job raised (outside :func:`run_job`, which returns its own failures: a node that
+    cannot import the harness), in one line, ``Type: message``. submitit's FailedJobError carries only the job's
+    traceback, as text: the exception is the lines after its last frame (``  File ...`` and the indented source
+    lines under it), up to submitit's closing rule. None where the text holds no traceback."""
+    lines = str(failed).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return None
+    after = itertools.dropwhile(lambda line: line.startswith("    "), lines[frames[-1] + 1:])
+    text = " ".join(itertools.takewhile(lambda line: not line.startswith("-----"), after))
+    return " ".join(text.split()) or None
 
 
 def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
