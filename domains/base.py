@@ -27,6 +27,7 @@ import numbers
 import os
 import random
 import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -231,6 +232,10 @@ class RunContext:
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
+    # Wall seconds of the run before this process took it up: its earlier processes' up to their last checkpoint
+    # (what the resumed run keeps of them), read from the checkpoint; the record's timings add them.
+    earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
         """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop; where a stop is
@@ -309,7 +314,8 @@ class RunContext:
         buffer; a None is skipped, e.g. a method without a loss), the state of every random generator
         (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
         state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
-                 "rng": rng_state(), "extra": extra, "run": self.run_key}
+                 "rng": rng_state(), "extra": extra, "run": self.run_key,
+                 "elapsed_s": self.earlier_s + time.perf_counter() - self._clock}
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
         self._checkpointed = True
 
@@ -352,11 +358,14 @@ class RunContext:
             kind = type(exc).__name__
             raise UserError(f"the checkpoint {path} cannot be read ({kind}: it is damaged or not a checkpoint the "
                             f"harness wrote); {start_over}") from None
-        if not isinstance(state, dict) or set(state) != {"objects", "rng", "extra", "run"}:
+        # elapsed_s: absent from checkpoints written before records timed a resumed run whole
+        if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
+                {"objects", "rng", "extra", "run", "elapsed_s"}:
             raise UserError(f"{path} is not a checkpoint of this version of the harness; {start_over}")
         if state["run"] != self.run_key:
             raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
                             f"{start_over}")
+        self.earlier_s = float(state.get("elapsed_s", 0.0))
         return state
 
     def check_loss(self, value: float, step: int, hint: str = "") -> None:

@@ -394,6 +394,15 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     return outcome
 
 
+def timings(ctx: RunContext, *, total_s: float, pretrain_s: float | None = None,
+            evaluate_s: float | None = None) -> dict[str, float]:
+    """A record's timings, of the whole run: a resumed run's pretraining and total add what its earlier processes
+    spent up to their last checkpoint (``earlier_s``, recorded too), so that they compare with an uninterrupted run."""
+    out = {"pretrain_s": None if pretrain_s is None else pretrain_s + ctx.earlier_s, "evaluate_s": evaluate_s,
+           "total_s": total_s + ctx.earlier_s, "earlier_s": ctx.earlier_s or None}
+    return {key: value for key, value in out.items() if value is not None}
+
+
 def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: dict[str, Any],
              path: Path) -> Outcome:
     """Seed, pretrain and evaluate on ``data``; the outcome's record is ``fields`` completed or failed. What the
@@ -420,7 +429,8 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
             **fields, status="completed", finished_at=records.utc_now(), loss_used=pretrained.loss_used,
             **records.jsonable({"metrics": result.metrics, "details": result.details, "curve": pretrained.curve,
                                 "throughput": pretrained.throughput, "info": pretrained.info,
-                                "timings": {"pretrain_s": t1 - t0, "evaluate_s": t2 - t1, "total_s": t2 - start}}))
+                                "timings": timings(ctx, pretrain_s=t1 - t0, evaluate_s=t2 - t1,
+                                                   total_s=t2 - start)}))
     except RunStopped as stop:
         saved = f"its checkpoint is {ctx.checkpoint_path}" if ctx.checkpoint_path.exists() else \
             "it had no checkpoint yet and starts over"
@@ -435,7 +445,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
             LOGGER.error("run %s failed:\n%s", rid, traceback.format_exc())
         failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
                                    metrics={}, details={}, curve=[], throughput={}, info={},
-                                   timings={"total_s": time.perf_counter() - start})
+                                   timings=timings(ctx, total_s=time.perf_counter() - start))
         return Outcome(rid, "failed", path, failed, error=error, user_error=user)
     LOGGER.info("run %s completed: %s", rid, record.metrics)
     return Outcome(rid, "completed", path, record)

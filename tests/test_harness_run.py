@@ -178,6 +178,10 @@ def test_resume_after_a_killed_run(tmp_path):
     [record] = _records(tmp_path)
     assert record["info"]["start_epoch"] >= 2 and record["resumed"] is True
     assert [c["epoch"] for c in record["curve"]] == [1, 2, 3, 4, 5, 6]
+    # The timings are the whole run's: each of the six epochs sleeps 0.5 s, the killed process's among them.
+    timings = record["timings"]
+    assert timings["earlier_s"] >= 0.5 * record["info"]["start_epoch"] and timings["pretrain_s"] >= 0.5 * 6
+    assert timings["total_s"] >= timings["pretrain_s"] + timings["evaluate_s"]
     assert not (tmp_path / ".work" / record["run_id"]).exists()  # the checkpoint goes once the record exists
 
 
