@@ -75,6 +75,16 @@ def test_compiling_fuses_a_step_into_a_few_kernels():
             assert 3 <= fused < eager / 3, (name, fused, eager)
 
 
+def test_the_operations_a_step_dispatches_do_not_depend_on_the_batch_size():
+    # What lets run_benchmark count every row's eager kernels once, at KERNEL_COUNT_BATCH: a loss that took
+    # another path at another batch size (a chunked product, a size check) would make its rows' counts wrong.
+    steps = benchmark._steps()
+    counted = {batch: {name: benchmark.count_kernels(step, *benchmark.inputs(batch, 16, 0, torch.device("cpu")))[2]
+                       for name, step in steps.items()}
+               for batch in (benchmark.KERNEL_COUNT_BATCH, 6, 700)}
+    assert counted[6] == counted[benchmark.KERNEL_COUNT_BATCH] == counted[700]
+
+
 def test_profiler_kernel_rule():
     """Views and allocations launch nothing; other aten operations, known or not, launch a kernel."""
     assert not benchmark._launches("aten::view") and not benchmark._launches("aten::t")
