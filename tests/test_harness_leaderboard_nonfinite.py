@@ -30,7 +30,10 @@ def test_a_row_with_non_finite_seeds_says_how_many_ran(tmp_path):
     write_records(tmp_path / "results", records)
     assert _run("leaderboard", tmp_path / "results", tmp_path / "lb") == 0
     page = (tmp_path / "lb" / "tiny.md").read_text()
-    assert "92.20 ± – (1 of 3 seeds; 2 non-finite)" in _row(page, "linear", "dcl")
+    dcl = _row(page, "linear", "dcl")
+    assert "92.20 ± – (1 of 3 seeds; 2 non-finite)" in dcl
+    # the one seed that survived is no rival for infonce's three: the bold is infonce's
+    assert "**" not in dcl and "**81.00 ± 1.00 (3 seeds)**" in _row(page, "linear", "infonce")
     assert "non-finite" in page.split("## blobs")[0]  # the legend says what the mark means
     index = (tmp_path / "lb" / "README.md").read_text()
     assert "from 6 completed runs (2 of them non-finite" in index

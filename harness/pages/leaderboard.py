@@ -59,8 +59,9 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     lines = [
         MARKER, "", f"# Leaderboard: {domain}", "",
         f"Primary metric `{first.primary_metric}` ({direction} is better): mean ± sample std over seeds "
-        f"(n seeds). Bold: the best mean of each table. Δ: change of the mean against the row of the baseline loss "
-        f"named in its header (the method's own where it has one) with the same method and setting; {DAGGER} marks "
+        f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged. Δ: change of "
+        f"the mean against the row of the baseline loss named in its header (the method's own where it has one) "
+        f"with the same method and setting; {DAGGER} marks "
         f"p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both rows share. Setting: "
         "the preset (`harness list presets`) and its overrides, then the budget and model the run had. Runtime: the "
         "mean over seeds of a run's wall time (training and evaluation), on the device named beside it; record: "
@@ -79,7 +80,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
                   f"{', '.join(f'`{m}`' for m in metrics)} where a run reports them.", ""]
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
-        winners = {id(g) for g in best(finite(rows))}
+        winners = {id(g) for g in best(sound(rows))}
         extra = [m for m in metrics if any(m in g.secondary for g in rows)]
         columns = ["method", "loss", "hyper-parameters", "setting", first.primary_metric, delta_header(rows), *extra,
                    "runtime", "device", "record"]
@@ -105,6 +106,11 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
 def finite(rows: list[Group]) -> list[Group]:
     """The rows with a finite mean: a row that diverged on every seed is never the best."""
     return [g for g in rows if g.values]
+
+
+def sound(rows: list[Group]) -> list[Group]:
+    """The rows none of whose seeds diverged: a mean over the seeds that survived is no rival for a whole row's."""
+    return [g for g in finite(rows) if not g.nonfinite]
 
 
 def comparisons(rows: list[Group]) -> list[Group]:
@@ -152,12 +158,12 @@ def index_page(groups: list[Group]) -> str:
 
 def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group], dom: Domain | None) -> list[str]:
     """The index's row of one dataset: its best row among ``rows`` and the gain over that row's baseline."""
-    enough = [g for g in finite(rows) if g.n >= MIN_SEEDS]
+    enough = [g for g in sound(rows) if g.n >= MIN_SEEDS]
     if not finite(rows):
         seeds = sum(g.runs for g in rows)
         return [f"[{domain}]({domain}.md)", dataset, rows[0].primary_metric, *[NONE] * 4,
                 f"no finite result (every row diverged: {seeds} seeds)", NONE, NONE]
-    top = best(enough or finite(rows))[0]
+    top = best(enough or sound(rows) or finite(rows))[0]
     base = baseline_for(top, groups)
     if base is None:
         baseline, gain = NONE, NONE
