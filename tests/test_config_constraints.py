@@ -54,6 +54,17 @@ BAD = [
     ("text", "eval_seed=4294967296", "--set eval_seed=4294967296: must be less than or equal to 4294967295"),
     # graph: every field was already constrained; its lr is the model
     ("graph", "lr=-1", "--set lr=-1: must be greater than 0"),
+    # the typed fields' other checks: a Literal, a bool, an int, a tuple's items, and the checks across fields
+    ("graph", "epochs=-1", "--set epochs=-1: must be greater than or equal to 0"),
+    ("vision", "crop_min_scale=0", "--set crop_min_scale=0: must be greater than 0"),
+    ("text", "senteval_tasks=MR,XX", "--set senteval_tasks=MR,XX: item 1: must be 'MR', 'CR', 'SUBJ'"),
+    ("rl", "discount=2", "--set discount=2: must be less than or equal to 1"),
+    ("graph", "anchor=edge", "--set anchor=edge: must be 'node' or 'graph'"),
+    ("vision", "bf16=maybe", "--set bf16=maybe: must be a valid boolean"),
+    ("rl", "batch_size=1.5", "--set batch_size=1.5: must be a valid integer, got a number with a fractional part"),
+    ("text", "batch_size=2", "invalid config for domain 'text' preset 'quick': batch_size must be >= 2*context+1"),
+    ("rl", "crop_size=120", "invalid config for domain 'rl' preset 'quick': crop_size (120) must not exceed "
+                            "image_size (100)"),
 ]
 
 
