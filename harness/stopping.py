@@ -85,19 +85,28 @@ def stop_margin(limit_s: float) -> float:
 
 
 @contextlib.contextmanager
+def handled(handler: object, *signals: signal.Signals) -> Iterator[None]:
+    """Within: each of ``signals`` handled by ``handler``; the handlers they had are put back after."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
 def graceful(signals: tuple[signal.Signals, ...] = STOP_SIGNALS, time_limit_s: float | None = None) -> Iterator[None]:
     """Within: each of ``signals`` asks the process to stop, and so does ``time_limit_s`` (less
     :func:`stop_margin`); the handlers and the state are put back after (``harness.cli.main`` also runs
     inside other programs)."""
     global _deadline
-    previous = handle(signals)
     if time_limit_s is not None:
         _deadline = time.monotonic() + time_limit_s - stop_margin(time_limit_s)
     try:
-        yield
+        with handled(_on_signal, *signals):
+            yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         reset()
 
 

@@ -18,11 +18,10 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
-from contextlib import contextmanager
 
-from harness.stopping import EXIT_STOPPED
+from harness.stopping import EXIT_STOPPED, handled
 
 KILLED = -9  # what a run killed at the deadline returns (SIGKILL)
 # How each exit status reads in the progress lines; any other is "exit N".
@@ -101,17 +100,6 @@ def run_one(command: list[str], threads: int = 1, kill_at: float | None = None,
         finally:
             children.ended(proc)
     return proc.returncode, time.perf_counter() - start, output
-
-
-@contextmanager
-def handled(handler: object, *sigs: signal.Signals) -> Iterator[None]:
-    """Within: each of ``sigs`` handled by ``handler``; the handlers they had are put back after."""
-    previous = {sig: signal.signal(sig, handler) for sig in sigs}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def _stop(pool: ThreadPoolExecutor, pending: list[Future], children: Children) -> int:
