@@ -68,13 +68,16 @@ _INFOGRAPH = "InfoGraph (Sun et al., ICLR 2020), Table 2"
 _INFOGRAPH_PROTOCOL = (
     "InfoGraph's public code (sunfanyunn/InfoGraph, unsupervised/go.sh and main.py) runs each set at GIN 3, 5, 8 "
     "and 16 layers and lr 1e-2 and 1e-3, 5 runs each, and scores the 10-fold SVM after every one of its 20 "
-    "epochs: a figure taken from such a sweep is optimistic against our one fixed setting, scored once.")
+    "epochs: a figure taken from such a sweep is optimistic against our one fixed setting, scored once. Its "
+    "SVM is `SVC()`, whose RBF width was 1 / n_features before scikit-learn 0.22 (December 2019) and is "
+    "1 / (n_features Var(X)) in ours (`--set svm_gamma=auto` runs the older one).")
 _PUCL = "PUCL paper, Table 2"
 _PUCL_PROTOCOL = (
     "PUCL's graph code is not among the public code we could read; the public code of HCL's graph experiments "
     "(joshr17/HCL, graph/deepinfomax.py and launch.sh), the baseline PUCL compares with, trains the same GIN 3x32 "
     "at lr 1e-3 and batch 128 but for 200 epochs (ours: InfoGraph's 20), scoring the SVM after epoch 200, "
-    "10 repeats.")
+    "10 repeats. Its SVM is `SVC()` under an unpinned scikit-learn, so its RBF width (1 / n_features before "
+    "0.22, 1 / (n_features Var(X)) since, and in ours) is not known.")
 _PUCL_DATASETS = ("PTC_MR", "ENZYMES", "DD", "REDDIT-BINARY")
 
 
@@ -217,10 +220,10 @@ class GraphDomain(Domain):
         x, y = embed_all(pretrained.model)
         cs = c_grid(cfg.svm_c_top)
         res = svm_protocol(x, y, ctx.seed, folds=cfg.svm_folds, inner_folds=cfg.svm_inner_folds, cs=cs,
-                           standardize=cfg.standardize, n_jobs=cfg.svm_jobs)
+                           standardize=cfg.standardize, gamma=cfg.svm_gamma, n_jobs=cfg.svm_jobs)
         details: dict[str, Any] = {
             "fold_accuracy": res["fold_accuracy"], "chosen_C": res["chosen_C"],
-            "protocol": {"classifier": "sklearn SVC (rbf, gamma=scale)", "C_grid": list(cs),
+            "protocol": {"classifier": f"sklearn SVC (rbf, gamma={cfg.svm_gamma})", "C_grid": list(cs),
                          "outer_folds": cfg.svm_folds, "inner_folds": cfg.svm_inner_folds,
                          "standardize": cfg.standardize, "split_seed": ctx.seed, "metric": "accuracy, percent"},
             "node_features": pretrained.model.data.node_features, "num_graphs": int(x.shape[0]),

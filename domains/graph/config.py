@@ -43,6 +43,9 @@ class GraphConfig:
     svm_folds: AtLeast2 = 10
     svm_inner_folds: AtLeast2 = 5
     standardize: bool = False
+    # The RBF width: "scale" = 1 / (n_features · Var(X)), SVC()'s default since scikit-learn 0.22; "auto" =
+    # 1 / n_features, its default before, which InfoGraph's own runs most likely had (domains/graph/evaluate.py).
+    svm_gamma: Literal["scale", "auto"] = field(default="scale", metadata={ADDED: True})
     # The top of the C grid as a power of ten: 3 is InfoGraph's grid; a larger top adds 1e4 ... 10^top, an
     # ablation that asks whether the grid holds the SVM back (on REDDIT-BINARY's raw embeddings every fold chose 1e3).
     svm_c_top: Annotated[int, Field(ge=C_TOP, le=9)] = field(default=C_TOP, metadata={ADDED: True})

@@ -83,7 +83,10 @@ _PROTOCOL_NOTES = {
 }
 _TABLE2_PROTOCOL = ("pretrained on BookCorpus (74M sentences) with quick-thought's full-size model (word 620, GRU "
                     "1200); our books rows pretrain on the plain-text books under <data root>/books, with the model "
-                    "and budget in their setting column.")
+                    "and budget in their setting column. Quick-thought's public code (lajanugen/S2V, "
+                    "src/evaluate.py) scores MR, CR, SUBJ and MPQA with skip-thoughts' evaluation "
+                    "(eval_classification.eval_nested_kfold), not SentEval: another nested cross-validation and "
+                    "C grid; DCL's text code is not public, so which of the two its rows used is not known.")
 
 
 @register

@@ -21,9 +21,11 @@ The dev score of each C is rounded to 2 decimals before the arg-max, as SentEval
 SentEval rounds each fold's test accuracy to 2 decimals before the mean; we keep the unrounded mean (at most 0.005
 points apart).
 The solver (``eval_solver``, default ``auto``) is liblinear for sparse features (scikit-learn's default when
-SentEval was written, one-vs-rest for TREC) and lbfgs for dense embeddings: each is the fast one there, and both
-reach the same L2-regularised optimum for a binary task. Sparse features (bag-of-words counts) always take this
-path: the torch classifier wants dense rows.
+SentEval was written, one-vs-rest for TREC) and lbfgs for dense embeddings: each is the fast one there. They are
+not quite the same model: liblinear also penalises the intercept (as a feature of value 1), lbfgs does not, and
+on TREC's six classes lbfgs fits one multinomial (softmax) model where SentEval's scikit-learn of the time fitted
+six one-vs-rest ones (``eval_solver=liblinear`` restores that). Sparse features (bag-of-words counts) always take
+this path: the torch classifier wants dense rows.
 
 ``probe_standardize=true`` (not SentEval's; off by default) z-scores the dense features of every fit with the mean
 and standard deviation of that fit's own training rows (scikit-learn's ``StandardScaler`` in a pipeline here, the

@@ -128,7 +128,10 @@ PRESETS = {
     "quick": QUICK,
     "paper": Preset(
         "Chuang et al. 2020 (DCL): ResNet-50 with a CIFAR stem, batch 256, 400 epochs, Adam 1e-3, "
-        "weight decay 1e-6, SimCLR temperature 0.5, crop scale (0.08, 1)",
+        "weight decay 1e-6, SimCLR temperature 0.5, crop scale (0.08, 1). Differences from their code "
+        "(chingyaoc/DCL): no Gaussian blur in the augmentation, and the linear probe learns from the frozen "
+        "features of un-augmented images in eval mode, where their linear.py feeds augmented images through the "
+        "frozen network in train mode (its BatchNorm statistics keep moving)",
         {"arch": "resnet50", "batch_size": 256, "epochs": 400, "lr": 1e-3, "weight_decay": 1e-6,
          "crop_min_scale": 0.08, "knn_every": 10, "linear_batch_size": 512},
     ),
