@@ -103,17 +103,27 @@ def _batch(n: int = 16, size: int = 16) -> Batch:
     return Batch(torch.arange(n), images, labels, (labels + (torch.arange(n) % 5 == 0)) % 4)
 
 
-def test_authors_objective_applies_alpha_twice_and_the_temperature_ratio():
-    totals = {}
-    for objective in ("paper", "authors"):
-        torch.manual_seed(0)
-        cfg = resolved(replace(VisionConfig(arch="small"), alpha=0.3, objective=objective), "biased", "biased-digits")
-        method = Biased(cfg, _info(), losses.get("supcon"), True)
-        torch.nn.init.zeros_(method.classifier.weight)
-        torch.nn.init.zeros_(method.classifier.bias)  # the online cross-entropy is exactly log 4
-        totals[objective] = method(_batch()).item() - math.log(4)
-    ratio = 0.3 * cfg.temperature / BASE_TEMPERATURE
-    assert totals["authors"] == pytest.approx(ratio * totals["paper"], rel=1e-4)
+def _objective_total(objective: str, fairkl_lambda: float) -> float:
+    torch.manual_seed(0)
+    cfg = resolved(replace(VisionConfig(arch="small"), alpha=0.3, objective=objective, fairkl_lambda=fairkl_lambda,
+                           fairkl_form="authors"), "biased", "biased-digits")
+    method = Biased(cfg, _info(), losses.get("supcon"), True)
+    torch.nn.init.zeros_(method.classifier.weight)
+    torch.nn.init.zeros_(method.classifier.bias)  # the online cross-entropy is exactly log 4
+    return method(_batch()).item() - math.log(4)
+
+
+def test_authors_objective_applies_alpha_twice_only_with_fairkl_and_the_temperature_ratio():
+    """main_infonce.py: ``target_loss = alpha · infonce``; with ``--lambd`` not 0 the criterion becomes
+    ``alpha · target_loss + lambd · fairkl``, so alpha comes twice only with FairKL."""
+    cfg = resolved(VisionConfig(arch="small"), "biased", "biased-digits")
+    ratio = cfg.temperature / BASE_TEMPERATURE
+    plain = _objective_total("paper", 0.0)  # 0.3 · L
+    assert _objective_total("authors", 0.0) == pytest.approx(ratio * plain, rel=1e-4)  # 0.3 · (T/0.07) · L
+    fairkl = _objective_total("paper", 0.5) - plain  # lambda · R, the same under both objectives
+    assert fairkl != pytest.approx(0.0, abs=1e-6)
+    with_fairkl = _objective_total("authors", 0.5) - fairkl
+    assert with_fairkl == pytest.approx(0.3 * ratio * plain, rel=1e-4)  # 0.3 · 0.3 · (T/0.07) · L
 
 
 def _online_method(zero_classifier: bool) -> Biased:

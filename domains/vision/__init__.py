@@ -141,12 +141,14 @@ class VisionDomain(Domain):
         "epoch-51/52 checkpoint. eps-SupInfoNCE + FairKL reaches 95.53 at rho 0.99 (published 97.86, -2.3) and "
         "92.57 at rho 0.997 (published 96.19, -3.6): with one seed, not reproduced within 2 points. Their "
         "best-over-epochs figure (`online_best_top1` in the records) is 95.66 and 92.57. Not run yet: rho 0.999 "
-        "and 0.995, seeds 1-2, and the supcon and ce baselines (the GPU time of one session ran out). Our best "
-        "explanation of the gap, not yet tested: the network their script builds (`SupConSimpleConvNet`) is not "
-        "in the public code we could read, so we score the encoder's tanh features with no projection head; "
-        "the colouring is drawn once, theirs per trial. In interrupted runs (no records), supcon without "
-        "FairKL stayed at chance (10%) for 30 epochs at two of the four rho, as issue 13 reported, which "
-        "points at the network or its optimisation rather than at FairKL.")}
+        "and 0.995, seeds 1-2, and the supcon and ce baselines (the GPU time of one session ran out). The network "
+        "is theirs: `SupConSimpleConvNet` (debiasing/models/simpleconvnet.py in their repository) at their "
+        "script's default `--train_on_head true` (no projection head, tanh features); their other variant, a "
+        "head with ReLU features, is the labelled ablation `paper-biased-head`, not run yet, since the paper "
+        "does not say which one its table used. Other differences, untested: the colouring is drawn once, "
+        "theirs per trial, and we have one seed. In interrupted runs (no records), supcon without FairKL "
+        "stayed at chance (10%) for 30 epochs at two of the four rho, as issue 13 reported, which points at "
+        "the network or its optimisation rather than at FairKL.")}
 
     def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
         arch = vcfg.arch_for(config["arch"], method, dataset)

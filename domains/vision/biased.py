@@ -8,13 +8,23 @@ augmentation (``augment="none"``, theirs on Biased-MNIST) each image is seen onc
 two views are scored. The objective:
 
     objective="paper":    alpha · L + lambda · R
-    objective="authors":  alpha · (alpha · (T / 0.07) · L) + lambda · R
+    objective="authors":  alpha · (alpha · (T / 0.07) · L) + lambda · R   with FairKL (lambda > 0)
+                          alpha · (T / 0.07) · L                         without it
 
-(their script applies alpha twice, and their loss scales by temperature / base_temperature with
-base 0.07). A linear classifier is trained online on the detached, normalised features of every
-step (its own Adam, lr ``online_lr``, no weight decay); its test accuracy on the unbiased set is
-what they report, and what this track records as ``top1`` (last epoch) beside ``online_best_top1``
-(their "best accuracy" over epochs). The logged loss includes that classifier's cross-entropy.
+(their script wraps the loss in alpha once, and a second time only when it adds FairKL (``--lambd`` not
+0); their loss scales by temperature / base_temperature with base 0.07).
+
+A linear classifier is trained online on the detached, normalised features of every step (its own
+Adam, lr ``online_lr``, no weight decay); its test accuracy on the unbiased set is what they report,
+and what this track records as ``top1`` (last epoch) beside ``online_best_top1`` (their "best
+accuracy" over epochs). The logged loss includes that classifier's cross-entropy.
+
+The network is their ``SupConSimpleConvNet`` (debiasing/models/simpleconvnet.py) at main_infonce.py's
+default ``--train_on_head true``: no projection head, the encoder ends in tanh, and the loss and the
+classifier both read the normalised features. ``biased_head=true`` (preset ``paper-biased-head``) is their
+other variant, ``--train_on_head false``: the encoder ends in ReLU, the loss scores a head
+Linear(128, 128), ReLU, Linear(128, proj_dim) (no BatchNorm; trained with the encoder), and the classifier
+reads the raw encoder features. FairKL reads the normalised encoder features in both.
 
 ``ce`` is the cross-entropy baseline (their main_ce.py): a loss whose positive is the sample's class among
 the classes (``positives=CLASS``), so it scores the classifier's logits (``class_scores``); the classifier is
@@ -47,20 +57,25 @@ class Biased(Method):
         # FairKL's hyper-parameters checked once, here, not at every step
         self.fairkl = (losses.get("fairkl", moments=cfg.fairkl_moments, form=cfg.fairkl_form, kld=cfg.fairkl_kld)
                        if cfg.fairkl_lambda > 0 else None)
-        # The classifier reads L2-normalised features, except the plain CE baseline's; the authors' nets end
-        # in tanh (contrastive: with no head) wherever the features are normalised, in ReLU otherwise.
-        self.normalized = not self.ce or cfg.fairkl_lambda > 0
+        if self.ce and cfg.biased_head:
+            raise UserError("biased_head=true is for the contrastive losses: ce scores the classifier's logits")
+        # The small nets score a head only as the authors' train_on_head=false variant; ResNets always do.
+        small_head = small and cfg.biased_head
+        # The classifier reads L2-normalised features, except the plain CE baseline's and the small nets'
+        # head variant's; the authors' nets end in tanh wherever the features are normalised, else in ReLU.
+        self.normalized = (not self.ce or cfg.fairkl_lambda > 0) and not small_head
         final = "tanh" if small and self.normalized else "relu"
         self.encoder = encoder(cfg.arch, 3, info.image_size, final=final)
         if cfg.arch == "simpleconvnet":  # the authors' initialisation
             for m in self.encoder.modules():
                 if isinstance(m, nn.Conv2d):
                     nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-        if self.ce and cfg.biased_head:
-            raise UserError("biased_head=true is for the contrastive losses: ce scores the classifier's logits")
-        # ResNets always score a head; the small nets only as the labelled ablation (paper-biased-head)
-        head = not self.ce and (cfg.biased_head or not small)
-        self.head = projection_head(cfg.arch, cfg.proj_dim) if head else nn.Identity()
+        if small_head:  # their SupConSimpleConvNet's 'mlp' head: no BatchNorm
+            self.head = projection_head(cfg.arch, cfg.proj_dim, batch_norm=False)
+        elif not self.ce and not small:
+            self.head = projection_head(cfg.arch, cfg.proj_dim)
+        else:
+            self.head = nn.Identity()
         self.classifier = nn.Linear(FEATURE_DIM[cfg.arch], info.num_classes)
         self.online: torch.optim.Optimizer | None = None  # built in optimizer(), once on the device
         self._pending_online_state: dict | None = None
@@ -108,8 +123,9 @@ class Biased(Method):
         else:
             main = self.loss(losses.label_scores(self.head(feats), labels, self.cfg.temperature, gather=self.gather))
             weight = self.cfg.alpha
-            if self.cfg.objective == "authors":
-                weight = self.cfg.alpha * self.cfg.alpha * self.cfg.temperature / BASE_TEMPERATURE
+            if self.cfg.objective == "authors":  # their second alpha comes with FairKL only
+                twice = self.cfg.alpha if self.fairkl is not None else 1.0
+                weight = self.cfg.alpha * twice * self.cfg.temperature / BASE_TEMPERATURE
             total = weight * main + F.cross_entropy(self._classify(feats[:b].detach()), batch.labels)
         if self.fairkl is not None:
             total = total + self.cfg.fairkl_lambda * self.fairkl(feats[:b], batch.labels, batch.bias)

@@ -37,8 +37,9 @@ class VisionConfig:
     lr_decay: Literal["none", "step", "cosine"] = "none"  # none | step (x0.1 at 1/3 and 2/3 of the epochs) | cosine
     temperature: NonNegativeFloat = 0.0  # 0: the method's paper value (METHOD_TEMPERATURE)
     proj_dim: PositiveInt = 128
-    # the biased track (--method biased) on its small nets: the contrastive loss scores the encoder's features
-    # (false, the authors' public code) or a projection head's (true: an ablation). ResNets always have the head.
+    # the biased track (--method biased) on its small nets: the authors' SupConSimpleConvNet at their default
+    # train_on_head=true (false here: no head, tanh features) or at train_on_head=false (true here: a head
+    # without BatchNorm, ReLU features, the classifier on the raw features). ResNets always have a head.
     biased_head: bool = field(default=False, metadata={ADDED: True})
     n_views: Annotated[int, Field(ge=2)] = 2  # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
     # auto: simclr (CMC: crop, biased track: none, as Barbano et al.)
@@ -59,7 +60,7 @@ class VisionConfig:
     # gaussian (the paper's Eq. 10) | authors (their bounded moment matching)
     fairkl_form: Literal["gaussian", "authors"] = "gaussian"
     fairkl_kld: NonNegativeFloat = 1.0  # weight of the authors' form's std term (their --kld)
-    # paper: alpha·L + lambda·R | authors: alpha·(alpha·(T/0.07)·L) + lambda·R
+    # paper: alpha·L + lambda·R | authors: alpha·(alpha·(T/0.07)·L) + lambda·R, with alpha once when lambda = 0
     objective: Literal["paper", "authors"] = "paper"
     online_lr: PositiveFloat = 1e-3  # the biased track's online linear classifier (Adam, no weight decay)
     linear_epochs: PositiveInt = 100  # linear evaluation, Adam 1e-3 on frozen features (DCL protocol)
@@ -149,11 +150,12 @@ PRESETS = {
         BARBANO_MNIST,
     ),
     "paper-biased-head": Preset(
-        "an ablation of paper-biased, not the authors' setting: the same run with a projection head (SimpleConvNet "
-        "features 128 -> 128 -> BatchNorm, ReLU -> 128) scored by the contrastive loss, FairKL and the online "
-        "classifier still on the encoder's features. It tests the vision page's explanation of the gap to "
-        "Barbano et al.'s Table 3: their SupConSimpleConvNet is not in their public code, so paper-biased has no "
-        "head",
+        "paper-biased with the authors' other network, a labelled ablation: their SupConSimpleConvNet "
+        "(debiasing/models/simpleconvnet.py) at --train_on_head false, where paper-biased is its default "
+        "true. The encoder ends in ReLU, the contrastive loss scores a projection head Linear 128-128, ReLU, "
+        "Linear 128-128 (no BatchNorm, trained with the encoder), and the online classifier reads the raw "
+        "encoder features; FairKL still reads the normalised encoder features. Barbano et al.'s Table 3 does "
+        "not say which variant it used",
         {**BARBANO_MNIST, "biased_head": True},
     ),
     "paper-debiased-pos": Preset(
