@@ -1,4 +1,4 @@
-"""Protocol facts the domains' docstrings now state after the second protocol audit against the authors' code
+"""Protocol facts the domains' docstrings now state as read in the authors' code
 (each test pins one statement, so that a change of library default or of our code is caught where it would
 change what a number means).
 
