@@ -89,13 +89,17 @@ def test_a_newer_code_that_failed_is_the_sides_result(tmp_path):
     assert code == 1 and "failed on seed(s) 0,1,2,3,4" in report
 
 
-def test_the_report_names_groups_an_older_code_stands_for(tmp_path):
+def test_a_group_only_an_older_code_of_the_candidate_ran_is_missing(tmp_path):
+    """The candidate is its newest code: an older code's records never stand in for a group it did not run."""
     other = {"dataset": "rings"}
     base = _records(GOOD) + _records(GOOD, **other)
     cand = _records(GOOD, software=OLD) + _records(GOOD, software=OLD, **other) + _records(GOOD, software=NEW)
     code, report = _gate(tmp_path, cand, base=base)
-    stale = report.split("did not run")[1].split("\n## ")[0]
-    assert code == 0 and "tiny / rings /" in stale and "tiny / blobs /" not in stale
+    missing = report.split("## Missing")[1].split("\n## ")[0]
+    assert code == 1 and "tiny / rings /" in missing and "tiny / blobs /" not in missing
+    assert "only an older code of the candidate ran it (aaaaaaa); its newest code (bbbbbbb) did not" in missing
+    code, report = _gate(tmp_path, cand, "--allow-missing", base=base)
+    assert code == 0 and "PASS with waivers: 1 missing (--allow-missing)" in report
 
 
 def test_hidden_and_renamed_copies_of_records_are_not_results(tmp_path, capsys):
@@ -132,13 +136,16 @@ def test_one_folder_spelt_two_ways_is_refused(tmp_path, capsys):
         assert "the same 5 records" in capsys.readouterr().err
 
 
-def test_the_report_says_when_the_sides_read_different_data_or_seeds_ran_different_configs(tmp_path):
+def test_the_report_says_when_the_sides_read_different_data_and_a_side_mixing_configs_is_refused(tmp_path, capsys):
     cand = [{**r, "data_fingerprint": {"dataset": "blobs", "graphs": 50}} for r in _records(GOOD)]
     code, report = _gate(tmp_path / "data", cand)
     assert code == 0 and "## Groups whose data differ" in report
+    # Seeds of one side, one code and one command that ran different configs are two experiments, not one mean.
     mixed = [{**r, "config": {"epochs": 30}} if r["seed"] < 2 else r for r in _records(GOOD)]
     code, report = _gate(tmp_path / "config", mixed)
-    assert code == 0 and "the candidate's seeds ran 2 different configs" in report
+    err = capsys.readouterr().err
+    assert code == 2 and "its seeds ran different configs (epochs 3 (seed(s) 2,3,4) vs 30 (seed(s) 0,1))" in err
+    assert "CANNOT DECIDE" in report and "PASS" not in report
 
 
 def test_nan_and_huge_metrics(tmp_path, capsys):

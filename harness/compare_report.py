@@ -1,0 +1,245 @@
+"""The markdown report of ``harness compare``: the rule, a table per verdict, and what else the reader must know
+(notes, config and data differences, groups an older code stands for, the machines). Each row is a :class:`Row`,
+which ``harness.compare.judge`` fills in; the verdict line and the exit status are the gate's."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, field
+
+from domains.base import UserError, hash_jsonable
+from harness import stats
+from harness.compare_sides import Side, group_name
+from harness.groups import Group, decimals, fmt
+from harness.tables import markdown
+
+VERDICTS = ("regression", "missing", "untestable", "improvement", "unchanged", "untested")
+
+
+@dataclass
+class Row:
+    """One matched (or unmatched) group and its verdict."""
+
+    base: Group | None
+    cand: Group | None
+    verdict: str
+    change: stats.Change | None = None
+    p_adjusted: float = math.nan
+    problems: list[str] = field(default_factory=list)  # why a group is missing
+    seen: str = ""  # the verdict on the seeds the candidate has (a missing group's too: it may hide a drop)
+    notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
+    matched: bool = False  # the candidate has the group, completed or only failed
+    own: bool = False  # the candidate holds the group only as the baseline's own records
+    config_diff: list[str] = field(default_factory=list)
+    tolerance: float = math.nan  # this group's, in metric units
+    detectable: float = math.nan  # the smallest change its test could have called significant (stats.detectable)
+
+
+COLUMNS = [
+    "domain",
+    "dataset",
+    "method",
+    "loss",
+    "hyper-parameters",
+    "setting",
+    "metric",
+    "baseline (n)",
+    "candidate (n)",
+    "change [95% CI]",
+    "effect",
+    "test",
+    "p (corrected)",
+    "min p",
+    "detectable",
+    "tolerance",
+]
+
+
+def _p(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.3g}"
+
+
+def _row(row: Row) -> list[str]:
+    g, c, ch = row.base, row.cand, row.change
+    digits = decimals(g.mean) if g.values else 2
+    base = f"{fmt(g.mean, digits)} ({g.n})" if g.values else "– (0)"
+    cand = f"{fmt(c.mean, digits)} ({c.n})" if c is not None and c.values else "– (0)"
+    if ch is None:
+        tail = ["–", "–", "–", "–", "–", "–"]
+    else:
+        interval = "" if math.isnan(ch.low) else f" [{ch.low:+.{digits}f}, {ch.high:+.{digits}f}]"
+        effect = "–" if math.isnan(ch.effect) else f"{ch.effect:+.2f}"
+        pairs = f", {ch.n_pairs} pairs" if ch.n_pairs else ""
+        detectable = "–" if math.isnan(row.detectable) else f"±{row.detectable:.{digits}f}"
+        change = "–" if math.isnan(ch.change) else f"{ch.change:+.{digits}f}{interval}"  # a paired test on no pair
+        tail = [change, effect, ch.test + pairs, f"{_p(ch.p)} ({_p(row.p_adjusted)})", _p(ch.min_p), detectable]
+    return [
+        g.domain,
+        g.dataset,
+        g.method,
+        g.loss,
+        g.hparams_label(),
+        g.setting_label(),
+        f"{g.primary_metric} ({'↑' if g.higher_is_better else '↓'})",
+        base,
+        cand,
+        *tail,
+        f"{row.tolerance:g}",
+    ]
+
+
+TITLES = {
+    "regression": "Regressions",
+    "missing": "Missing, failed or non-finite in the candidate",
+    "untestable": "Untestable: drops worse than the tolerance that the test did not confirm",
+    "improvement": "Improvements",
+    "unchanged": "Unchanged",
+    "untested": "Untested (the test cannot decide at these seeds; within the tolerance)",
+}
+
+
+def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) -> str:
+    level = f"alpha / groups = {args.alpha:g} / n" if args.correction != "none" else f"alpha = {args.alpha:g}"
+    lines = [
+        f"# Comparison: baseline `{base.label}` vs candidate `{cand.label}`",
+        "",
+        f"Rule: per group, the change of the mean primary metric (candidate − baseline; ↑ higher is better, ↓ lower) "
+        f"is tested with {stats.TESTS[args.test]}, two-sided, and the p-values of the groups are corrected together "
+        f"with {stats.CORRECTIONS[args.correction]}. A group **regressed** when its corrected p < {args.alpha:g} and "
+        f"the change is worse than its tolerance ({args.tolerances.describe()}, in metric units); an "
+        "**improvement** likewise in the better direction. A change worse than the tolerance that the test did not "
+        f"confirm is **untestable**: the test cannot reach significance at its seeds (minimum p ≥ {level}), or the "
+        "seeds' spread left it short of significance; the gate never passes it as unchanged. Within the tolerance a "
+        "group is **unchanged**, or **untested** where its test cannot decide. A "
+        "baseline group absent from the candidate, failed, non-finite or short of seeds, run only by an older code "
+        "of the candidate, or held by it only as the baseline's own records, is **missing**. Groups are "
+        "matched on domain, dataset, method, loss, hyper-parameters, preset, overrides and primary metric; each side "
+        "uses per group the records of its newest code. Change: mean difference (paired: mean of the per-seed "
+        "differences) with its 95% t interval; effect: standardised (paired d_z, else Cohen's d); detectable: the "
+        f"smallest change the t-test could have called significant at {level} with the group's seeds and spread "
+        "(honest noise can show drops beyond a tolerance well below it).",
+        "",
+    ]
+    for verdict in VERDICTS:
+        chosen = [r for r in rows if r.verdict == verdict]
+        lines += [f"## {TITLES[verdict]} ({len(chosen)})", ""]
+        lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
+        if verdict == "missing" and chosen:
+            lines += [
+                f"- {group_name(r.base)}: {'; '.join(r.problems)}"
+                + (
+                    "; the seeds it has show a drop worse than the tolerance that the test did not confirm"
+                    if r.seen == "untestable"
+                    else ""
+                )
+                for r in chosen
+            ] + [""]
+    added = [r.cand for r in rows if r.verdict == "added"]
+    lines += [f"## Added in the candidate, not in the baseline ({len(added)})", ""]
+    lines += (
+        [
+            *markdown(
+                ["domain", "dataset", "method", "loss", "hyper-parameters", "setting"],
+                [[g.domain, g.dataset, g.method, g.loss, g.hparams_label(), g.setting_label()] for g in added],
+            ),
+            "",
+        ]
+        if added
+        else ["none", ""]
+    )
+    lines += _details(rows)
+    # A bullet is one line whatever a record's names hold: a newline there could forge a verdict line.
+    return "\n".join(" ".join(line.split()) if line.startswith("- ") else line for line in lines)
+
+
+MACHINE = ("device", "device_name", "cpu", "cpu_capability", "torch_threads", "torch", "cuda")
+
+
+def _machines(rows: list[Row]) -> list[str]:
+    """The machine and library fields (:data:`MACHINE`) whose values differ between the records the two sides
+    compared, among the fields both sides recorded (older records lack ``cpu`` and ``cpu_capability``)."""
+    compared = [r for r in rows if r.change is not None]
+    sides = [[rec for r in compared for rec in r.base.records], [rec for r in compared for rec in r.cand.records]]
+    lines = []
+    for key in MACHINE:
+        base, cand = ({str(rec.hardware[key]) for rec in side if rec.hardware.get(key) is not None} for side in sides)
+        if base and cand and base != cand:
+            lines.append(f"- {key}: {', '.join(sorted(base))} → {', '.join(sorted(cand))}")
+    if not lines:
+        return []
+    return [
+        "## The sides ran on different machines or libraries",
+        "",
+        "A seed reruns bit for bit only on the same machine, libraries and thread count; here they differ, so "
+        "each change holds the machine's as well as the code's (rerun on other CPU kernels alone, the regression "
+        "suite's graph seeds moved like fresh seeds: README, Regression tracking in CI). Compare runs of one "
+        "machine to see the code's change alone.",
+        "",
+        *lines,
+        "",
+    ]
+
+
+def _data(rows: list[Row]) -> list[str]:
+    """The matched groups whose two sides read different data (their records' data fingerprints; the seeds of one
+    side read the same, :func:`harness.compare_sides.refuse_mixed`)."""
+    lines = []
+    for r in rows:
+        if r.base is None or r.cand is None:
+            continue
+        base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
+        if base != cand:
+            lines.append(f"- {group_name(r.base)}: data {', '.join(base)} → {', '.join(cand)}")
+    if not lines:
+        return []
+    return [
+        "## Groups whose data differ",
+        "",
+        "The records' data fingerprints differ (another data root, another copy or version of the data set): the "
+        "change holds the data's as well as the code's.",
+        "",
+        *lines,
+        "",
+    ]
+
+
+def _details(rows: list[Row]) -> list[str]:
+    """Notes on rows, config and data differences of matched groups, groups whose seeds come from different code,
+    and the machines. (A group only an older code of the candidate ran is missing: its reason says so.)"""
+    lines = []
+    noted = [r for r in rows if r.notes]
+    if noted:
+        lines += ["## Notes", "", *[f"- {group_name(r.base)}: {'; '.join(r.notes)}" for r in noted], ""]
+    lines += _machines(rows) + _data(rows)
+    diffs = [r for r in rows if r.config_diff]
+    if diffs:
+        lines += ["## Config differences of matched groups", ""]
+        lines += [
+            f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
+            f"({r.base.hparams_label()}): {'; '.join(r.config_diff)}"
+            for r in diffs
+        ] + [""]
+    mixed = [
+        (side, g)
+        for r in rows
+        for side, g in (("baseline", r.base), ("candidate", r.cand))
+        if g is not None and g.mixed_code
+    ]
+    if mixed:
+        lines += ["## Groups whose seeds come from different code", ""]
+        lines += [
+            f"- {side}: {g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}): {g.code_label()}"
+            for side, g in mixed
+        ] + [""]
+    return lines
+
+
+def error_report(baseline: str, candidate: str, error: Exception) -> str:
+    """The report of a comparison that stopped before it could judge: ``--out`` must never keep an earlier run's
+    verdict. Bad input (``UserError``) exits 2, cannot decide; anything else is a crash, which exits 1."""
+    if isinstance(error, UserError):
+        verdict, text = "CANNOT DECIDE: the comparison stopped before any group was judged", str(error)
+    else:
+        verdict, text = "FAIL: the comparison crashed", f"{type(error).__name__}: {error}"
+    return f"# Comparison: baseline `{baseline}` vs candidate `{candidate}`\n\n**{verdict}.** error: {text}\n"

@@ -1,0 +1,229 @@
+"""The two sides of ``harness compare``: which records each side is, and the checks that a side is one result.
+
+A side is a results folder, or the records of one version, commit or tag in it (``FOLDER@NAME``, or ``--results
+DIR`` and ``NAME``). Per group (:func:`harness.groups.command_key`) a side is the records of its newest code, failed
+ones too. A side must be *one* result per group: two records of one seed that disagree, seeds that ran different
+configs or read different data (:func:`refuse_mixed`), or two codes that cannot be ordered in time (the same commit
+date, version and last finish time) are refused, never averaged into one mean or chosen between by their digests.
+Where a side's text reads two ways (a folder named ``runs@v1`` beside ``runs``; with ``--results``, a folder named
+like a version or tag in it), it is refused rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from domains.base import UserError, hash_jsonable
+from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_records
+from harness.records import RunRecord, load_record_files
+from harness.version import resolve_commit
+
+
+@dataclass
+class Side:
+    """One side of a comparison: its name and every record of it (failed ones too).
+
+    Per group (:func:`command_key`) the side is its newest code (:func:`code_classes`), chosen among all its
+    records of the group, failed ones too: a newer code that failed is the side's result, and never gives way to
+    an older code's completed records."""
+
+    label: str
+    records: list[RunRecord]
+    current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
+    newest: str = field(init=False)  # the side's newest code class, over all its groups
+
+    def __post_init__(self) -> None:
+        self.newest = code_classes(self.records)[-1]
+        by_key: dict[str, list[RunRecord]] = {}
+        for record in self.records:
+            by_key.setdefault(command_key(record), []).append(record)
+        self.current = {}
+        for key, members in by_key.items():
+            order = code_order(members)
+            *older, newest = sorted(order, key=lambda c: (order[c], c))
+            tied = [c for c in older if order[c] == order[newest]]
+            if tied:  # which code is the side's result would be the digests' alphabetical order: not the gate's
+                digests = ", ".join(c.removeprefix("src:")[:12] for c in sorted((*tied, newest)))
+                raise UserError(
+                    f"'{self.label}': which code is newest cannot be told for {members[0].domain} / "
+                    f"{members[0].dataset} / {members[0].method} / {members[0].loss}: the source digests "
+                    f"{digests} have the same commit date, version and last finish time; compare one of "
+                    "them by name (FOLDER@<first digits of its source digest>)"
+                )
+            self.current[key] = [r for r in members if code_class(r) == newest]
+
+    def groups(self) -> dict[str, Group]:
+        chosen = [r for members in self.current.values() for r in members]
+        return {command_key(g.records[-1]): g for g in group_records(chosen, key=command_key, keep_empty=True)}
+
+    def failed(self) -> dict[str, set[int]]:
+        """Match key -> the seeds that only failed (no completed record of the seed) in the group's newest code."""
+        out: dict[str, set[int]] = {}
+        for key, members in self.current.items():
+            done = {r.seed for r in members if r.status == "completed"}
+            seeds = {r.seed for r in members if r.status == "failed"} - done
+            if seeds:
+                out[key] = seeds
+        return out
+
+    def older_code(self) -> dict[str, str]:
+        """Match key -> the label of the group's newest code, where that is not the side's newest code (a folder
+        that keeps several versions: the side's newest code did not run these groups, an older one did)."""
+        return {
+            key: members[0].code_label()
+            for key, members in self.current.items()
+            if code_class(members[0]) != self.newest
+        }
+
+    def newest_label(self) -> str:
+        return next(r for r in self.records if code_class(r) == self.newest).code_label()
+
+
+def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
+    """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, else a prefix
+    (at least 4 hex digits) of a commit or a source digest. UserError when none or several codes match."""
+    chosen = [r for r in records if r.version == name]
+    commit = None if chosen else resolve_commit(name)
+    if commit is not None:
+        chosen = [r for r in records if r.commit == commit]
+    if not chosen and len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
+        chosen = [
+            r
+            for r in records
+            if (r.commit or "").startswith(name.lower())
+            or str(r.software.get("source_digest") or "").startswith(name.lower())
+        ]
+    codes = sorted({code_class(r): r for r in chosen}.items())
+    if len(codes) > 1:  # e.g. a commit's own records and an edited tree's: the gate would judge only the newest
+        named = "; ".join(
+            f"{r.code_label()} (version {r.version}, source digest {str(r.software.get('source_digest') or '-')[:12]})"
+            for _, r in codes
+        )
+        raise UserError(
+            f"'{name}' is ambiguous in {where}: it names {len(codes)} codes ({named}); name one by a "
+            "prefix of its source digest"
+        )
+    if chosen:
+        return chosen
+    versions = sorted({r.version for r in records})
+    commits = sorted({r.commit[:8] for r in records if r.commit})
+    raise UserError(
+        f"no records of version, commit or tag '{name}' in {where}; present: versions "
+        f"{', '.join(versions) or 'none'}; commits {', '.join(commits[:12]) or 'none'}"
+        f"{' ...' if len(commits) > 12 else ''}"
+    )
+
+
+def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | None, str]:
+    """``FOLDER``, ``FOLDER@NAME`` or (with ``--results``) ``NAME`` as (folder, name). A folder whose own name
+    holds an ``@`` is that folder; where both readings name a folder (``runs@v1`` and ``runs``), UserError."""
+    whole = Path(text).is_dir()
+    if "@" not in text:
+        return (text, "") if whole or not results else (results, text)
+    folder, _, name = text.rpartition("@")
+    if whole and folder and Path(folder).is_dir():
+        raise UserError(
+            f"--{role} '{text}' is ambiguous: it is a folder, and also the folder '{folder}' with the "
+            f"name '{name}'; rename one of the folders"
+        )
+    if whole:
+        return text, ""
+    if not (folder and Path(folder).is_dir()):
+        return (results, text) if results else (folder or None, name)
+    return folder, name
+
+
+def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[RunRecord]]) -> Side:
+    """A side from ``FOLDER``, ``FOLDER@NAME`` or (with ``--results``) ``NAME``."""
+    folder, name = _folder_and_name(text, results, role)
+    if folder is None or not Path(folder).is_dir():
+        raise UserError(
+            f"--{role} '{text}' is not a results folder (nor FOLDER@NAME); to compare two versions, "
+            "commits or tags inside one folder pass --results DIR --baseline NAME --candidate NAME"
+        )
+    path = Path(folder).resolve()  # one folder however it is spelt (relative, '..', a link): never both sides
+    if path not in cache:
+        cache[path] = [record for _, record in load_record_files(path, completed_only=False)]
+    chosen = select(cache[path], name, str(path)) if name else cache[path]
+    if results and not name and "@" not in text and Path(results).is_dir():
+        _refuse_both(text, results, role, cache)
+    # A candidate whose every run failed is a failed candidate (exit 1), not one the gate cannot read.
+    if not any(r.status == "completed" for r in chosen) and (role == "baseline" or not chosen):
+        raise UserError(f"the {role} '{text}' has no completed records; nothing to compare")
+    return Side(text, chosen)
+
+
+def _refuse_both(text: str, results: str, role: str, cache: dict[Path, list[RunRecord]]) -> None:
+    """UserError when, with ``--results``, a side's text is both a folder and a name of records in the results
+    folder (a tag ``v1`` and a folder ``v1``): which one was meant is not the gate's to guess."""
+    path = Path(results).resolve()
+    if path not in cache:
+        cache[path] = [record for _, record in load_record_files(path, completed_only=False)]
+    try:
+        select(cache[path], text, str(path))
+    except UserError:
+        return  # not a name there (or an ambiguous one, which is no reading either): the folder
+    raise UserError(
+        f"--{role} '{text}' is ambiguous: it is a folder, and also names records in --results "
+        f"'{results}'; write ./{text} for the folder or {results}@{text} for the records"
+    )
+
+
+def group_name(g: Group) -> str:
+    return f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, {g.setting_label()})"
+
+
+def seeds_text(seeds: Iterable[int]) -> str:
+    return ",".join(map(str, sorted(seeds)))
+
+
+def refuse_conflicts(side: Side, groups: Iterable[Group]) -> None:
+    """UserError when a side holds two records of one seed (one group, one code) that disagree: which of them is
+    the side's result is not the gate's to choose."""
+    clashes = [
+        f"{group_name(g)}, seed {seed}: "
+        + ", ".join(f"{r.run_id} ({fmt(r.metrics.get(r.primary_metric))})" for r in records)
+        for g in groups
+        for seed, records in sorted(g.conflicts.items())
+    ]
+    if clashes:
+        raise UserError(
+            f"'{side.label}' holds different results for one seed of one code: {'; '.join(clashes)}. "
+            "Keep one record per seed (a side is one run of each seed), then compare again"
+        )
+
+
+def _split(g: Group, part: str) -> list[str]:
+    """How the seeds of ``g`` differ in ``part`` (``config`` or ``data_fingerprint``): per differing field, its
+    value on each set of seeds; [] when every seed agrees."""
+    values = [(r.seed, getattr(r, part)) for r in g.records]
+    if len({hash_jsonable(v) for _, v in values}) < 2:
+        return []
+    out = []
+    for key in sorted({k for _, v in values for k in v}):
+        seeds: dict[str, set[int]] = {}
+        for seed, value in values:
+            seeds.setdefault(json.dumps(value.get(key, "(absent)"), sort_keys=True, default=str), set()).add(seed)
+        if len(seeds) > 1:
+            out.append(f"{key} " + " vs ".join(f"{v} (seed(s) {seeds_text(s)})" for v, s in sorted(seeds.items())))
+    return out
+
+
+def refuse_mixed(side: Side, groups: Iterable[Group]) -> None:
+    """UserError when the seeds of one group of one side (one code, one command) ran different configs or read
+    different data: their mean is no one experiment's result, and a gate on it could pass or fail either one."""
+    mixed = []
+    for g in groups:
+        for part, what in (("config", "ran different configs"), ("data_fingerprint", "read different data")):
+            differ = _split(g, part)
+            if differ:
+                mixed.append(f"{group_name(g)}: its seeds {what} ({'; '.join(differ)})")
+    if mixed:
+        raise UserError(
+            f"'{side.label}' mixes experiments in one group: {'; '.join(mixed)}. A group's seeds must "
+            "be one setting on one data set: rerun them alike (or move the others away), then compare "
+            "again"
+        )

@@ -1,0 +1,239 @@
+"""``harness compare``: each test is a way the gate once exited 0 for a candidate that was worse (or for
+results that were not one experiment), or misreported; every gate call here also checks that the
+report's verdict line says what the exit status says."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from tiny_domain import synthetic_record, write_records
+
+from harness.cli import main
+from harness.stats import compare_values, min_p
+
+GOOD = [85.9, 82.45, 86.6, 81.2, 80.9, 84.3]  # six seeds of an honest run (mean 83.56)
+OLD = {"source_digest": "a" * 64, "git_commit": "a" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00"}
+NEW = {"source_digest": "b" * 64, "git_commit": "b" * 40, "git_commit_date": "2026-11-26T09:00:00+00:00"}
+VERDICT = {0: "**PASS", 1: "**FAIL", 2: "**CANNOT DECIDE"}
+
+
+def _records(values: list[float], seeds: list[int] | None = None, **kw) -> list[dict]:
+    seeds = list(range(len(values))) if seeds is None else seeds
+    return [synthetic_record("infonce", s, v, **kw) for s, v in zip(seeds, values)]
+
+
+def _compare(tmp_path, baseline: str, candidate: str, *extra: str) -> tuple[int, str]:
+    """Exit status and report of ``harness compare``; the report's verdict line must agree with the status."""
+    out = tmp_path / "report.md"
+    code = main(["compare", "--baseline", baseline, "--candidate", candidate, "--out", str(out), *extra])
+    report = out.read_text()
+    verdicts = [line for line in report.splitlines() if line.startswith("**")]
+    assert len(verdicts) == 1 and verdicts[0].startswith(VERDICT[code]), (code, verdicts)
+    return code, report
+
+
+def _gate(tmp_path, base: list[dict], cand: list[dict], *extra: str) -> tuple[int, str]:
+    write_records(tmp_path / "base", base)
+    write_records(tmp_path / "cand", cand)
+    return _compare(tmp_path, str(tmp_path / "base"), str(tmp_path / "cand"), *extra)
+
+
+@pytest.mark.parametrize("test", ["paired-t", "wilcoxon"])
+def test_a_significant_paired_improvement_never_hides_the_collapse_of_the_seeds_it_leaves_out(tmp_path, test):
+    """Every pair 3 points up (significant even for Wilcoxon at 6 pairs: p = 2/64), and 10 more seeds at chance
+    level: over all 16 seeds the mean fell by 35 points. The gate passed it as an improvement."""
+    cand = _records([v + 3 for v in GOOD]) + _records([25.0 + s / 10 for s in range(10)], seeds=list(range(6, 16)))
+    code, report = _gate(tmp_path, _records(GOOD), cand, "--test", test)
+    assert code == 2 and "## Improvements (0)" in report and "| infonce |" in report.split("## Untestable")[1]
+    assert "over all seeds the mean changed by -35." in report
+
+
+@pytest.mark.parametrize("test", ["paired-t", "wilcoxon"])
+def test_a_paired_test_that_pairs_no_seed_still_sees_the_drop_the_seeds_show(tmp_path, test):
+    """No seed in common: the paired test has no change to give. Its NaN read as 'no drop', so --allow-missing
+    (which waives the absent seeds, not a drop) passed a candidate 58 points down."""
+    cand = _records([25.0 + s / 10 for s in range(5)], seeds=list(range(10, 15)))
+    code, report = _gate(tmp_path, _records(GOOD), cand, "--test", test, "--allow-missing")
+    assert code == 2 and "show a drop worse than the tolerance that the test did not confirm" in report
+    assert "seed(s) 10,11,12,13,14 have no baseline seed to pair with" in report and "changed by -58." in report
+    assert "nan" not in report  # the paired test has no change to show: a dash
+    assert _gate(tmp_path / "strict", _records(GOOD), cand, "--test", test)[0] == 1  # and missing without it
+
+
+def test_a_folder_against_one_code_in_it_never_compares_records_with_themselves(tmp_path, capsys):
+    """The folder's newest code per group is the named code: each group was compared with itself and passed."""
+    folder = tmp_path / "all"
+    write_records(folder, _records(GOOD, software=OLD) + _records([v - 20 for v in GOOD], software=NEW))
+    code, report = _compare(tmp_path, str(folder), f"{folder}@bbbb")
+    assert code == 2 and "## Unchanged (0)" in report and "only as the baseline's own records" in report
+    assert "of its own" in capsys.readouterr().err
+    # Named the other way round, a group only the older code ran is not the candidate's: missing, not unchanged.
+    write_records(folder, _records(GOOD, software=OLD, dataset="rings") + _records(GOOD, software=NEW, seeds=[6]))
+    code, report = _compare(tmp_path, f"{folder}@aaaa", str(folder))
+    missing = report.split("## Missing")[1].split("\n## ")[0]
+    assert code == 1 and "tiny / rings /" in missing and "the candidate's code did not run it" in missing
+    assert "| rings |" not in report.split("## Unchanged")[1].split("\n## ")[0]
+
+
+def test_a_side_whose_seeds_read_different_data_is_refused_not_averaged(tmp_path, capsys):
+    base = [
+        {**r, "data_fingerprint": {"dataset": "blobs", "sha256": "1" * 8 if r["seed"] < 3 else "2" * 8}}
+        for r in _records(GOOD)
+    ]
+    code, report = _gate(tmp_path, base, _records(GOOD))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "mixes experiments in one group" in err
+    assert 'its seeds read different data (sha256 "11111111" (seed(s) 0,1,2) vs "22222222" (seed(s) 3,4,5))' in err
+    assert "CANNOT DECIDE" in report and "PASS" not in report
+
+
+def test_an_error_never_leaves_an_earlier_verdict_at_out(tmp_path, capsys, monkeypatch):
+    code, report = _gate(tmp_path, _records(GOOD), _records(GOOD))
+    assert code == 0 and "**PASS" in report
+    clash = {**_records([30.0])[0], "run_id": "a-second-record-of-seed-0"}
+    write_records(tmp_path / "cand", [clash])
+    args = ["compare", "--baseline", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand")]
+    assert main([*args, "--out", str(tmp_path / "report.md")]) == 2
+    report = (tmp_path / "report.md").read_text()
+    assert "PASS" not in report and "**CANNOT DECIDE" in report and "different results for one seed" in report
+    assert "different results for one seed" in capsys.readouterr().err
+    # A crash (exit 1 through the CLI's traceback) says so too.
+    (tmp_path / "cand" / "a-second-record-of-seed-0.json").unlink()
+    assert main([*args, "--out", str(tmp_path / "report.md")]) == 0
+
+    def crash(*_):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr("harness.compare.judge", crash)
+    with pytest.raises(RuntimeError):
+        main([*args, "--out", str(tmp_path / "report.md")])
+    assert "**FAIL: the comparison crashed.** error: RuntimeError: planted" in (tmp_path / "report.md").read_text()
+
+
+def test_rank_tests_at_many_seeds():
+    """The smallest reachable p at 1,100 pairs (2.0 / 2**1100) and at 600 seeds a side (a float of C(1200, 600))
+    overflowed, and the gate then blamed the metrics as 'too large'; the exact Mann-Whitney distribution at
+    hundreds of seeds a side took seconds to minutes. Small counts keep their exact floors."""
+    assert min_p("wilcoxon", 1100, 1100, 1100) == 0.0 and min_p("mannwhitney", 600, 600, 0) == 0.0
+    assert min_p("wilcoxon", 5, 5, 5) == 1 / 16 and min_p("mannwhitney", 3, 3, 0) == 0.1
+    base = {s: 80.0 + (s * 37 % 101) / 50 for s in range(300)}
+    cand = {s: v - 0.5 for s, v in base.items()}
+    for test in ("wilcoxon", "mannwhitney"):
+        change = compare_values(base, cand, test)
+        assert change.change == pytest.approx(-0.5) and change.p < 0.05 and change.min_p < 1e-80
+
+
+def test_a_baseline_group_without_a_finite_value_says_why_it_is_missing(tmp_path):
+    base = _records(GOOD)
+    for record in base:
+        record["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path, base, _records(GOOD))
+    assert code == 1 and "the baseline has no finite accuracy (non-finite on seed(s) 0,1,2,3,4,5)" in report
+
+
+def test_a_folder_whose_name_holds_an_at_sign_is_that_folder(tmp_path, capsys):
+    write_records(tmp_path / "runs@v1", _records(GOOD))
+    write_records(tmp_path / "cand", _records([v - 5 for v in GOOD]))
+    code, _ = _compare(tmp_path, str(tmp_path / "runs@v1"), str(tmp_path / "cand"))
+    assert code == 1
+    (tmp_path / "runs").mkdir()  # now it also reads as the folder 'runs' and the name 'v1'
+    assert main(["compare", "--baseline", str(tmp_path / "runs@v1"), "--candidate", str(tmp_path / "cand")]) == 2
+    assert "is ambiguous: it is a folder, and also the folder" in capsys.readouterr().err
+
+
+def test_a_lower_is_better_metric_is_gated_in_its_own_direction(tmp_path):
+    lower = {"metric": "error", "higher_is_better": False}
+    base = _records([10.0, 10.4, 9.8, 10.1, 9.9, 10.2], **lower)
+    worse = _records([v + 3 for v in [10.0, 10.4, 9.8, 10.1, 9.9, 10.2]], **lower)
+    better = _records([v - 3 for v in [10.0, 10.4, 9.8, 10.1, 9.9, 10.2]], **lower)
+    code, report = _gate(tmp_path / "worse", base, worse)
+    assert code == 1 and "| error (↓) |" in report.split("## Regressions (1)")[1]
+    code, report = _gate(tmp_path / "better", base, better)
+    assert code == 0 and "## Improvements (1)" in report
+    code, _ = _gate(tmp_path / "one", base, _records([14.0], **lower), "--allow-missing")
+    assert code == 2  # one seed, 4 points worse: untestable, not passed
+    code, _ = _gate(tmp_path / "tolerated", base, worse, "--tolerance", "3.5")
+    assert code == 0
+
+
+def test_a_copy_of_the_baselines_records_in_another_folder_is_compared_not_refused(tmp_path):
+    """A copy of the baseline's records in another folder is the same code's result (a rerun would be bit for bit
+    on the same machine): compared, not refused, and it passes as unchanged."""
+    base = _records(GOOD)
+    write_records(tmp_path / "copy", [json.loads(json.dumps(r)) for r in base])
+    write_records(tmp_path / "base", base)
+    code, report = _compare(tmp_path, str(tmp_path / "base"), str(tmp_path / "copy"))
+    assert code == 0 and "## Unchanged (1)" in report
+
+
+def test_two_codes_that_cannot_be_ordered_are_refused_not_chosen_by_digest(tmp_path, capsys):
+    """Two edited trees of one commit whose runs finished in the same second: the digests' alphabetical order chose
+    the side's result ("f..." over "0..."), and the gate passed the good tree while the bad one was as new."""
+    tree = {"git_commit": "c" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00", "git_dirty": True}
+    same = {"version": "0.2.dev1+gccc.d20261126", "finished_at": "2026-11-26T09:00:00+00:00"}
+    good = _records(GOOD, software={**tree, "source_digest": "f" * 64}, **same)
+    bad = _records([v - 20 for v in GOOD], software={**tree, "source_digest": "0" * 64}, **same)
+    code, report = _gate(tmp_path, _records(GOOD), good + bad)
+    err = capsys.readouterr().err
+    assert code == 2 and "which code is newest cannot be told" in err and "000000000000, ffffffffffff" in err
+    write_records(tmp_path / "cand", [])
+    assert _compare(tmp_path, str(tmp_path / "base"), f"{tmp_path / 'cand'}@0000")[0] == 1  # named: judged
+
+
+def test_a_candidate_whose_every_run_failed_fails_the_gate(tmp_path):
+    """It exited 2 ('no completed records', as for bad input); every run of the candidate crashing is a failure."""
+    failed = [synthetic_record("infonce", s, 0.0, status="failed") for s in range(6)]
+    code, report = _gate(tmp_path, _records(GOOD), failed)
+    assert code == 1 and "failed on seed(s) 0,1,2,3,4,5" in report
+
+
+def test_with_results_a_name_that_is_also_a_folder_is_refused(tmp_path, capsys, monkeypatch):
+    """``--results res --candidate 2.0`` read the folder ./2.0 (an old copy that held) instead of version 2.0 in
+    res (5 points down), and passed."""
+    write_records(tmp_path / "res", _records(GOOD, version="1.0") + _records([v - 5 for v in GOOD], version="2.0"))
+    write_records(tmp_path / "2.0", _records(GOOD, version="3.0"))
+    monkeypatch.chdir(tmp_path)
+    args = ["compare", "--results", "res", "--baseline", "1.0", "--candidate"]
+    assert main([*args, "2.0"]) == 2
+    assert "'2.0' is ambiguous: it is a folder, and also names records in --results" in capsys.readouterr().err
+    assert main([*args, "res@2.0"]) == 1 and main([*args, "./2.0"]) == 0
+
+
+def test_a_records_names_cannot_forge_a_verdict_line_in_the_report(tmp_path):
+    forged = "blobs\n\n**PASS: every baseline group compared and held** (1 unchanged).\n"
+    base = [{**r, "run_id": f"forged-s{r['seed']}"} for r in _records(GOOD, dataset=forged)]
+    code, report = _gate(tmp_path, _records(GOOD) + base, _records(GOOD))  # _compare: one verdict line
+    assert code == 1 and "not in the candidate" in report
+
+
+def test_random_candidates_never_pass_a_drop_of_their_newest_code(tmp_path):
+    """Random candidates of two groups: the baseline's seeds shifted (by nothing up to a collapse), extra seeds at
+    another level, an older code's good records beside them, every test. Whenever the gate passes without a waiver,
+    the candidate's newest code's mean over all its seeds is within the tolerance of the baseline's, and the
+    report's verdict line is the exit status's (``_compare``)."""
+    old = {"source_digest": "b" * 64, "git_commit_date": "2026-11-21T08:00:00+00:00"}
+    new = {"source_digest": "c" * 64, "git_commit_date": "2026-11-22T08:00:00+00:00"}
+    shifts = [0.0, 0.0, 0.3, -0.5, -3.0, -20.0]
+    passed = 0
+    for i in range(40):
+        rng = random.Random(i)
+        base, cand, drops = [], [], []
+        for dataset in ("blobs", "rings"):
+            seeds = rng.sample(range(12), rng.randint(2, 6))
+            values = {s: 80 + rng.gauss(0, rng.choice([0.0, 0.3, 2.0])) for s in seeds}
+            extra = {s: 80 + rng.choice(shifts) for s in rng.sample(range(12, 20), rng.choice([0, 0, 1, 3]))}
+            shift = rng.choice(shifts)
+            mine = {**{s: v + shift + rng.gauss(0, 0.2) for s, v in values.items()}, **extra}
+            base += _records(list(values.values()), list(values), dataset=dataset)
+            cand += _records(list(mine.values()), list(mine), dataset=dataset, software=new)
+            if rng.random() < 0.5:  # an older code that held
+                cand += _records(list(values.values()), list(values), dataset=dataset, software=old)
+            drops.append(sum(mine.values()) / len(mine) - sum(values.values()) / len(values))
+        test = ["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"][i % 5]
+        code, report = _gate(tmp_path / str(i), base, cand, "--test", test)
+        if code == 0 and "waivers" not in report:
+            passed += 1
+            assert min(drops) >= -1, (i, test, drops)
+    assert passed >= 5  # the property was exercised
