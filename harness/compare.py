@@ -34,10 +34,11 @@ tolerance well below it: choose the tolerance (and the seeds) from it.
 
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
-untestable drop on their remaining seeds); 2 when the gate cannot decide: an untestable drop (``--allow-untestable``
-lets it pass), or bad input; 0 only when every baseline group was compared and held, or was let through by an
-``--allow-*`` option, which the verdict line then names. The report (``compare_report``) ends with that verdict;
-when bad input stops the comparison first, ``--out`` gets a report that says so, never an earlier verdict.
+untestable drop on their remaining seeds, nor a seed the candidate ran and diverged on); 2 when the gate cannot
+decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every baseline group
+was compared and held, or was let through by an ``--allow-*`` option, which the verdict line then names. The report
+(``compare_report``) ends with that verdict; when bad input stops the comparison first, ``--out`` gets a report
+that says so, never an earlier verdict.
 """
 
 from __future__ import annotations
@@ -240,12 +241,17 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
         )
     rows = judge(base, cand, args)
     count = {v: sum(r.verdict == v for r in rows) for v in (*VERDICTS, "added")}
-    failing = count["regression"] + (0 if args.allow_missing else count["missing"])
+    # A seed the candidate's code ran and diverged on (non-finite where the baseline has values) is that code's
+    # failure, not an absent seed: --allow-missing never waives it.
+    diverged = sum(r.verdict == "missing" and r.cand is not None and bool(r.cand.nonfinite) and bool(r.base.values)
+                   for r in rows)
+    waivable = count["missing"] - diverged
+    failing = count["regression"] + diverged + (0 if args.allow_missing else waivable)
     # A missing group's seeds may show an unconfirmed drop: --allow-missing waives the seeds, not the drop.
     untestable = sum(r.seen == "untestable" for r in rows)
     undecided = 0 if args.allow_untestable else untestable
     waived = [
-        f"{count['missing']} missing (--allow-missing)" if count["missing"] else "",
+        f"{waivable} missing (--allow-missing)" if waivable else "",
         f"{untestable} untestable (--allow-untestable)" if untestable else "",
     ]
     own = sum(r.own for r in rows)
@@ -261,7 +267,8 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
             ),
         )
     elif failing:
-        code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing"
+        code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing" + (
+            f" ({diverged} with seeds the candidate diverged on: never waived)" if diverged else "")
     elif undecided:
         code, verdict = 2, f"CANNOT DECIDE: {undecided} untestable change(s) worse than the tolerance"
     elif any(waived):
