@@ -5,6 +5,9 @@ A domain whose extra is not installed (or which fails to import) is shown as una
 
 from __future__ import annotations
 
+import os
+import sys
+
 import losses
 from domains import available, get
 from domains.base import Domain
@@ -81,9 +84,24 @@ def cmd_list(what: str | None) -> int:
         "losses": lambda: loss_lines(loaded),
         "presets": lambda: preset_lines(loaded),
     }
-    for name in [what] if what else list(sections):
-        if not what:
-            print(f"{name}:")
-        for line in sections[name]():
-            print(f"  {line}" if not what else line)
+    try:
+        for name in [what] if what else list(sections):
+            if not what:
+                print(f"{name}:")
+            for line in sections[name]():
+                print(f"  {line}" if not what else line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `harness list losses | head` read what it wanted and closed the pipe: no traceback
+        _silence_stdout()
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush at exit does not fail again."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing is flushed at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 import time
@@ -37,6 +38,7 @@ DEFAULT = ("tensorboard",)
 NONE = "none"
 PROJECT = "contrastive-harness"  # the W&B project and the MLflow experiment, unless the environment names one
 FINAL = "final/"  # the prefix of the evaluation's metrics, logged once at the run's last step
+IDENTITY = "run/identity"  # TensorBoard's text of the run's identity (domain, dataset, loss and its params, config)
 STATE = "trackers.json"  # in the run's work folder: the W&B and MLflow run ids that a resumed run reopens
 
 
@@ -86,8 +88,9 @@ def _library(name: str) -> Any:
         try:
             from torch.utils import tensorboard
         except ImportError as exc:
-            raise UserError(f"--tracker tensorboard needs the Python package 'tensorboard' ({exc}); install it "
-                            "with: pip install tensorboard (or run with --tracker none)") from exc
+            raise UserError(f"live tracking with TensorBoard (--tracker tensorboard, the default) needs the Python "
+                            f"package 'tensorboard' ({exc}); install it with: pip install tensorboard, or run "
+                            "with --tracker none") from exc
         return tensorboard
     return require(name, name)
 
@@ -98,6 +101,12 @@ def check(names: Sequence[str]) -> None:
         if name not in KINDS:
             raise UserError(f"unknown tracker '{name}'; choose from {', '.join(TRACKERS)}")
         _library(name)
+
+
+def _identity_text(spec: RunSpec) -> str:
+    """The run's identity as a markdown table, for TensorBoard's text tab (W&B's config, MLflow's params)."""
+    rows = [f"| {key} | {str(value).replace('|', '&#124;')} |" for key, value in _params(spec).items()]
+    return "\n".join(["| key | value |", "|---|---|", *rows])
 
 
 def _params(spec: RunSpec) -> dict[str, Any]:
@@ -133,27 +142,42 @@ class _SummaryAtLastStep:
 
 
 class TensorBoardTracker(_SummaryAtLastStep):
-    """``torch.utils.tensorboard`` event files in ``<results>/tb/<run id>/``. A fresh start clears the folder;
-    a resumed run purges what its interrupted attempt logged from the step it goes on at (the writer opens at the
-    first step logged: TensorBoard's ``purge_step``), so each step keeps one value."""
+    """``torch.utils.tensorboard`` event files in ``<results>/tb/<run id>/``. A fresh start clears the folder and
+    writes the run's identity as text (:data:`IDENTITY`: in TensorBoard a run is named by its folder, and the run
+    id's hash alone does not say which grid point it is); a resumed run purges what its interrupted attempt logged
+    from the step it goes on at (the writer opens at the first step logged: TensorBoard's ``purge_step``), so each
+    step keeps one value. A resumed run with no step left to train (stopped at its last checkpoint, or killed in
+    the evaluation) purges nothing and logs the evaluation's metrics at the last step the log holds."""
 
     name = "tensorboard"
 
     def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         self._module = _library("tensorboard")
-        self.folder = results / "tb" / run_id
+        self.folder = results / "tb" / _plain(run_id)
         self.location = f"tb/{run_id}"
-        self.hint = f"tensorboard --logdir {self.folder.parent}"  # every run of the folder, each seed a run
+        # every run of the folder, each seed a run; quoted, so that a folder with a space pastes as one argument
+        self.hint = f"tensorboard --logdir {shlex.quote(str(self.folder.parent))}"
         if not resume:
             shutil.rmtree(self.folder, ignore_errors=True)
         self._resume, self._writer, self._step, self._closed = resume, None, 0, False
+        self._identity = None if resume else _identity_text(spec)  # a resumed log has it from its first attempt
 
     def _write(self, step: int, scalars: dict[str, float]) -> None:
         if self._writer is None:
             self._writer = self._module.SummaryWriter(str(self.folder), flush_secs=10,
                                                       purge_step=step if self._resume else None)
+            if self._identity:  # what the run is (its loss's hyper-parameters): a sweep's runs differ in them
+                self._writer.add_text(IDENTITY, self._identity, 0)
         for key, value in scalars.items():
             self._writer.add_scalar(key, value, step)
+
+    def close(self, summary: dict[str, float] | None = None) -> None:
+        if summary and self._resume and self._writer is None and not self._closed:
+            # Resumed with no step left to train (stopped at the last checkpoint, or killed in the evaluation):
+            # the summary goes at the last step the earlier attempts logged, and nothing is purged (a purge from
+            # step 0 would drop the whole curve).
+            self._step, self._resume = last_step(self.folder), False
+        super().close(summary)
 
     def _end(self, failed: bool) -> None:
         if self._writer is not None:
@@ -184,9 +208,9 @@ class WandbTracker:
         _keep(work_dir, self.name, {"id": self._id, "last_step": self._last})
         folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>[-<attempt>]/files
         self.location = os.path.relpath(folder, results)
-        every = folder.parent / f"offline-run-*-{self._id}*"  # each attempt's folder, in the order they ran
-        self.hint = (f"wandb sync {every if saved else folder}" if self._run.settings.mode == "offline"
-                     else str(self._run.url))
+        every = f"{shlex.quote(str(folder.parent))}/offline-run-*-{self._id}*"  # each attempt's, in order
+        self.hint = (f"wandb sync {every if saved else shlex.quote(str(folder))}"
+                     if self._run.settings.mode == "offline" else str(self._run.url))
         self._closed = False
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
@@ -244,7 +268,7 @@ class MlflowTracker(_SummaryAtLastStep):
         local = uri.removeprefix("file:")
         self.location = (os.path.relpath(Path(local) / experiment / self._run_id, results)
                          if uri.startswith("file:") else f"{uri} run {self._run_id}")
-        self.hint = f"mlflow ui --backend-store-uri {uri}"
+        self.hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
         # the evaluation's metrics go at the last step logged, also where the resumed run logs no new step
         self._step, self._closed = max(self._last, 0), False
 
@@ -276,6 +300,29 @@ def _experiment(client: Any, name: str) -> str:
         return found.experiment_id
 
 
+def last_step(folder: Path) -> int:
+    """The largest step of any event in the TensorBoard log ``folder`` (0 when it holds none)."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    last = 0
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        try:
+            for event in EventFileLoader(str(path)).Load():
+                last = max(last, event.step)
+        except Exception:  # noqa: BLE001 - a file cut short by a kill: the events read before the cut count
+            continue
+    return last
+
+
+def _plain(run_id: str) -> str:
+    """``run_id`` as one plain folder name under the results folder; UserError for anything else (a separator,
+    ``..``, a control character), which could place or clear a log outside it."""
+    if (run_id in ("", ".", "..") or "/" in run_id or "\\" in run_id or not run_id.isprintable()
+            or run_id != run_id.strip()):
+        raise UserError(f"cannot track run id {run_id!r}: a run id must be one plain file name")
+    return run_id
+
+
 KINDS: dict[str, type] = {"tensorboard": TensorBoardTracker, "wandb": WandbTracker, "mlflow": MlflowTracker}
 
 
@@ -283,6 +330,7 @@ def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpe
                   announce: bool = True) -> list[Tracker]:
     """The run's trackers, opened; ``work_dir`` (the run's, beside its checkpoint) keeps what a resumed run needs
     to go on in the same log. ``announce`` prints on stderr how to watch each as the run trains."""
+    _plain(run_id)  # before any tracker writes or clears anything
     trackers: list[Tracker] = []
     try:
         for name in names:

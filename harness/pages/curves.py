@@ -13,6 +13,7 @@ rows trained nothing and have no curve.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -31,8 +32,13 @@ MONITORS = (("eval_return", "evaluation return", "return"), ("knn_top1", "kNN to
 
 
 def figure_path(domain: str, dataset: str) -> str:
-    """The figure's path relative to the pages (a dataset such as ``hf:org/set`` becomes a plain file name)."""
-    return f"{FOLDER}/{re.sub(r'[^A-Za-z0-9_.-]+', '_', f'{domain}-{dataset}')}.png"
+    """The figure's path relative to the pages (a dataset such as ``hf:org/set`` becomes a plain file name, with
+    8 hex digits of the name it stands for, so that ``a b`` and ``a_b`` draw two figures, not one over the other)."""
+    name = f"{domain}-{dataset}"
+    plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+    if plain != name:
+        plain += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{FOLDER}/{plain}.png"
 
 
 def _number(value: object) -> bool:

@@ -18,14 +18,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
+from domains.base import write_atomic  # noqa: E402
+
 PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # tick labels as numbers (2, 30, -10), not powers of ten
 
 
 def save(fig: plt.Figure, path: Path, dpi: int = 100) -> None:
-    """Write ``fig`` as a PNG whose bytes depend on the drawing only, and close it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, metadata={"Software": None})
-    plt.close(fig)
+    """Write ``fig`` as a PNG whose bytes depend on the drawing only, and close it. The file is replaced atomically
+    (``write_atomic``), as the pages are: an interrupted page command leaves the old figure, never half a PNG."""
+    try:
+        write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=dpi, metadata={"Software": None}))
+    finally:
+        plt.close(fig)
 
 
 def cd_diagram(mean_ranks: dict[str, float], cd: float, path: Path, title: str) -> None:
@@ -138,22 +142,29 @@ def error_curves(curves: dict[str, list[list[tuple[float, float]]]], path: Path)
     return True
 
 
-def history_lines(series: list[tuple[str, list[tuple[float, float, bool]]]], path: Path) -> bool:
-    """Small multiples, one panel per setting: its mean over the versions (oldest left) with ± one std over seeds
-    as error bars, and a red ring on each version that is a step. False, with nothing written, when empty."""
+def wrapped(title: str, width: int) -> str:
+    """``title`` with each of its lines wrapped at ``width`` characters (a long setting would run past its panel)."""
+    return "\n".join(part for line in title.split("\n") for part in textwrap.wrap(line, width) or [""])
+
+
+def history_lines(series: list[tuple[str, str, list[tuple[float, float, bool]]]], path: Path) -> bool:
+    """Small multiples, one panel per setting (its title, the metric its y axis shows, its points): its mean over
+    the versions (oldest left) with ± one std over seeds as error bars, and a red ring on each version that is a
+    step. False, with nothing written, when empty."""
     if not series:
         return False
     cols = min(4, len(series))
     rows = -(-len(series) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows), squeeze=False)
-    for ax, (title, points) in zip(axes.flat, series):
+    for ax, (title, ylabel, points) in zip(axes.flat, series):
         xs = range(1, len(points) + 1)
         ax.errorbar(xs, [m for m, _, _ in points], yerr=[s for _, s, _ in points], marker="o", ms=3, lw=1,
                     capsize=2)
         steps = [(x, m) for x, (m, _, step) in zip(xs, points) if step]
         if steps:
             ax.scatter(*zip(*steps), s=80, facecolors="none", edgecolors="tab:red", zorder=3)
-        ax.set_title(title, fontsize=7)
+        ax.set_title(wrapped(title, 55), fontsize=7)
+        ax.set_ylabel(f"{ylabel} (mean ± std)", fontsize=6)
         ax.set_xticks(list(xs))
         ax.tick_params(labelsize=6)
     for ax in list(axes.flat)[len(series):]:

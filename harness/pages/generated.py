@@ -15,7 +15,14 @@ from pathlib import Path
 
 from domains.base import UserError
 
-IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+# An image link; its alt text as alt_text escapes it, or with balanced brackets (a page written before it did)
+IMAGE = re.compile(r"!\[(?:\\.|[^\[\]\\]|\[[^\[\]]*\])*\]\(([^)\s]+\.png)\)")
+
+
+def alt_text(text: str) -> str:
+    """``text`` as the alt text of a markdown image: a bracket or backslash escaped, so that a name such as
+    ``set[1]`` neither ends the link nor hides it from :func:`shown_figures`."""
+    return re.sub(r"([\\\[\]])", r"\\\1", " ".join(text.split()))
 
 
 def marker(command: str) -> str:

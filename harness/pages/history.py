@@ -137,7 +137,7 @@ def write_history(results: Path, out: Path) -> list[Path]:
     generated.refuse_foreign([figure], "history", figures=generated.shown_figures(path, "history", NAME))
     out.mkdir(parents=True, exist_ok=True)
     series = [(f"{pts[-1].group.domain}/{pts[-1].group.dataset} {pts[-1].group.loss} "
-               f"{pts[-1].group.hparams_label()}\n{pts[-1].group.setting_label()}",
+               f"{pts[-1].group.hparams_label()}\n{pts[-1].group.setting_label()}", pts[-1].group.primary_metric,
                # a version that diverged on every seed: NaN, a gap in its line
                [(pt.group.mean if pt.group.values else math.nan, pt.group.std if pt.group.n > 1 else 0.0, pt.step)
                 for pt in pts])

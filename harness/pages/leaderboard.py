@@ -99,7 +99,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         if note:
             lines += [f"**Notes.** {' '.join(note.split())}", ""]
         if dataset in figure:
-            lines += [f"![learning curves of the {dataset} rows]({figure[dataset]})", ""]
+            lines += [f"![{generated.alt_text(f'learning curves of the {dataset} rows')}]({figure[dataset]})", ""]
     return "\n".join(lines)
 
 

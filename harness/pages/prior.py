@@ -374,6 +374,24 @@ def reference_lines(runs: list[Run]) -> list[str]:
     ]
 
 
+def error_curves(synthetic: list[Run]) -> dict[str, list[list[tuple[float, float]]]]:
+    """The figure's lines: per synthetic task and estimator, each ``auto`` run's relative error by epoch."""
+    curves: dict[str, list[list[tuple[float, float]]]] = {}
+    for run in synthetic:
+        if run.trajectory and run.reference:
+            curves.setdefault(f"{_task_label(run.task)} ({run.estimator})", []).append(
+                [(epoch, run.relative_error(value)) for epoch, value in run.trajectory])
+    return curves
+
+
+def figure_lines(synthetic: list[Run]) -> list[str]:
+    """The link to the figure where there is one to draw; else a line that says why there is none (a link to a
+    figure that is not written would show a broken image)."""
+    if not any(points for runs in error_curves(synthetic).values() for points in runs):
+        return ["No figure: no `auto` run on a synthetic set has estimates to draw.", ""]
+    return [f"![relative error of the auto estimate over training]({FIGURE})", ""]
+
+
 def write_prior_page(results: Path, out: Path) -> Path:
     """Write ``out/prior.md`` and its figure from the completed records in ``results``; UserError when there
     are none (a page built on nothing would look like a result)."""
@@ -403,7 +421,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
         "Synthetic sets with C classes, the label prior known. Goal: within 25% (relative) of the τ+ the loss saw "
         "at C ≤ 10, within a factor 2 at C = 50 (every run).", "",
         *estimation_lines(runs, synthetic=True),
-        f"![relative error of the auto estimate over training]({FIGURE})", "",
+        *figure_lines(synthetic),
         "## Gain over infonce at three settings of the prior", "",
         "Mean over seeds of the paired difference to infonce in the domain's primary metric (positive = "
         f"better); † marks a paired t-test with p < {ALPHA}. The first column holds the runs at the label prior "
@@ -419,11 +437,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
         "vision: the digit classes; text books: the book each sentence comes from).", "",
         *estimation_lines(runs, synthetic=False),
     ]
-    curves = {f"{_task_label(r.task)} ({r.estimator})": [] for r in synthetic if r.trajectory and r.reference}
-    for run in synthetic:
-        if run.trajectory and run.reference:
-            curves[f"{_task_label(run.task)} ({run.estimator})"].append(
-                [(epoch, run.relative_error(value)) for epoch, value in run.trajectory])
+    curves = error_curves(synthetic)
     path, figure = out / "prior.md", out / FIGURE
     previous = generated.shown_figures(path, "prior", NAME)
     generated.refuse_foreign([path], "prior")

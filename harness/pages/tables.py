@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -42,7 +44,9 @@ def paired_p(group: Group, base: Group) -> float:
     seeds = sorted(set(group.values) & set(base.values))
     if len(seeds) < 2:
         return math.nan
-    result = stats.ttest_rel([group.values[s] for s in seeds], [base.values[s] for s in seeds])
+    with warnings.catch_warnings():  # seeds that all differ by the same amount: scipy warns on the page's terminal
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_rel([group.values[s] for s in seeds], [base.values[s] for s in seeds])
     return float(result.pvalue)
 
 
@@ -113,6 +117,8 @@ def record_cell(group: Group, results: Path, page_dir: Path) -> str:
     """A link, relative to the page, to the record of the row's first seed (the others differ in ``-s<seed>``)."""
     seed, record = next(iter(latest_by_seed(group).items()))
     target = Path(os.path.relpath(results / f"{record.run_id}.json", page_dir)).as_posix()
+    if re.search(r"[\s()<>]", target):  # a space or a bracket would end a bare link target
+        target = "<" + target.replace("<", "%3C").replace(">", "%3E") + ">"
     return f"[s{seed}]({target})"
 
 
