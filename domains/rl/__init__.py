@@ -41,9 +41,10 @@ _DCL = "DCL paper (Chuang et al. 2020), Table 3"
 # CURL's rows are its 100k benchmark (our preset `paper`); a row of ours shows its own budget.
 _PROTOCOL = ("100k environment steps, batch 512, 10 evaluation episodes (our preset `paper`); our rows trained for "
              "the environment steps in their setting column.")
-_DCL_PROTOCOL = _PROTOCOL + (" DCL's CURL (InfoNCE) rows differ from CURL's own 100k rows by up to a factor of 2.5 "
-                             "either way (cartpole 850 against 582, finger 310 against 767), which the paper does "
-                             "not explain, and DCL's RL code is not public: its budget and settings are not checked.")
+_DCL_PROTOCOL = ("DCL's CURL (InfoNCE) rows differ from CURL's own 100k rows by up to a factor of 2.5 either way "
+                 "(cartpole 850 against 582, finger 310 against 767), which the paper does not explain, and DCL's RL "
+                 "code is not public: their budget and settings are not checked. Our rows trained for the "
+                 "environment steps in their setting column.")
 _TASK_ORDER = ("finger-spin", "cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk", "ball_in_cup-catch")
 
 
