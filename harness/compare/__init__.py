@@ -4,7 +4,7 @@ A side is a results folder, or the records of one version, commit or tag (``--re
 ``FOLDER@NAME`` on each side). Groups are matched on what the command asked for: domain, dataset, method, loss and
 its hyper-parameters, preset and ``--set`` overrides, and the primary metric (groups whose primary metrics differ
 are never compared). Each side takes per group the records of its newest code (``harness.groups``), failed ones
-included (``harness.compare_sides``); a matched pair whose resolved configs or data differ is compared and the report
+included (``harness.compare.sides``); a matched pair whose resolved configs or data differ is compared and the report
 shows the difference (a changed default). A side must be one result per group: two records of one seed that
 disagree, seeds that ran different configs or read different data, or two codes that cannot be ordered in time are
 refused. The candidate is its newest code: a group only an older code of it ran, or one it holds only as the
@@ -37,7 +37,7 @@ folders or names); else 1 when a group regressed or is missing (``--allow-missin
 untestable drop on their remaining seeds, nor a seed the candidate ran and diverged on); 2 when the gate cannot
 decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every baseline group
 was compared and held, or was let through by an ``--allow-*`` option, which the verdict line then names. The report
-(``compare_report``) ends with that verdict; when bad input stops the comparison first, ``--out`` gets a report
+(``harness.compare.report``) ends with that verdict; when bad input stops the comparison first, ``--out`` gets a report
 that says so, never an earlier verdict.
 """
 
@@ -50,8 +50,8 @@ from pathlib import Path
 
 from domains.base import UserError, write_atomic
 from harness import stats
-from harness.compare_report import VERDICTS, Row, error_report, report
-from harness.compare_sides import Side, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
+from harness.compare.report import VERDICTS, Row, error_report, report
+from harness.compare.sides import Side, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
 from harness.config import tolerance_value
 from harness.groups import Group, decimals
 from harness.records import RunRecord

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from domains.base import UserError, hash_jsonable
 from harness import stats
-from harness.compare_sides import Side, group_name
+from harness.compare.sides import Side, group_name
 from harness.groups import Group, decimals, fmt
 from harness.tables import markdown
 
@@ -183,7 +183,7 @@ def _machines(rows: list[Row]) -> list[str]:
 
 def _data(rows: list[Row]) -> list[str]:
     """The matched groups whose two sides read different data (their records' data fingerprints; the seeds of one
-    side read the same, :func:`harness.compare_sides.refuse_mixed`)."""
+    side read the same, :func:`harness.compare.sides.refuse_mixed`)."""
     lines = []
     for r in rows:
         if r.base is None or r.cand is None:
