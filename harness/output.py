@@ -35,6 +35,11 @@ class _DropLines:
             return len(text)
         return self._stream.write(text)
 
+    def close(self) -> None:
+        """Flush, never close: a logging handler that holds this stream (absl's) is closed by any later
+        ``logging.config.dictConfig``, and closing would close the process's real stderr."""
+        self._stream.flush()
+
     def __getattr__(self, name: str) -> object:
         return getattr(self._stream, name)
 

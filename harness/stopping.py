@@ -67,14 +67,14 @@ def handle(signals: tuple[signal.Signals, ...]) -> dict[signal.Signals, object]:
     return {sig: signal.signal(sig, _on_signal) for sig in signals}
 
 
-def parse_duration(text: str) -> float:
-    """``90m``, ``2h``, ``3600s``, ``1h30m`` or plain seconds, in seconds; UserError otherwise."""
+def parse_duration(text: str, option: str = "--time-limit") -> float:
+    """``90m``, ``2h``, ``3600s``, ``1h30m`` or plain seconds, in seconds; UserError naming ``option`` otherwise."""
     parts = re.findall(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip().lower())
     if not text.strip() or "".join(n + u for n, u in parts) != text.strip().lower():
-        raise UserError(f"--time-limit '{text}' is not a duration such as 90m, 2h, 3600s or 1h30m")
+        raise UserError(f"{option} '{text}' is not a duration such as 90m, 2h, 3600s or 1h30m")
     seconds = sum(float(n) * _UNITS[u or "s"] for n, u in parts)
     if seconds <= 0:
-        raise UserError(f"--time-limit '{text}' must be longer than 0 s")
+        raise UserError(f"{option} '{text}' must be longer than 0 s")
     return seconds
 
 

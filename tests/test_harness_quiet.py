@@ -61,3 +61,20 @@ def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
     assert len(lines) == 1 and "over 2 seeds" in lines[0], paper.stderr
     quick = harness(*args, "--preset", "quick")
     assert quick.returncode == 0 and "estimate" not in quick.stderr, quick.stderr
+
+
+def test_the_quiet_stderr_flushes_but_never_closes_the_real_one():
+    """absl's handler keeps the stream it was given and closes it when the handler is closed, which a later
+    logging.config.dictConfig (submitit's import) does to every handler: the wrapper passed close() through, and
+    the process's real stderr was closed."""
+    import io
+
+    from harness.output import _DropLines
+
+    real = io.StringIO()
+    wrapped = _DropLines(real)
+    wrapped.write("before\n")
+    wrapped.close()  # what the closed handler does to its stream
+    assert not real.closed
+    wrapped.write("still here\n")
+    assert real.getvalue() == "before\nstill here\n"

@@ -9,7 +9,7 @@ import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 from tiny_domain import harness
 
 from harness.cli import main
-from harness.sweep import run_slurm
+from harness.sweep.cluster import import_submitit, run_slurm
 
 
 def test_sweep_grid_and_dry_run(tmp_path, capsys):
@@ -88,7 +88,9 @@ def test_sweep_skips_existing_records(tmp_path):
 
 
 def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys, monkeypatch):
-    from submitit.slurm.slurm import SlurmExecutor
+    # Through the harness: a plain `import submitit` reconfigures logging and closes every handler, absl's with
+    # the stream it holds (pytest's capture file, after an in-process RL test): test_sched_audit2_logging.
+    SlurmExecutor = import_submitit().slurm.slurm.SlurmExecutor
 
     monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: -1))  # as where no srun is installed
     args = argparse.Namespace(results=str(tmp_path), timeout_min=10, device="cpu", slurm_partition=None)

@@ -9,8 +9,9 @@ sends the plan's records to that folder of the repository (default ``leaderboard
     run PLAN     every setting's seeds as ``harness run --device cuda``, ``--jobs`` at a time with ``--threads``
                  each, into the staging folder ``<stage>/<records folder>``, which starts with a copy of the
                  repository's records of that folder (so a run already recorded is skipped, not run again) and
-                 of any checkpoint carried along. Each run gets ``--time-limit`` = what is left of ``--time``; one
-                 not finished by then stops at its next checkpoint and exits 75, listed as "not finished yet":
+                 of any checkpoint carried along. Each run gets ``--time-limit`` = what is left of ``--time``, less
+                 15 s for its start-up (the limit counts from after its imports); one not finished by then stops at
+                 its next checkpoint and exits 75, listed as "not finished yet":
                  the same command again resumes it (``--resume`` is passed where a checkpoint waits). No run starts
                  with less than a minute left, and one still going 90 s after ``--time`` is killed (its last
                  checkpoint stays). ``--dry-run`` prints the commands and the estimated device time: the sum of the
@@ -57,6 +58,9 @@ DIRECTIVE = "#! records:"
 STAGE = "/tmp/campaign"
 MIN_START_S = 60.0  # a run started later would not reach its first checkpoint
 GRACE_S = 90.0  # after --time: the step under way, the checkpoint, an evaluation that cannot stop
+# A `harness run` counts its --time-limit from when its command starts, after Python, torch and its domain are
+# imported (seconds on a loaded machine): a run given all that was left of --time ended past it by that much.
+STARTUP_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,13 @@ def has_checkpoint(staged: Path, setting: Setting, seed: int) -> bool:
     return any((staged / ".work").glob(pattern))
 
 
+def run_time_limit(left_s: float) -> str | None:
+    """The ``--time-limit`` of a run started with ``left_s`` seconds of ``--time`` left, less its start-up
+    (:data:`STARTUP_S`), so that it stops by the end of ``--time``; None (do not start it) under a minute."""
+    limit = int(left_s - STARTUP_S)
+    return None if left_s < MIN_START_S or limit < 1 else f"{limit}s"
+
+
 def estimate_lines(runs: list[tuple[Setting, int]], jobs: int) -> tuple[float, float, str]:
     costs = [s.cost_s for s, _ in runs]
     serial, least = sum(costs), schedule(costs, jobs)
@@ -137,8 +148,9 @@ def estimate_lines(runs: list[tuple[Setting, int]], jobs: int) -> tuple[float, f
 def run(args: argparse.Namespace) -> int:
     the_plan = load_plan(plan_path(args.plan))
     runs = the_plan.runs(args.only)
-    time_s = parse_duration(args.time)
-    budget = parse_duration(args.budget) if args.budget else None  # None: one of several calls, which resume
+    time_s = parse_duration(args.time, "--time")
+    # None: one of several calls, each resuming the last
+    budget = parse_duration(args.budget, "--budget") if args.budget else None
     repo_records = Path(args.repo) / the_plan.records
     staged = Path(args.stage) / the_plan.records
     serial, least, summary = estimate_lines(runs, args.jobs)
@@ -163,12 +175,12 @@ def run(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + time_s
 
     def prepare(index: int, command: list[str]) -> list[str] | None:
-        left = deadline - time.monotonic()
-        if left < MIN_START_S:
+        limit = run_time_limit(deadline - time.monotonic())
+        if limit is None:
             return None
         setting, seed = runs[index]
         resume = ["--resume"] if has_checkpoint(staged, setting, seed) else []
-        return [*command, "--time-limit", f"{left:.0f}s", *resume]
+        return [*command, "--time-limit", limit, *resume]
 
     try:
         codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S)

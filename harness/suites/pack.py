@@ -7,7 +7,8 @@ one ``.tar.gz`` with a ``MANIFEST.json`` (each member's kind, size and sha256):
 
 - ``record`` and ``log``: each completed record that the repository does not hold byte for byte, and its log;
 - ``bench``: each benchmark file that differs from the repository's;
-- ``checkpoint`` (``checkpoints=True``): the checkpoints of unfinished runs, for a later session to resume;
+- ``checkpoint`` (``checkpoints=True``): the checkpoints of unfinished runs that the repository does not hold
+  byte for byte, for a later session to resume;
 - ``side``: what explains a run that did not complete (its failed record, its log) and the campaign's own log,
   under ``campaign/``; they never go into ``leaderboards/``.
 
@@ -94,8 +95,11 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
         members += [Member(log, SIDE / "unfinished" / log.name, "side") for log in sorted(folder.glob("*.log"))
                     if log.stem not in finished]
         if checkpoints:
+            # Not one the repository holds as it is (the stage starts with a copy of the carried ones): it would
+            # take the room of a checkpoint that moved on.
             saved += [Member(p, rel / ".work" / p.parent.name / p.name, "checkpoint")
-                      for p in sorted((folder / ".work").glob("*/checkpoint.pt")) if p.parent.name not in finished]
+                      for p in sorted((folder / ".work").glob("*/checkpoint.pt")) if p.parent.name not in finished
+                      and not _same_file(p, repo / rel / ".work" / p.parent.name / p.name)]
     bench = stage / BENCH
     members += [Member(p, BENCH / p.name, "bench") for p in sorted(bench.glob("*.json"))
                 if not _same_file(p, repo / BENCH / p.name)]
@@ -129,9 +133,12 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
     nothing new is there or the records alone do not fit."""
     members, saved = collect(stage, repo, checkpoints)
     kinds = [m.kind for m in members]
-    if "record" not in kinds and "bench" not in kinds:
-        raise UserError(f"nothing to pack: {stage} holds no completed record and no bench file that "
-                        f"{repo / 'leaderboards'} does not already have")
+    if "record" not in kinds and "bench" not in kinds and not saved:  # a session whose runs all stopped: its
+        # checkpoints are what it made
+        hint = "" if checkpoints else " (--checkpoints also packs the checkpoints of unfinished runs)"
+        raise UserError(f"nothing to pack: {stage} holds no completed record, no bench file"
+                        f"{' and no checkpoint' if checkpoints else ''} that {repo / 'leaderboards'} does not already "
+                        f"have{hint}")
     out.mkdir(parents=True, exist_ok=True)
     tarball = out / f"campaign-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.tar.gz"
     limit = int(max_mib * MIB)
@@ -163,11 +170,29 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
 
 
 def _checked_path(name: str, kind: str) -> PurePosixPath:
-    """A member's path, refused unless it is a plain relative path where its kind belongs."""
+    """A member's path, refused unless it is a plain relative path where its kind belongs: a record
+    ``leaderboards/<folder>/<run id>.json``, its log ``leaderboards/<folder>/<run id>.log``, a bench file
+    ``leaderboards/bench/<name>.json``, a checkpoint ``leaderboards/<folder>/.work/<run id>/checkpoint.pt``, a side
+    file anywhere under ``campaign/``. (A member whose kind and path disagree, a "log" at a record's path, would
+    replace that record unchecked, or a page anywhere under ``leaderboards/``.)"""
     path = PurePosixPath(name)
     home = SIDE if kind == "side" else PurePosixPath("leaderboards")
-    if path.is_absolute() or ".." in path.parts or path.parts[:1] != home.parts or len(path.parts) < 2:
-        raise UserError(f"the tarball's member '{name}' ({kind}) is not a path under {home}/")
+    plain = not path.is_absolute() and ".." not in path.parts and path.parts[:1] == home.parts
+    parts = path.parts
+    folder = parts[1] if len(parts) > 1 else ""
+    records_folder = folder != BENCH.name and not folder.startswith(".")
+    where = {
+        "side": len(parts) >= 2,
+        "record": len(parts) == 3 and records_folder and path.suffix == ".json",
+        "log": len(parts) == 3 and records_folder and path.suffix == ".log",
+        "bench": len(parts) == 3 and folder == BENCH.name and path.suffix == ".json",
+        "checkpoint": len(parts) == 5 and records_folder and parts[2] == ".work" and parts[4] == "checkpoint.pt",
+    }
+    if not plain or not where.get(kind, True) or any(p.startswith(".") for p in parts[2:3] if kind != "checkpoint"):
+        shape = {"record": "leaderboards/<folder>/<run id>.json", "log": "leaderboards/<folder>/<run id>.log",
+                 "bench": "leaderboards/bench/<name>.json",
+                 "checkpoint": "leaderboards/<folder>/.work/<run id>/checkpoint.pt"}.get(kind, f"a path under {home}/")
+        raise UserError(f"the tarball's member '{name}' ({kind}) is not {shape}")
     return path
 
 

@@ -1,0 +1,231 @@
+"""``harness sweep``: a grid of domains x datasets x methods x losses x hyper-parameters x seeds.
+
+The grid becomes a list of one-seed :class:`RunRequest` jobs, each run by the same code as ``harness run``
+(in-process in a worker). Jobs whose completed record exists are skipped. Executors: a local
+``concurrent.futures.ProcessPoolExecutor``; Slurm job arrays through submitit (``map_array``), falling back
+to local where submitit detects no Slurm; Ray where it is installed. No scheduler of our own.
+
+A sweep asked to stop (SIGTERM, SIGUSR1, SIGINT, ``--time-limit``: :mod:`harness.stopping`) tells its jobs
+through a stop file in the results folder; the running ones checkpoint at their next step boundary, the queued
+ones never start, and the sweep exits with ``EXIT_STOPPED`` once its workers are gone. ``--resume`` goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import shlex
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import losses
+from domains import get
+from domains.base import UserError, hash_jsonable
+from harness import config as cfg
+from harness import stopping, tracking
+from harness.commands import resume_command, time_limit
+from harness.records import reusable, run_id
+from harness.runner import (
+    RunRequest,
+    default_data_root,
+    fingerprint,
+    force_mark,
+    plan,
+    redo,
+    resolve_device,
+    results_folder,
+)
+from harness.sweep.cluster import run_ray, run_slurm
+from harness.sweep.jobs import job_line, varying_keys
+from harness.sweep.local import run_local, threads
+
+
+def parse_grid(items: list[str]) -> dict[str, list[str]]:
+    """``["loss.alpha=0.1,0.5", "epochs=2,4"]`` -> ``{"loss.alpha": ["0.1", "0.5"], "epochs": ["2", "4"]}``."""
+    grid = {}
+    for key, text in cfg.parse_assignments(items, "--grid", once=True).items():
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        if not values:
+            raise UserError(f"--grid {key}= has no values")
+        grid[key] = values
+    return grid
+
+
+def _csv(text: str | None, option: str) -> list[str] | None:
+    """The names ``option`` lists; None where it is not given (the default applies). A given but empty list is a
+    UserError: falling back to the default would run what was not asked for."""
+    if text is None:
+        return None
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if not names:
+        raise UserError(f"{option} '{text}' names nothing: give comma-separated names (see harness list)")
+    return names
+
+
+def _applies(key: str, domain_name: str, loss: str) -> bool:
+    """A loss.* key applies to the losses having that hyper-parameter; a config key to domains having the field."""
+    if key.startswith(cfg.LOSS_PREFIX):
+        name = key[len(cfg.LOSS_PREFIX):]
+        return name in {h.name for h in losses.spec(loss).hparams}
+    return key in cfg.config_fields(get(domain_name).config_class)
+
+
+def build_requests(args: argparse.Namespace) -> list[RunRequest]:
+    """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
+    grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets)
+    both = sorted(set(grid) & set(fixed))
+    if both:  # one of the two would be dropped without a word
+        raise UserError(f"{', '.join(both)} given both to --set and to --grid; give it to one of them")
+    trackers = tracking.resolve(args.trackers)
+    wanted = {"dataset": _csv(args.datasets, "--datasets"), "method": _csv(args.methods, "--methods"),
+              "loss": _csv(args.losses, "--losses")}
+    used: dict[str, set[str]] = {k: set() for k in wanted}
+    used_grid: set[str] = set()
+    requests = []
+    for name in _csv(args.domains, "--domains") or []:
+        domain = get(name)
+        datasets = [d for d in wanted["dataset"] or [domain.default_dataset] if d in domain.datasets]
+        methods = [m for m in wanted["method"] or [domain.default_method] if m in domain.methods]
+        chosen = [loss for loss in wanted["loss"] or list(domain.losses) if loss in domain.losses]
+        used["dataset"].update(datasets)
+        used["method"].update(methods)
+        used["loss"].update(chosen)
+        if args.preset not in domain.presets:
+            raise UserError(f"unknown preset '{args.preset}' for domain '{name}'; "
+                            f"available: {', '.join(sorted(domain.presets))}")
+        seeds = cfg.parse_seeds(args.seeds) if args.seeds is not None else list(domain.presets[args.preset].seeds)
+        for dataset, method, loss in itertools.product(datasets, methods, chosen):
+            keys = [k for k in grid if _applies(k, name, loss)]
+            sets = {k: v for k, v in fixed.items() if _applies(k, name, loss)}  # loss.alpha: the losses having it
+            used_grid.update(keys, sets)
+            for values in itertools.product(*(grid[k] for k in keys)):
+                for seed in seeds:
+                    requests.append(RunRequest(
+                        domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
+                        sets={**sets, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
+                        results=args.results, resume=args.resume, force=args.force, quiet=True,
+                        trackers=trackers))
+    for what, names in wanted.items():
+        missing = sorted(set(names or []) - used[what])
+        if missing:
+            raise UserError(f"no domain in --domains has {what} {', '.join(missing)} (see harness list)")
+    unused = sorted(set(grid) - used_grid)
+    if unused:
+        raise UserError(f"--grid {', '.join(unused)} applies to no domain/loss of the sweep")
+    unused = sorted(set(fixed) - used_grid)
+    if unused:
+        raise UserError(f"--set {', '.join(unused)} applies to no domain/loss of the sweep")
+    if not requests:
+        raise UserError("the sweep has no job: no domain of --domains has a dataset, a method and a loss of the "
+                        "selection together (see harness list)")
+    return requests
+
+
+def pending(requests: list[RunRequest], mark_in: Path | None = None,
+            ) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
+    """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason).
+    ``mark_in``: the results folder of a ``--force`` sweep, where each job to run is marked as one to redo
+    (:func:`harness.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
+    jobs the sweep had not redone yet, queued ones included, and keeps those it redid.
+
+    A job's record is named by its data fingerprint, so this takes each fingerprint once, through the domain's
+    cheap path (``Domain.data_fingerprint``: file hashes or generator parameters, where the domain has them)
+    rather than ``Domain.prepare``: the jobs run in other processes, each preparing its own data, which would
+    leave this process holding data it never uses. Inside each process a fingerprint is still computed once:
+    a domain's ``prepare`` takes it from the same function."""
+    todo, done, invalid = [], [], []
+    # A fingerprint depends only on the domain, the dataset, the data root and the config (Domain.prepare), so
+    # jobs that share them (other losses, seeds) share it.
+    fingerprints: dict[tuple[str, str | None, Path, str], dict[str, Any]] = {}
+    for request in requests:
+        try:
+            the_plan = plan(request)
+            spec = the_plan.specs[0]
+            data_root = default_data_root(request.data_root)
+            key = (spec.domain, spec.dataset, data_root, hash_jsonable(spec.config_dict()))
+            if key not in fingerprints:
+                # The data belongs to a run's id; the device does not change the data, so the CPU fingerprints it.
+                fingerprints[key] = fingerprint(the_plan, data_root, torch.device("cpu"))
+            data, results = fingerprints[key], Path(request.results)
+            rid = run_id(spec, data)
+            exists = not redo(request, results, rid) and reusable(results, spec, data) is not None
+        except UserError as exc:
+            invalid.append(f"{job_line(request)}: {exc}")
+            continue
+        except Exception:  # noqa: BLE001  (a crash here, e.g. a damaged data file: the job runs, and fails alone)
+            todo.append(request)
+            continue
+        if mark_in is not None and not exists:
+            force_mark(mark_in, rid).touch()
+        (done if exists else todo).append(request)
+    return todo, done, invalid
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Exit 0, 1 (a job failed), 2 (user error) or 75 (``stopping.EXIT_STOPPED``: stopped, or a job busy in
+    another process: not done yet, ``--resume`` goes on)."""
+    if args.workers < 1:
+        raise UserError("--workers must be at least 1")
+    if args.executor == "slurm" and args.timeout_min < 1:  # Slurm reads --time=0 as no limit at all
+        raise UserError(f"--timeout-min must be at least 1 (got {args.timeout_min})")
+    resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
+    threads(args.workers)  # a bad OMP_NUM_THREADS too
+    limit = time_limit(args)
+    forced = args.force and not args.resume and not args.dry_run
+    requests = build_requests(args)
+    varying = varying_keys(requests)
+    todo, done, invalid = pending(requests, results_folder(args.results) if forced else None)
+    for line in invalid:
+        print(f"[invalid] {line}")
+    print(f"sweep: {len(todo) + len(done)} runs, {len(done)} with a completed record (skipped), {len(todo)} to run")
+    if not todo and not done and invalid:
+        raise UserError("every combination of the sweep is invalid")
+    if args.dry_run:
+        for request in todo:
+            print(job_line(request, whole=True))
+        return 1 if invalid else 0
+    if not todo:
+        print("sweep done: nothing to run, every job has its completed record"
+              + (f"; {len(invalid)} invalid combination(s) not run (listed above)" if invalid else ""))
+        return 1 if invalid else 0
+    tracking.check(todo[0].trackers)
+    if "tensorboard" in todo[0].trackers:
+        print(f"tracking: tensorboard --logdir {shlex.quote(str(Path(args.results) / 'tb'))}")
+    stop_file = results_folder(args.results).resolve() / ".work" / f"sweep-{uuid.uuid4().hex[:12]}.stop"
+    try:
+        with stopping.graceful((*stopping.STOP_SIGNALS, signal.SIGINT), limit):
+            results = None
+            if args.executor == "slurm":
+                results = run_slurm(todo, args.workers, args, varying, stop_file)
+            elif args.executor == "ray":
+                results = run_ray(todo, args, stop_file, varying)
+            if results is None:
+                results = run_local(todo, args.workers, stop_file, varying, args.verbose)
+            reason = stopping.stop_reason()
+    finally:
+        stop_file.unlink(missing_ok=True)
+    return _summarize(results, reason, args.argv, len(invalid))
+
+
+def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str], invalid: int = 0) -> int:
+    """Print the sweep's last line, with the command that goes on where any job is left undone; its exit status
+    (1 also where a combination was invalid: the sweep did not run all it was asked to)."""
+    states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
+    counts = {s: sum(r["status"] == s for r in results) for s in states}
+    summary = ", ".join(f"{n} {s}" + (f" (another process is running {'it' if n == 1 else 'them'})"
+                                       if s == "busy" else "") for s, n in counts.items() if n)
+    if invalid:
+        summary += f", {invalid} invalid combination(s) not run (listed above)"
+    if reason is not None and (counts["stopped"] or counts["not started"]):
+        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv)}")
+        return stopping.EXIT_STOPPED
+    if not (counts["failed"] or counts["busy"] or counts["stopped"] or counts["not started"]):
+        print("sweep done: " + summary)
+        return 1 if invalid else 0
+    print(f"sweep done: {summary}; continue with: {resume_command(argv)}")
+    # A busy job is not done yet either: exit 75 so that a script does not publish the sweep without it.
+    return 1 if counts["failed"] or invalid else stopping.EXIT_STOPPED

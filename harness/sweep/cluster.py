@@ -1,0 +1,174 @@
+"""The cluster executors of ``harness sweep``: Slurm job arrays through submitit (``map_array``), and Ray tasks.
+No scheduler of our own."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import itertools
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from domains.base import UserError, require
+from harness import stopping
+from harness.runner import RunRequest, default_data_root
+from harness.sweep.jobs import POLL_S, SlurmJob, failed, not_started, progress, report, run_job, stopped
+from harness.sweep.local import threads
+
+# What a job on another machine (Ray) needs of this environment to import the harness and find the data.
+FORWARDED_ENV = ("PYTHONPATH", "HARNESS_PLUGINS", "HARNESS_DATA_ROOT", "HARNESS_CACHE_DIR")
+SUBMITIT_LOG_LEVEL = "SUBMITIT_LOG_LEVEL"  # read once, when submitit is imported (:func:`import_submitit`)
+
+
+def _cpus_per_job(args: argparse.Namespace) -> int:
+    if args.cpus_per_job is not None and args.cpus_per_job < 1:
+        raise UserError("--cpus-per-job must be at least 1")
+    return args.cpus_per_job or threads(args.workers)
+
+
+def _absolute(request: RunRequest) -> RunRequest:
+    """The request with absolute folders: a job on another machine or under a scheduler starts elsewhere."""
+    return dataclasses.replace(request, results=str(Path(request.results).resolve()),
+                               data_root=str(default_data_root(request.data_root).resolve()))
+
+
+def import_submitit() -> Any:
+    """submitit, imported without its logging set-up. On import it runs ``logging.config.dictConfig``, which closes
+    every logging handler the process has (a host program's; absl's, which closes the stream it was given: under
+    pytest a capture file, under ``harness.output`` a wrapper of the real stderr), and binds its own handlers to
+    the ``sys.stdout`` and ``sys.stderr`` of that moment. Here its logger is configured by nobody: its warnings
+    reach the root logger, which the harness's output settings (:mod:`harness.output`) govern like any other.
+    A level given in ``SUBMITIT_LOG_LEVEL`` still applies."""
+    if "submitit" in sys.modules:
+        return require("submitit", "sweep")
+    given = os.environ.get(SUBMITIT_LOG_LEVEL)
+    os.environ[SUBMITIT_LOG_LEVEL] = "NOCONFIG"
+    try:
+        submitit = require("submitit", "sweep")
+    finally:
+        if given is None:
+            os.environ.pop(SUBMITIT_LOG_LEVEL, None)
+        else:
+            os.environ[SUBMITIT_LOG_LEVEL] = given
+    if given and given.upper() != "NOCONFIG":
+        logging.getLogger("submitit").setLevel(int(given) if given.isdigit() else given.upper())
+    return submitit
+
+
+def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace, varying: list[str],
+              stop_file: Path | None = None) -> list[dict[str, Any]] | None:
+    """Slurm job arrays through submitit; None when submitit detects no Slurm here. ``varying``: as
+    :func:`run_local`'s."""
+    submitit = import_submitit()
+    executor = submitit.AutoExecutor(folder=str(Path(args.results) / ".submitit" / "%j"))
+    if executor.cluster != "slurm":
+        print(f"no Slurm cluster found (submitit detected '{executor.cluster}'); running with the local executor")
+        return None
+    cpus = _cpus_per_job(args)
+    params: dict[str, Any] = {"timeout_min": args.timeout_min, "slurm_array_parallelism": workers,
+                              "cpus_per_task": cpus, "gpus_per_node": 1 if args.device.startswith("cuda") else 0}
+    if args.slurm_partition:
+        params["slurm_partition"] = args.slurm_partition
+    executor.update_parameters(**params)
+    requests = [_absolute(r) for r in requests]
+    utils = submitit.core.utils
+    try:
+        jobs = executor.map_array(SlurmJob(), requests, [str(stop_file) if stop_file else None] * len(requests),
+                                  [cpus] * len(requests))
+    except (OSError, utils.FailedJobError, utils.FailedSubmissionError) as exc:
+        raise UserError(_submission_error(exc, Path(args.results) / ".submitit")) from None
+    print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
+    results: list[dict[str, Any]] = []
+    waiting = dict(zip(jobs, requests))
+    with progress(len(jobs)) as bar:
+        while waiting:
+            for job in [j for j in waiting if j.done()]:
+                request = waiting.pop(job)
+                try:
+                    results += report(job.result(), bar, request, varying)
+                except Exception as exc:  # noqa: BLE001 - raised, cancelled, killed, out of memory: the others go on
+                    cancelled = stop_file is not None and stopping.stop_reason() is not None
+                    raised = _raised(exc) if isinstance(exc, submitit.core.utils.FailedJobError) else None
+                    error = (f"Slurm job {job.job_id} raised {raised} (its traceback: {job.paths.stderr})" if raised
+                             else f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); rerun the "
+                                  "sweep with --resume")
+                    results += not_started([request]) if cancelled else report([failed(request, error)], bar,
+                                                                                 request, varying)
+            if stop_file is not None and stopped(stop_file):
+                for job in waiting:
+                    if job.state == "PENDING":
+                        job.cancel(check=False)
+            if waiting:
+                time.sleep(POLL_S)
+    return results
+
+
+def _submission_error(exc: Exception, folder: Path) -> str:
+    """One line for an array that sbatch did not take: not started (OSError: no sbatch here), refused (submitit's
+    FailedJobError holds sbatch's stderr) or answered without a job id (FailedSubmissionError): then the array may
+    be queued after all."""
+    said = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    if isinstance(exc, OSError):
+        return (f"--executor slurm: sbatch could not be started ({exc.strerror or exc}: "
+                f"{exc.filename or 'sbatch'}); nothing was submitted: run where Slurm's commands are on the PATH")
+    if type(exc).__name__ == "FailedSubmissionError":
+        return (f"--executor slurm: sbatch answered without a job id ({said}); the array may be queued anyway: "
+                f"see squeue before submitting again; its script is in {folder}")
+    return f"--executor slurm: sbatch refused the job array ({said}); nothing was submitted; its script is in {folder}"
+
+
+def _raised(failed: Exception) -> str | None:
+    """The exception a Slurm job raised (outside :func:`run_job`, which returns its own failures: a node that
+    cannot import the harness), in one line, ``Type: message``. submitit's FailedJobError carries only the job's
+    traceback, as text: the exception is the lines after its last frame (``  File ...`` and the indented source
+    lines under it), up to submitit's closing rule. None where the text holds no traceback."""
+    lines = str(failed).splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    if not frames:
+        return None
+    after = itertools.dropwhile(lambda line: line.startswith("    "), lines[frames[-1] + 1:])
+    text = " ".join(itertools.takewhile(lambda line: not line.startswith("-----"), after))
+    return " ".join(text.split()) or None
+
+
+def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
+            varying: list[str]) -> list[dict[str, Any]]:
+    """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
+    cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
+    on from its checkpoint); the others go on. ``varying``: as :func:`run_local`'s."""
+    try:
+        ray = importlib.import_module("ray")
+    except ImportError:
+        raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
+    env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
+    ray.init(address=args.ray_address, ignore_reinit_error=True, log_to_driver=args.verbose,
+             runtime_env={"env_vars": env} if env else None)
+    cpus = _cpus_per_job(args)
+    remote = ray.remote(num_cpus=cpus, num_gpus=1 if args.device.startswith("cuda") else 0, max_retries=0)(run_job)
+    queued, running, results = [_absolute(r) for r in requests], {}, []
+    try:
+        with progress(len(queued)) as bar:
+            while queued or running:
+                while queued and len(running) < args.workers:
+                    request = queued.pop(0)
+                    running[remote.remote(request, str(stop_file), cpus)] = request
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=POLL_S)
+                for ref in ready:
+                    request = running.pop(ref)
+                    try:
+                        results += report(ray.get(ref), bar, request, varying)
+                    except ray.exceptions.RayError as exc:  # the worker died (killed, out of memory, node lost)
+                        error = f"its Ray worker was lost ({type(exc).__name__}); rerun the sweep with --resume"
+                        results += report([failed(request, error)], bar, request, varying)
+                if stopped(stop_file):
+                    results += not_started(queued)
+                    queued = []
+    finally:
+        if args.ray_address is None:
+            ray.shutdown()  # the cluster ray.init started here
+    return results

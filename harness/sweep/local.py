@@ -1,0 +1,94 @@
+"""The local executor of ``harness sweep``: a process pool on this machine."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from domains.base import UserError
+from harness import stopping
+from harness.output import configure_output
+from harness.runner import RunRequest, error_line
+from harness.sweep.jobs import POLL_S, failed, not_started, progress, report, run_job, stopped
+
+WORKER_DIED = ("its worker process died (killed, out of memory?), or another worker of its pool did; rerun the "
+               "sweep with --resume")
+
+
+def _init_worker(threads: int, verbose: bool) -> None:
+    configure_output(verbose)  # a spawned worker starts with Python's default output settings
+    torch.set_num_threads(threads)
+    # Ctrl-C at a terminal reaches the workers too: they stop at a checkpoint, as on the sweep's stop file.
+    stopping.handle((*stopping.STOP_SIGNALS, signal.SIGINT))
+
+
+def threads(workers: int) -> int:
+    """Torch threads per job: an explicit OMP_NUM_THREADS wins (on a machine shared with other jobs, one thread
+    per worker avoids OpenMP threads spinning on busy cores), else this machine's cores over the workers."""
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not given:
+        return max(1, (os.cpu_count() or 1) // workers)
+    first = given.split(",")[0].strip()  # OpenMP also takes a list, one count per nesting level
+    if not first.isdigit() or int(first) < 1:
+        raise UserError(f"OMP_NUM_THREADS='{given}' is not a number of threads (1 or more): set it to one, or unset "
+                        "it to share this machine's cores among the workers")
+    return int(first)
+
+
+def run_local(requests: list[RunRequest], workers: int, stop_file: Path, varying: list[str],
+              verbose: bool = False) -> list[dict[str, Any]]:
+    """A pool of ``workers`` processes, handed at most one job each at a time (as the Ray executor does), so that
+    the jobs under way are known: a job that crashes fails alone; a worker that dies (killed, out of memory)
+    breaks the pool, which fails the jobs under way, and a fresh pool takes the queued ones (a sweep asked to stop
+    reports them not started). ``varying``: the keys each job's line shows (:func:`varying_keys`)."""
+    queued, results = list(requests), []
+    with progress(len(queued)) as bar:
+        while queued:
+            left = len(queued)
+            queued, ran = _pool_round(queued, workers, stop_file, varying, verbose, bar)
+            results += ran
+            if not queued or len(queued) == left or stopped(stop_file):
+                break  # done, stopped, or a pool that took no job (its workers cannot start): no other round
+        results += not_started(queued)
+    return results
+
+
+def _pool_round(queued: list[RunRequest], workers: int, stop_file: Path, varying: list[str], verbose: bool,
+                bar) -> tuple[list[RunRequest], list[dict[str, Any]]]:
+    """Run ``queued`` in one process pool until they are done, the sweep is asked to stop or a worker dies (which
+    breaks the pool and fails the jobs under way); returns the jobs not handed to a worker and the results."""
+    queued, running, results = list(queued), {}, []
+    # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
+    # share the cores instead of each starting one thread per core.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                             initargs=(threads(workers), verbose)) as pool:
+        broken = False
+        while (queued and not broken) or running:
+            while queued and not broken and len(running) < workers:
+                try:
+                    running[pool.submit(run_job, queued[0], str(stop_file), None, verbose)] = queued[0]
+                except BrokenProcessPool:  # a worker died as another job ended: the jobs under way fail next
+                    broken = True
+                    break
+                queued.pop(0)
+            done, _ = wait(running, timeout=POLL_S, return_when=FIRST_COMPLETED)
+            for future in done:
+                request = running.pop(future)
+                try:
+                    results += report(future.result(), bar, request, varying)
+                except BrokenProcessPool:
+                    broken = True
+                    results += report([failed(request, WORKER_DIED)], bar, request, varying)
+                except Exception as exc:  # noqa: BLE001 - what run_job could not send back: the others go on
+                    results += report([failed(request, error_line(exc))], bar, request, varying)
+            if stopped(stop_file):
+                broken = True  # hand out no other job; the ones under way checkpoint and end
+    return queued, results

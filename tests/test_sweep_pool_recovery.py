@@ -1,0 +1,86 @@
+"""The local executor of ``harness sweep`` (``harness.sweep.local.run_local``) around a worker that dies: the pool it
+breaks fails the jobs under way, and a fresh pool runs the queued ones (they were all reported "not started": one
+out-of-memory kill ended a long sweep). A stop still starts no queued job, and a pool whose workers cannot start
+ends the sweep instead of looping. With a stand-in for the process pool, so that no worker is spawned."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+
+import pytest
+
+from harness import stopping
+from harness.runner import RunRequest
+from harness.sweep import local
+
+
+class FakePool:
+    """A ProcessPoolExecutor whose jobs end as they are submitted: ``tag=kill`` kills its worker (the pool breaks:
+    that job and later submissions fail with BrokenProcessPool), ``tag=stop`` asks the sweep to stop."""
+
+    pools: list[FakePool] = []
+    broken_from_start = False
+
+    def __init__(self, max_workers, mp_context=None, initializer=None, initargs=()):
+        self.broken = FakePool.broken_from_start
+        self.ran: list[str] = []
+        FakePool.pools.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def submit(self, fn, request, *args):
+        if self.broken:
+            raise BrokenProcessPool("a child process terminated abruptly")
+        tag = request.sets["tag"]
+        self.ran.append(tag)
+        future: Future = Future()
+        if tag == "kill":
+            self.broken = True
+            future.set_exception(BrokenProcessPool("a child process terminated abruptly"))
+        else:
+            if tag == "stop":
+                stopping.request_stop("SIGTERM")
+            future.set_result([{"run_id": f"job {tag}", "status": "completed", "error": None, "metrics": {}}])
+        return future
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    FakePool.pools, FakePool.broken_from_start = [], False
+    monkeypatch.setattr(local, "ProcessPoolExecutor", FakePool)
+    yield FakePool
+    stopping.reset()
+
+
+def _requests(*tags: str) -> list[RunRequest]:
+    return [RunRequest(domain="tiny", loss="infonce", seeds=[0], sets={"tag": tag}) for tag in tags]
+
+
+def _statuses(results) -> list[tuple[str, str]]:
+    return [(r["run_id"], r["status"]) for r in results]
+
+
+def test_a_dead_worker_fails_its_job_and_a_fresh_pool_runs_the_queued_ones(pool, tmp_path):
+    results = local.run_local(_requests("a", "kill", "b", "c"), 1, tmp_path / "stop", ["tag"])
+    assert [p.ran for p in pool.pools] == [["a", "kill"], ["b", "c"]]
+    assert _statuses(results) == [("job a", "completed"), ("tiny/None/infonce seed 0", "failed"),
+                                  ("job b", "completed"), ("job c", "completed")]
+    assert results[1]["error"] == local.WORKER_DIED
+
+
+def test_a_stop_after_a_dead_worker_starts_no_fresh_pool(pool, tmp_path):
+    results = local.run_local(_requests("stop", "kill", "b"), 1, tmp_path / "stop", ["tag"])
+    assert [p.ran for p in pool.pools] == [["stop"]]  # asked to stop: nothing else is handed out
+    assert [r["status"] for r in results] == ["completed", "not started", "not started"]
+    assert (tmp_path / "stop").exists()  # the jobs under way were told
+
+
+def test_a_pool_whose_workers_cannot_start_ends_the_sweep(pool, tmp_path):
+    pool.broken_from_start = True
+    results = local.run_local(_requests("a", "b"), 2, tmp_path / "stop", ["tag"])
+    assert len(pool.pools) == 1 and [r["status"] for r in results] == ["not started", "not started"]
