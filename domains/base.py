@@ -618,17 +618,23 @@ loads it, and a sweep's worker fingerprints every job's, so the same files would
 
 def hash_files(paths: Iterable[Path]) -> str:
     """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints. Computed once per process
-    for files that have not changed since (:data:`_FILE_HASHES`): a rewritten file has another mtime or size."""
+    for files that have not changed since (:data:`_FILE_HASHES`): a rewritten file has another size, mtime,
+    ctime or inode (``rsync -t`` or a same-second rewrite keeps the mtime, never the ctime). UserError naming the
+    file that cannot be read."""
     ordered = sorted(Path(p) for p in paths)
-    key = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns) for p in ordered)
-    if key not in _FILE_HASHES:
-        digest = hashlib.sha256()
-        for path in ordered:
-            digest.update(path.name.encode())
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(chunk)
-        _FILE_HASHES[key] = digest.hexdigest()
+    try:
+        key = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    for p in ordered)
+        if key not in _FILE_HASHES:
+            digest = hashlib.sha256()
+            for path in ordered:
+                digest.update(path.name.encode())
+                with open(path, "rb") as fh:
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        digest.update(chunk)
+            _FILE_HASHES[key] = digest.hexdigest()
+    except OSError as exc:
+        raise UserError(f"cannot read data file {exc.filename or ''}: {exc.strerror or exc}") from None
     return _FILE_HASHES[key]
 
 

@@ -346,7 +346,7 @@ def test_a_missing_data_root_names_where_the_files_go(tmp_path, graph_cache, cap
 
 
 @pytest.mark.parametrize("damage, expected", [
-    ("label", "TOY_graph_labels.txt, line 5: 'x' is not comma-separated numbers"),
+    ("label", "TOY_graph_labels.txt, line 5: 'x' is not comma-separated integers"),
     ("truncated", "files with one line per graph disagree (lines: TOY_graph_labels.txt 12"),
 ])
 def test_corrupted_tu_files_are_named(tmp_path, graph_cache, capsys, damage, expected):

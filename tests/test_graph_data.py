@@ -109,7 +109,7 @@ def test_imdb_gets_one_hot_degree(data_root, data_set):
 
 def test_tu_files_are_read_once_until_they_change(tmp_path, monkeypatch):
     """A run fingerprints its TU set (to find the seeds it has left) and then loads it: the bytes are hashed
-    once, and a file rewritten in between gets a new hash (hash_files keys on path, size and mtime)."""
+    once, and a file rewritten in between gets a new hash (hash_files keys on path, size, mtime, ctime and inode)."""
     import builtins
 
     from domains import base
@@ -129,3 +129,24 @@ def test_tu_files_are_read_once_until_they_change(tmp_path, monkeypatch):
     labels.write_text(labels.read_text() + "1\n")  # another size: on any file system's mtime resolution
     changed = graph_data.tu_files("TOY", tmp_path, download=False)
     assert changed.sha256 != first.sha256 and len(opened) == 6
+
+
+def test_a_file_rewritten_with_its_size_and_mtime_kept_is_hashed_again(tmp_path):
+    """``rsync -t`` (or a rewrite within the file system's mtime resolution) keeps size and mtime: the cache of
+    file hashes must not serve the old digest for new bytes."""
+    import os
+
+    path = tmp_path / "labels.txt"
+    path.write_text("0\n1\n")
+    before = hash_files([path])
+    stat = path.stat()
+    path.write_text("1\n0\n")  # the same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same mtime
+    assert hash_files([path]) != before
+
+
+def test_a_data_file_that_cannot_be_read_is_named(tmp_path):
+    from domains.base import UserError
+
+    with pytest.raises(UserError, match=r"cannot read data file .*gone\.txt"):
+        hash_files([tmp_path / "gone.txt"])

@@ -68,21 +68,25 @@ def test_missing_torchvision_sets_say_where_to_put_the_files(tmp_path):
             data.load(name, tmp_path)
 
 
-def test_an_mnist_unpacked_by_an_earlier_run_never_stands_in_for_a_root_without_it(tmp_path, monkeypatch):
-    """The gzipped files of a root are unpacked into the cache; the cache then serves that root, never a root
-    that has no MNIST at all (which must be reported missing)."""
+def test_mnist_is_read_from_its_root_and_never_from_a_copy_in_the_cache(tmp_path, monkeypatch):
+    """The gzipped idx files are read where they are: nothing is unpacked into the cache (a copy there served an
+    older version of the files, or another root's), and a root without MNIST is reported missing."""
     import gzip
+    import struct
+
+    import numpy as np
 
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     full = tmp_path / "full" / "MNIST" / "raw"
     full.mkdir(parents=True)
-    for name in data.MNIST_FILES:
-        with gzip.open(full / f"{name}.gz", "wb") as fh:
-            fh.write(name.encode())
-    cache = data._unpacked_mnist(tmp_path / "full")
-    assert cache == tmp_path / "cache" / "mnist"
-    assert all((cache / "MNIST" / "raw" / name).read_bytes() == name.encode() for name in data.MNIST_FILES)
-    assert data._unpacked_mnist(tmp_path / "empty") == tmp_path / "empty"
+    for prefix, n in (("train", 3), ("t10k", 2)):
+        with gzip.open(full / f"{prefix}-images-idx3-ubyte.gz", "wb") as fh:
+            fh.write(struct.pack(">IIII", 2051, n, 28, 28) + np.full((n, 28, 28), 9, np.uint8).tobytes())
+        with gzip.open(full / f"{prefix}-labels-idx1-ubyte.gz", "wb") as fh:
+            fh.write(struct.pack(">II", 2049, n) + bytes(range(n)))
+    d = data.load("mnist", tmp_path / "full")
+    assert d.train.images.shape == (3, 3, 28, 28) and d.train.labels.tolist() == [0, 1, 2]
+    assert not (tmp_path / "cache").exists()
     with pytest.raises(DatasetMissingError, match="MNIST"):
         data.load("mnist", tmp_path / "empty")
 

@@ -75,13 +75,22 @@ def split_sentences(text: str) -> list[str]:
 
 def book_sentences(path: Path) -> list[str]:
     """The sentences of one book, cached by the sha256 of its bytes (splitting all 15 books takes a minute)."""
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read the book {path} ({exc.strerror or exc})") from None
     key = hashlib.sha256(raw + SPLITTER_VERSION.encode()).hexdigest()[:32]
     cached = cache_dir() / "text" / f"{path.stem}-{key}.json"
     sentences = _cached_sentences(cached)
     if sentences is not None:
         return sentences
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise UserError(f"{path} holds NUL bytes (the first at offset {nul}): not a plain-text book (UTF-16? books "
+                        "are read as latin-1, one byte a character)")
     sentences = split_sentences(raw.decode("latin-1"))
+    if not sentences:
+        raise UserError(f"{path} is empty (no sentence in it): remove it from {path.parent}/ or restore its text")
     write_atomic(cached, json.dumps(sentences))  # concurrent runs never read half a file
     return sentences
 
@@ -93,7 +102,7 @@ def _cached_sentences(path: Path) -> list[str] | None:
         return None
     try:
         sentences = json.loads(path.read_text())
-        if not isinstance(sentences, list) or not all(isinstance(s, str) for s in sentences):
+        if not isinstance(sentences, list) or not sentences or not all(isinstance(s, str) for s in sentences):
             raise ValueError("not a list of sentences")
         return sentences
     except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
@@ -104,7 +113,7 @@ def _cached_sentences(path: Path) -> list[str] | None:
 
 def book_paths(data_root: Path, names: tuple[str, ...]) -> list[Path]:
     folder = Path(data_root) / "books"
-    available = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    available = sorted(p for p in folder.glob("*.txt") if p.is_file()) if folder.is_dir() else []
     if not available:
         raise DatasetMissingError(f"no books found: put plain-text books (*.txt, one book per file) under {folder}/")
     if not names:

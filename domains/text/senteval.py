@@ -94,8 +94,26 @@ def _path(root: Path, task: str, name: str) -> Path:
 
 
 def _lines(path: Path, encoding: str) -> list[str]:
-    with open(path, encoding=encoding, newline=None) as fh:
-        return fh.read().splitlines()
+    """The lines of ``path`` (universal newlines); UserError naming the file when it is empty, holds NUL bytes (a
+    binary or UTF-16 file, which latin-1 would read as text) or does not decode as ``encoding``."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read {path} ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise UserError(f"{path} is empty: restore SentEval's file")
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise UserError(f"{path} holds NUL bytes (the first at offset {nul}): not a plain-text file (UTF-16?); "
+                        "restore SentEval's file")
+    try:
+        text = raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        decoded = bytes(exc.object)  # what the codec read (utf-8-sig: after the BOM)
+        line = decoded[:exc.start].count(b"\n") + 1
+        raise UserError(f"{path}:{line}: byte 0x{decoded[exc.start]:02x} is not {encoding} (SentEval's file is; "
+                        "restore it)") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n").splitlines()
 
 
 def _sorted(split: Split) -> Split:
@@ -145,6 +163,8 @@ def _read_mrpc_file(path: Path) -> Split:
         a.append(" ".join(fields[3].split()))
         b.append(" ".join(fields[4].split()))
         labels.append(int(fields[0]))
+    if not labels:
+        raise UserError(f"{path} holds no sentence pairs (its header only): restore SentEval's file")
     return _sorted(Split(a, np.array(labels, dtype=np.int64), b))
 
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.base import DatasetMissingError, DatasetSpec, UserError, cache_dir, hash_jsonable, require, write_atomic
+from domains.base import DatasetMissingError, DatasetSpec, UserError, hash_files, hash_jsonable, require
 from domains.vision import hub
 
 DATASETS = {
@@ -306,7 +306,13 @@ def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, Image
             return tuple(ImageSet(torch.from_numpy(p.data), torch.as_tensor(p.labels, dtype=torch.long))
                          for p in parts)
         train, test = (cls(str(root), train=t, download=download) for t in (True, False))
-    except (RuntimeError, OSError) as exc:  # torchvision: "Dataset not found or corrupted"; no network
+    except (RuntimeError, OSError, ValueError) as exc:  # torchvision: "Dataset not found or corrupted"; no network
+        folder = root / TORCHVISION[name][0]
+        if folder.is_dir() and not download:  # there, but a file is missing or damaged: not "not found"
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise UserError(f"{folder}: torchvision cannot read it ({reason}): a file is missing, truncated or "
+                            f"damaged (torchvision checks each file's md5); {TORCHVISION[name][1][:1].lower()}"
+                            f"{TORCHVISION[name][1][1:]} again") from None
         raise _missing_layouts(name, root) from exc
     train, test = (ImageSet(torch.from_numpy(d.data).permute(0, 3, 1, 2).contiguous(),
                             torch.as_tensor(d.targets, dtype=torch.long)) for d in (train, test))
@@ -317,27 +323,43 @@ MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-image
                "t10k-labels-idx1-ubyte")
 
 
-def _unpacked_mnist(root: Path) -> Path:
-    """A root under which torchvision finds ``MNIST/raw`` unpacked: the data root if it holds the
-    plain idx files, else the cache, into which the gzipped ones are unpacked once (the data root
-    may be read-only). Each file is written atomically, so concurrent runs never read a half-written file.
-    A data root with neither is returned as it is, so that the data is reported missing: the cache, which an
-    earlier run filled from another root, never stands in for a root without the files."""
-    import gzip
-    import shutil
+MNIST_SHAPES = {"images": (2051, 3), "labels": (2049, 1)}  # idx magic number and number of dimensions
 
-    raw = root / "MNIST" / "raw"
-    if all((raw / f).is_file() for f in MNIST_FILES) or \
-            not all((raw / f).is_file() or (raw / f"{f}.gz").is_file() for f in MNIST_FILES):
-        return root
-    cache = cache_dir() / "mnist"
-    target = cache / "MNIST" / "raw"
-    for name in MNIST_FILES:
-        if (target / name).is_file() or not (raw / f"{name}.gz").is_file():
-            continue
-        with gzip.open(raw / f"{name}.gz", "rb") as src:
-            write_atomic(target / name, lambda dst: shutil.copyfileobj(src, dst))
-    return cache
+
+def _mnist_file(raw: Path, name: str) -> Path | None:
+    """``raw/name`` (the idx file) or ``raw/name.gz``, whichever is there (the plain file first), else None."""
+    return next((p for p in (raw / name, raw / f"{name}.gz") if p.is_file()), None)
+
+
+def _read_idx(path: Path, kind: str) -> np.ndarray:
+    """An MNIST idx file (``kind`` images: uint8 ``[N, 28, 28]``; labels: uint8 ``[N]`` in 0..9), plain or
+    gzipped, read in full and checked (magic number, dimensions, length, label range): UserError naming the file and
+    what is wrong, never a shorter set."""
+    import gzip
+    import zlib
+
+    try:
+        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    except (OSError, EOFError, zlib.error) as exc:
+        raise UserError(f"{path} cannot be read ({type(exc).__name__}: {exc}); download it again") from None
+    magic, dims = MNIST_SHAPES[kind]
+    header = 4 + 4 * dims
+    if len(raw) < header:
+        raise UserError(f"{path} is truncated ({len(raw)} bytes, shorter than its idx header); download it again")
+    values = np.frombuffer(raw[:header], dtype=">u4")
+    shape = tuple(int(v) for v in values[1:])
+    if int(values[0]) != magic or (kind == "images" and shape[1:] != (28, 28)):
+        raise UserError(f"{path} is not an MNIST {kind} file (magic {int(values[0])}, shape {shape}; expected magic "
+                        f"{magic}{', N x 28 x 28' if kind == 'images' else ''})")
+    expected = int(np.prod(shape))
+    if len(raw) - header != expected:
+        raise UserError(f"{path} holds {len(raw) - header} bytes of data where its header announces {expected} "
+                        f"({' x '.join(map(str, shape))}): truncated or damaged; download it again")
+    array = np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+    if kind == "labels" and array.size and int(array.max()) > 9:
+        row = int(np.argmax(array > 9))
+        raise UserError(f"{path}: label {int(array[row])} of row {row} is not a digit 0..9")
+    return array
 
 
 def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, dict | None]:
@@ -348,14 +370,30 @@ def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, 
 
 
 def _mnist_files(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from torchvision's files."""
-    tvd = require("torchvision.datasets", "vision")
-    try:
-        where = str(root if download else _unpacked_mnist(root))
-        train, test = (tvd.MNIST(where, train=t, download=download) for t in (True, False))
-    except (RuntimeError, OSError) as exc:
-        raise _missing_layouts("mnist", root) from exc
-    return train.data, train.targets.long(), test.data, test.targets.long()
+    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from torchvision's files in
+    ``<root>/MNIST/raw`` (plain or gzipped idx files), read directly: nothing is unpacked into a cache, which would
+    serve the files of another root or an older copy of these. ``download``: torchvision's download, where the
+    files are missing."""
+    raw = root / "MNIST" / "raw"
+    found = {name: _mnist_file(raw, name) for name in MNIST_FILES}
+    if download and None in found.values():
+        tvd = require("torchvision.datasets", "vision")
+        try:
+            tvd.MNIST(str(root), train=True, download=True)
+        except (RuntimeError, OSError) as exc:
+            raise _missing_layouts("mnist", root) from exc
+        found = {name: _mnist_file(raw, name) for name in MNIST_FILES}
+    if None in found.values():
+        raise _missing_layouts("mnist", root)
+    out = []
+    for prefix in ("train", "t10k"):
+        images = _read_idx(found[f"{prefix}-images-idx3-ubyte"], "images")
+        labels = _read_idx(found[f"{prefix}-labels-idx1-ubyte"], "labels")
+        if len(images) != len(labels):
+            raise UserError(f"{found[f'{prefix}-images-idx3-ubyte']} holds {len(images)} images but "
+                            f"{found[f'{prefix}-labels-idx1-ubyte']} {len(labels)} labels: one of them is truncated")
+        out += [torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))]
+    return out[0], out[1], out[2], out[3]
 
 
 def _imagenet100(root: Path, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
@@ -378,13 +416,24 @@ def _imagenet100(root: Path, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
 def _bias_folder(name: str, root: Path, percent: str, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
     """LfF / Barbano et al. layout: ``<name>/<percent>/{align,conflict}/<class>/*_<label>_<bias>.png`` and
     ``<name>/test/...``; label and bias are read from the file names."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][\w.-]*", percent) or ".." in percent:
+        raise UserError(f"bias_percent '{percent}' is not a folder name (letters, digits, '.', '_', '-'; e.g. 0.5pct): "
+                        f"it names a folder under the set's folder, never a path")
     folder = {"corrupted-cifar10": "cifar10c", "bffhq": "bffhq"}[name]
     base = root / folder
 
     def load(paths: list[Path]) -> ImageSet:
-        parts = [p.stem.split("_") for p in paths]
-        return ImageSet(FolderImages(paths, size), torch.tensor([int(s[-2]) for s in parts]),
-                        torch.tensor([int(s[-1]) for s in parts]))
+        labels, bias = [], []
+        for path in paths:
+            parts = path.stem.split("_")
+            if len(parts) < 2 or not (parts[-2].isdigit() and parts[-1].isdigit()):
+                raise UserError(f"{path}: the file name does not end in _<label>_<bias> (digits), as every image of "
+                                f"{base} must (<id>_<label>_<bias>.<ext>); move other files out of the folder")
+            labels.append(int(parts[-2]))
+            bias.append(int(parts[-1]))
+        return ImageSet(FolderImages(paths, size), torch.tensor(labels), torch.tensor(bias))
 
     train = sorted(p for sub in ("align", "conflict") for p in (base / percent / sub).glob("**/*.*") if p.is_file())
     test = sorted(p for p in (base / "test").glob("**/*.*") if p.is_file())
@@ -430,7 +479,8 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
     elif name in TORCHVISION:
         parts, source = _named(name, root, download, image_size, image_column, label_column)
         size = image_size or parts[0].images.shape[-1]
-        parts = tuple(ImageSet(_resize(p.images, size), p.labels) for p in parts)
+        resized = {id(p): ImageSet(_resize(p.images, size), p.labels) for p in parts}  # a shared split stays so
+        parts = tuple(resized[id(p)] for p in parts)
         classes = int(parts[1].labels.max()) + 1
         stats = {"stl10": IMAGENET_STATS, "mnist": MNIST_STATS}.get(name, CIFAR_STATS)
     elif hub.is_hub_name(name):
@@ -466,12 +516,24 @@ def fingerprint(data: VisionData, **params) -> dict:
         if isinstance(split.images, Tensor):
             pixels = _tensor_hash(split.images)
         else:
-            pixels = hash_jsonable([str(p) for p in split.images.paths])
+            pixels = _folder_hash(split.images.paths)
         bias = None if split.bias is None else _tensor_hash(split.bias)
         seen[id(split)] = {"n": len(split), "pixels": pixels, "labels": _tensor_hash(split.labels), "bias": bias}
         parts.append(seen[id(split)])
     return {"dataset": data.name, "image_size": data.image_size, "splits": parts,
             **{k: v for k, v in params.items() if v is not None}}
+
+
+def _folder_hash(paths: list[Path]) -> str:
+    """sha256 of the image files of a folder set: their paths below the folder the set shares, in order (not where
+    the data root is on this machine), and their bytes (:func:`hash_files`, computed once per process), so that a
+    changed image changes it."""
+    import os
+
+    common = Path(os.path.commonpath([str(p) for p in paths])) if paths else Path()
+    common = common.parent if len(paths) == 1 else common
+    return hash_jsonable({"files": [Path(p).relative_to(common).as_posix() for p in paths],
+                          "sha256": hash_files(paths)})
 
 
 def _tensor_hash(t: Tensor) -> str:

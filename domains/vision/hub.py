@@ -20,7 +20,11 @@ sets), read with the ``datasets`` library and decoded once into a uint8 tensor c
   one interpreter), with a progress bar on a terminal.
 - **Cache.** The tensors are saved under ``cache_dir()/vision-hub/`` (atomically), keyed by the sha256 of
   every file read (for a hub id: the file URLs, each pinned to a commit), the columns and the size; a second
-  run reads them back and decodes nothing. The same digests are the data fingerprint a record stores.
+  run reads them back and decodes nothing. The same digests are the data fingerprint a record stores. A cache
+  file that cannot be read back, or holds other files' images, is named in a warning and decoded again.
+- **Checks.** A numbered series of shards (``train-00000-of-00005.parquet``) must be complete, and every label of
+  a labelled split a class index: a missing shard or a label out of range is named, never a smaller or mislabelled
+  set.
 """
 
 from __future__ import annotations
@@ -117,18 +121,69 @@ def load(source: Path | str, *, image_size: int = 0, image_column: str = "", lab
         warnings.warn(f"{source}: datasets reads no split from {', '.join(unread)} (a split name it does not know "
                       "without the dataset's README.md; data/<split>-00000-of-00001.parquet names any split)",
                       UserWarning, stacklevel=2)
+    if isinstance(source, Path):
+        _check_complete(source)
     key = hash_jsonable({"version": CACHE_VERSION, "files": files, "image_size": image_size,
                          "image_column": image_column, "label_column": label_column})
     path = cache_dir() / "vision-hub" / f"{key[:32]}.pt"
-    if path.is_file():
-        cached = HubImages(**torch.load(path, weights_only=True))
-    else:
+    cached = _read_cache(path, files)
+    if cached is None:
         cached = _decode_dataset(datasets, builder, source, files, image_size, image_column, label_column)
         write_atomic(path, lambda fh: torch.save(vars(cached), fh))
     if cached.source["test_split"] != "test":
         warnings.warn(f"{_name(source)} has no test split: the test set is {cached.source['test_split']}",
                       UserWarning, stacklevel=2)
     return cached
+
+
+SHARD_NAME = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
+
+
+def _check_complete(source: Path) -> None:
+    """UserError naming the shards missing from a numbered series (``train-00003-of-00005.parquet``): without one,
+    ``datasets`` would read the others as a smaller split without a word."""
+    series: dict[tuple[Path, str, int], set[int]] = {}
+    for shard in source.glob("**/*.parquet"):
+        match = SHARD_NAME.fullmatch(shard.name)
+        if match:
+            key = (shard.parent, match["stem"], int(match["count"]))
+            series.setdefault(key, set()).add(int(match["index"]))
+    for (folder, stem, count), present in sorted(series.items()):
+        missing = [i for i in range(count) if i not in present]
+        if missing:
+            names = ", ".join(f"{stem}-{i:05d}-of-{count:05d}.parquet" for i in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise UserError(f"{folder}: {len(missing)} of {count} shards of {stem} missing ({names}{more}); "
+                            "the split would be read without them, so download them again")
+
+
+def _read_cache(path: Path, files: dict[str, str]) -> HubImages | None:
+    """The decoded set cached at ``path`` when it is sound and was decoded from ``files``; None when there is none,
+    or (with a warning naming the file and what is wrong) when it is damaged or foreign: it is then decoded again."""
+    if not path.is_file():
+        return None
+    try:
+        fields = torch.load(path, weights_only=True)
+        if not isinstance(fields, dict) or set(fields) != set(HubImages.__dataclass_fields__):
+            raise ValueError("not the fields of a decoded set")
+        cached = HubImages(**fields)
+        if not isinstance(cached.source, dict) or cached.source.get("files") != files:
+            raise ValueError("decoded from other files")
+        size = cached.image_size
+        for split in ("train", "test", "unlabeled"):
+            pair = getattr(cached, split)
+            if pair is None and split == "unlabeled":
+                continue
+            images, labels = pair
+            if images.dtype != torch.uint8 or images.ndim != 4 or tuple(images.shape[1:]) != (3, size, size) \
+                    or labels.dtype != torch.int64 or labels.shape != (images.shape[0],):
+                raise ValueError(f"the {split} split has tensors of the wrong type or shape")
+        return cached
+    except Exception as exc:  # noqa: BLE001 - torch.load fails in many ways on a damaged file; rebuilt all the same
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        warnings.warn(f"the decoded-image cache {path} is damaged or was not written by the harness ({reason}); "
+                      "decoding the images again", UserWarning, stacklevel=3)
+        return None
 
 
 def _name(source: Path | str) -> str:
@@ -267,6 +322,13 @@ def _decode_dataset(datasets: Any, builder: Any, source: Path | str, files: dict
     test_key = next((s for s in ("test", "validation") if s in splits), None)
     wanted = ["train", *([test_key] if test_key else []), *(["unlabeled"] if "unlabeled" in splits else [])]
     y = {s: _labels(splits[s], lab_col, name) for s in wanted}
+    classes = (label_feature.num_classes if isinstance(label_feature, datasets.ClassLabel)
+               else int(max(v.max(initial=-1) for v in y.values())) + 1)
+    for s in wanted:  # a labelled split's labels are class indices; -1 (no label) belongs to unlabeled only
+        bad = np.flatnonzero((y[s] < 0) | (y[s] >= classes)) if s != "unlabeled" else ()
+        if len(bad):
+            raise UserError(f"{_row_file(builder, source, s, int(bad[0]), 'label')}: label {int(y[s][bad[0]])} "
+                            f"is not a class index 0..{classes - 1} ({len(bad)} such rows in the {s} split)")
     blobs = {s: _blobs(splits[s], img_col, name) for s in wanted}
     size = image_size or _first_size(blobs["train"][0])
     try:
@@ -282,8 +344,6 @@ def _decode_dataset(datasets: Any, builder: Any, source: Path | str, files: dict
         y["test"], y["train"] = y["train"][held], y["train"][keep]
     else:
         test_split = "test" if test_key == "test" else "the validation split"
-    classes = (label_feature.num_classes if isinstance(label_feature, datasets.ClassLabel)
-               else int(max(v.max(initial=-1) for v in y.values())) + 1)
     mean, std = _channel_stats(decoded["train"])
     source_info = {"files": files, "columns": [img_col, lab_col], "test_split": test_split}
     if not isinstance(source, Path):
@@ -293,7 +353,7 @@ def _decode_dataset(datasets: Any, builder: Any, source: Path | str, files: dict
                      image_size=size, mean=mean, std=std, source=source_info)
 
 
-def _row_file(builder: Any, source: Path | str, split: str, index: int) -> str:
+def _row_file(builder: Any, source: Path | str, split: str, index: int, what: str = "image") -> str:
     """Where row ``index`` of ``split`` is stored: the shard and its row (a local folder), else the split's row."""
     if isinstance(source, Path):
         import pyarrow.parquet as pq
@@ -302,9 +362,9 @@ def _row_file(builder: Any, source: Path | str, split: str, index: int) -> str:
         for f in builder.config.data_files.get(split, []):
             rows = pq.read_metadata(f).num_rows if str(f).endswith(".parquet") else 0
             if index < start + rows:
-                return f"{f}: the image in row {index - start}"
+                return f"{f}: the {what} in row {index - start}"
             start += rows
-    return f"{_name(source)}: image {index} of the {split} split"
+    return f"{_name(source)}: {what} {index} of the {split} split"
 
 
 def _seeded_split(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
