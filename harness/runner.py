@@ -87,10 +87,10 @@ class EstimatingContext(RunContext):
         if total is None or self.seeds < 1:
             return items
         seeds, self.seeds = self.seeds, 0  # later loops (evaluation) print nothing
-        return _estimating(items, desc, total - kw.get("initial", 0), seeds)
+        return _estimating(items, desc, total - kw.get("initial", 0), seeds, kw.get("unit", "step"))
 
 
-def _estimating(items: Iterator[T], desc: str, steps: int, seeds: int) -> Iterator[T]:
+def _estimating(items: Iterator[T], desc: str, steps: int, seeds: int, unit: str = "step") -> Iterator[T]:
     """Yield ``items``; after 30 s or a tenth of the steps, print once the time the pretraining has left."""
     from tqdm.auto import tqdm  # its write() keeps the progress bar intact
 
@@ -101,7 +101,7 @@ def _estimating(items: Iterator[T], desc: str, steps: int, seeds: int) -> Iterat
             if done and (starts[-1] - starts[0] >= ESTIMATE_AFTER_S or done >= ESTIMATE_AFTER_FRACTION * steps):
                 per_step = _recent_step_time(starts)
                 left = per_step * (steps - done) + per_step * steps * (seeds - 1)
-                tqdm.write(f"estimate: {desc} takes {_duration(per_step)} a step; about {_duration(left)} of "
+                tqdm.write(f"estimate: {desc}: {_duration(per_step)} per {unit}; about {_duration(left)} of "
                            f"pretraining left over {seeds} seed{'s' * (seeds > 1)}, plus each seed's evaluation",
                            file=sys.stderr)
                 seeds = 0

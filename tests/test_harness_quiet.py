@@ -58,7 +58,7 @@ def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
     paper = harness(*args, "--preset", "paper")
     assert paper.returncode == 0, paper.stderr
     lines = [line for line in paper.stderr.splitlines() if line.startswith("estimate: ")]
-    assert len(lines) == 1 and "over 2 seeds" in lines[0], paper.stderr
+    assert len(lines) == 1 and "over 2 seeds" in lines[0] and " per epoch; " in lines[0], paper.stderr
     quick = harness(*args, "--preset", "quick")
     assert quick.returncode == 0 and "estimate" not in quick.stderr, quick.stderr
 
