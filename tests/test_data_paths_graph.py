@@ -57,18 +57,18 @@ def test_a_changed_label_changes_the_fingerprint_and_mtime_does_not(tmp_path):
     assert graph_data.tu_files("TOY", tmp_path, False).fingerprint != first
 
 
-def test_an_edge_to_a_node_that_does_not_exist_is_named(tmp_path):
-    """PyG kept it: edge_index named node 99 of a set of 84 nodes."""
+@pytest.mark.parametrize("file, old, new, named", [
+    # PyG kept it: edge_index named node 99 of a set of 84 nodes
+    ("TOY_A.txt", "1, 2\n", "1, 99\n", r"TOY_A\.txt, line 1: edge 1, 99 names a node beyond the 84"),
+    # node 5 is in the second graph
+    ("TOY_A.txt", "1, 2\n", "1, 5\n", r"TOY_A\.txt, line 1: edge 1, 5 joins nodes of two graphs \(1 and 2\)"),
+    # PyG failed with "invalid literal for int()", naming no file
+    ("TOY_graph_labels.txt", "0\n", "0.5\n", r"TOY_graph_labels\.txt, line 1: '0\.5' is not comma-separated integers"),
+])
+def test_a_damaged_line_is_named_with_its_file_and_line(tmp_path, file, old, new, named):
     raw = toy_tu(tmp_path)
-    _edit(raw / "TOY_A.txt", "1, 2\n", "1, 99\n")
-    with pytest.raises(UserError, match=r"TOY_A\.txt, line 1: edge 1, 99 names a node beyond the 84"):
-        _load(tmp_path)
-
-
-def test_an_edge_across_two_graphs_is_named(tmp_path):
-    raw = toy_tu(tmp_path)
-    _edit(raw / "TOY_A.txt", "1, 2\n", "1, 5\n")  # node 5 is in the second graph
-    with pytest.raises(UserError, match=r"TOY_A\.txt, line 1: edge 1, 5 joins nodes of two graphs \(1 and 2\)"):
+    _edit(raw / file, old, new)
+    with pytest.raises(UserError, match=named):
         _load(tmp_path)
 
 
@@ -79,14 +79,6 @@ def test_graph_ids_out_of_order_are_named(tmp_path):
     lines[3], lines[4] = "3", "2"  # the second graph's first node says graph 3
     (raw / "TOY_graph_indicator.txt").write_text("\n".join(lines) + "\n")
     with pytest.raises(UserError, match=r"TOY_graph_indicator\.txt, line 4: graph 3 after graph 1"):
-        _load(tmp_path)
-
-
-def test_a_label_that_is_no_integer_is_named(tmp_path):
-    """PyG failed with "invalid literal for int()", naming no file."""
-    raw = toy_tu(tmp_path)
-    _edit(raw / "TOY_graph_labels.txt", "0\n", "0.5\n")
-    with pytest.raises(UserError, match=r"TOY_graph_labels\.txt, line 1: '0\.5' is not comma-separated integers"):
         _load(tmp_path)
 
 
