@@ -139,8 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default 0.05)")
     p.add_argument("--allow-missing", action="store_true",
-                   help="pass although baseline groups are absent, failed, non-finite or short of seeds there (an "
-                   "unconfirmed drop on the seeds they have still needs --allow-untestable)")
+                   help="pass although baseline groups are absent or short of seeds there (never a seed the candidate "
+                   "ran and failed or diverged on; an unconfirmed drop on the seeds they have still needs "
+                   "--allow-untestable)")
     p.add_argument("--allow-untestable", action="store_true",
                    help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
                    "or too much spread)")

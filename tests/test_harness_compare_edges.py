@@ -239,16 +239,20 @@ def test_random_candidates_never_pass_a_drop_of_their_newest_code(tmp_path):
     assert passed >= 5  # the property was exercised
 
 
-def test_seeds_the_candidate_diverged_on_are_never_waived_as_missing(tmp_path):
-    """A candidate whose every seed gave NaN passed with --allow-missing, as if its seeds had not run: a seed that
-    ran and diverged is the candidate code's failure."""
+def test_seeds_the_candidate_failed_or_diverged_on_are_never_waived_as_missing(tmp_path):
+    """A candidate whose every seed gave NaN, or crashed, passed with --allow-missing, as if its seeds had not run:
+    a seed that ran and failed or diverged is the candidate code's failure."""
     cand = _records([float("nan")] * len(GOOD))
     for extra in ((), ("--allow-missing",), ("--allow-missing", "--allow-untestable")):
         code, report = _gate(tmp_path / "-".join(extra or ("plain",)), _records(GOOD), cand, *extra)
-        assert code == 1 and "1 with seeds the candidate diverged on: never waived" in report, extra
+        assert code == 1 and "1 with seeds the candidate failed or diverged on: never waived" in report, extra
     # one seed of six diverged: the same, the other five do not make up for it
     code, report = _gate(tmp_path / "one", _records(GOOD), _records([*GOOD[:5], float("inf")]), "--allow-missing")
-    assert code == 1 and "1 with seeds the candidate diverged on" in report
+    assert code == 1 and "1 with seeds the candidate failed or diverged on" in report
+    # every seed crashed
+    crashed = _records(GOOD, status="failed")
+    code, report = _gate(tmp_path / "crashed", _records(GOOD), crashed, "--allow-missing")
+    assert code == 1 and "1 with seeds the candidate failed or diverged on" in report
     # seeds the candidate did not run at all are still waivable
     code, report = _gate(tmp_path / "absent", _records(GOOD), _records(GOOD[:5]), "--allow-missing")
     assert code == 0 and "PASS with waivers: 1 missing (--allow-missing)" in report

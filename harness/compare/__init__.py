@@ -26,7 +26,8 @@ domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads diff
 - is **unchanged** when the change is within the tolerance (or better) and the test could decide; an undecidable
   group within the tolerance is listed as **untested**;
 - is **missing** when the baseline has it and the candidate does not, or has it only failed, with a non-finite
-  metric, or without some of the baseline's seeds.
+  metric, or without some of the baseline's seeds (a seed the candidate ran and failed or diverged on is never
+  waived by ``--allow-missing``).
 
 Each row also gives the **detectable** change: the smallest change its t-test could have called significant at the
 level a lone group needs after the correction, from its seeds and spread. Honest noise can show drops beyond a
@@ -34,11 +35,11 @@ tolerance well below it: choose the tolerance (and the seeds) from it.
 
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
-untestable drop on their remaining seeds, nor a seed the candidate ran and diverged on); 2 when the gate cannot
-decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every baseline group
-was compared and held, or was let through by an ``--allow-*`` option, which the verdict line then names. The report
-(``harness.compare.report``) ends with that verdict; when bad input stops the comparison first, ``--out`` gets a report
-that says so, never an earlier verdict.
+untestable drop on their remaining seeds, nor a seed the candidate ran and failed or diverged on); 2 when the gate
+cannot decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every baseline
+group was compared and held, or was let through by an ``--allow-*`` option, which the verdict line then names. The
+report (``harness.compare.report``) ends with that verdict; when bad input stops the comparison first, ``--out``
+gets a report that says so, never an earlier verdict.
 """
 
 from __future__ import annotations
@@ -161,6 +162,7 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             )
             continue
         problems = _missing(b, c, failed.get(key, set()))
+        ran_and_failed = bool(failed.get(key)) or (c is not None and bool(c.nonfinite) and bool(b.values))
         if key in older:  # the candidate is its newest code: an older one never stands in for it
             problems.insert(
                 0,
@@ -175,6 +177,7 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             config_diff=_config_diff(b, c) if c else [],
             tolerance=args.tolerances.of(b),
             matched=c is not None or key in failed,
+            ran_and_failed=ran_and_failed,
         )
         if c is not None and b.values and c.values:
             try:
@@ -241,12 +244,11 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
         )
     rows = judge(base, cand, args)
     count = {v: sum(r.verdict == v for r in rows) for v in (*VERDICTS, "added")}
-    # A seed the candidate's code ran and diverged on (non-finite where the baseline has values) is that code's
-    # failure, not an absent seed: --allow-missing never waives it.
-    diverged = sum(r.verdict == "missing" and r.cand is not None and bool(r.cand.nonfinite) and bool(r.base.values)
-                   for r in rows)
-    waivable = count["missing"] - diverged
-    failing = count["regression"] + diverged + (0 if args.allow_missing else waivable)
+    # A seed the candidate's code ran and failed or diverged on (non-finite where the baseline has values) is that
+    # code's failure, not an absent seed: --allow-missing never waives it.
+    broke = sum(r.verdict == "missing" and r.ran_and_failed for r in rows)
+    waivable = count["missing"] - broke
+    failing = count["regression"] + broke + (0 if args.allow_missing else waivable)
     # A missing group's seeds may show an unconfirmed drop: --allow-missing waives the seeds, not the drop.
     untestable = sum(r.seen == "untestable" for r in rows)
     undecided = 0 if args.allow_untestable else untestable
@@ -268,7 +270,7 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
         )
     elif failing:
         code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing" + (
-            f" ({diverged} with seeds the candidate diverged on: never waived)" if diverged else "")
+            f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "")
     elif undecided:
         code, verdict = 2, f"CANNOT DECIDE: {undecided} untestable change(s) worse than the tolerance"
     elif any(waived):

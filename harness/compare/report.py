@@ -31,6 +31,7 @@ class Row:
     notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
     matched: bool = False  # the candidate has the group, completed or only failed
     own: bool = False  # the candidate holds the group only as the baseline's own records
+    ran_and_failed: bool = False  # the candidate's code ran a seed of it and failed or diverged: never waived
     config_diff: list[str] = field(default_factory=list)
     tolerance: float = math.nan  # this group's, in metric units
     detectable: float = math.nan  # the smallest change its test could have called significant (stats.detectable)
