@@ -619,8 +619,8 @@ loads it, and a sweep's worker fingerprints every job's, so the same files would
 def hash_files(paths: Iterable[Path]) -> str:
     """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints. Computed once per process
     for files that have not changed since (:data:`_FILE_HASHES`): a rewritten file has another size, mtime,
-    ctime or inode (``rsync -t`` or a same-second rewrite keeps the mtime, never the ctime). UserError naming the
-    file that cannot be read."""
+    ctime or inode (``rsync -t`` or ``touch -r`` puts the mtime back, not the ctime, which moves at the file
+    system's resolution). UserError naming the file that cannot be read."""
     ordered = sorted(Path(p) for p in paths)
     try:
         key = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)

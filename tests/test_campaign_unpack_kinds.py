@@ -118,3 +118,17 @@ def test_a_session_whose_runs_all_stopped_packs_their_checkpoints(tmp_path, caps
     assert (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").read_bytes() == b"weights"
     assert (tmp_path / "side" / "unfinished" / f"{rid}.log").is_file()
     assert (tmp_path / "side" / CAMPAIGN_LOG).is_file()
+
+
+def test_a_manifest_entry_without_its_kind_or_size_is_named_damaged(tmp_path):
+    data = b"log\n"
+    name = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s1.log"
+    path = tmp_path / "t.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for member, payload in ((name, data), (MANIFEST, json.dumps({"members": [{"path": name}]}).encode())):
+            info = tarfile.TarInfo(member)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    with pytest.raises(UserError, match="MANIFEST.json is damaged"):
+        unpack(path, tmp_path / "repo", tmp_path / "side")
+    assert not (tmp_path / "repo").exists()

@@ -92,11 +92,19 @@ def test_an_edge_line_with_one_id_is_named(tmp_path):
 
 
 def test_an_unreadable_raw_file_is_named(tmp_path, monkeypatch):
-    raw = toy_tu(tmp_path)
+    """As root ignores file permissions, the refusal is the open() that hashing the file calls."""
+    import builtins
 
-    def refuse(paths):
-        raise PermissionError(13, "Permission denied", str(raw / "TOY_A.txt"))
+    from domains import base
 
-    monkeypatch.setattr(graph_data, "hash_files", refuse)
-    with pytest.raises(UserError, match=r"TU dataset 'TOY': cannot read .*TOY_A\.txt \(Permission denied\)"):
+    toy_tu(tmp_path)
+
+    def refusing_open(path, *args, **kwargs):
+        if Path(path).name == "TOY_A.txt":
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(base, "_FILE_HASHES", {})
+    monkeypatch.setattr(base, "open", refusing_open, raising=False)
+    with pytest.raises(UserError, match=r"cannot read data file .*TOY_A\.txt: Permission denied"):
         graph_data.tu_files("TOY", tmp_path, False)

@@ -89,7 +89,7 @@ def test_sweep_skips_existing_records(tmp_path):
 
 def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys, monkeypatch):
     # Through the harness: a plain `import submitit` reconfigures logging and closes every handler, absl's with
-    # the stream it holds (pytest's capture file, after an in-process RL test): test_sched_audit2_logging.
+    # the stream it holds (pytest's capture file, after an in-process RL test): tests/test_sweep_submitit_logging.py.
     SlurmExecutor = import_submitit().slurm.slurm.SlurmExecutor
 
     monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: -1))  # as where no srun is installed

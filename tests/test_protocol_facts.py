@@ -54,7 +54,6 @@ def test_graph_svm_uses_the_scale_width_not_the_pre_0_22_default():
     old = SVC(C=10.0, gamma=1.0 / x.shape[1]).fit(x[train], y[train])
     new = SVC(C=10.0, gamma=scale).fit(x[train], y[train])
     assert not np.allclose(old.decision_function(x[test]), new.decision_function(x[test]), atol=1e-2)
-    assert old.score(x[test], y[test]) < new.score(x[test], y[test])
 
 
 def test_graph_svm_gamma_auto_is_the_pre_0_22_width_through_the_protocol():

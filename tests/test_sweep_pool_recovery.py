@@ -73,7 +73,7 @@ def test_a_dead_worker_fails_its_job_and_a_fresh_pool_runs_the_queued_ones(pool,
     assert results[1]["error"] == local.WORKER_DIED
 
 
-def test_a_stop_after_a_dead_worker_starts_no_fresh_pool(pool, tmp_path):
+def test_a_stop_hands_out_no_other_job_and_starts_no_fresh_pool(pool, tmp_path):
     results = local.run_local(_requests("stop", "kill", "b"), 1, tmp_path / "stop", ["tag"])
     assert [p.ran for p in pool.pools] == [["stop"]]  # asked to stop: nothing else is handed out
     assert [r["status"] for r in results] == ["completed", "not started", "not started"]

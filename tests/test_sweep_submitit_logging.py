@@ -72,3 +72,13 @@ def test_absl_keeps_the_stream_it_was_given_when_the_sweep_imports_submitit(tmp_
     """)
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_submitit_log_level_that_is_no_level_is_one_error_line():
+    script = ("from harness.sweep.cluster import import_submitit\n"
+              "from domains.base import UserError\n"
+              "try:\n    import_submitit()\nexcept UserError as exc:\n    print('error:', exc)\n")
+    env = {**__import__("os").environ, "SUBMITIT_LOG_LEVEL": "verbose"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("error: SUBMITIT_LOG_LEVEL='verbose' is not a logging level"), done.stdout

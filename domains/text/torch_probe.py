@@ -13,7 +13,7 @@ held-out fold is also the early-stopping set; the final model is fitted on the w
 The summed cross-entropy is what SentEval's code asks for (``loss_fn.size_average = False``), and what it got on
 the PyTorch of its time (0.2-0.4.0). From PyTorch 0.4.1 on, a loss reads its ``reduction``, fixed when it is
 built, so that assignment does nothing and SentEval run today averages over the batch
-(tests/test_protocol_audit2_facts.py). Adam ignores a constant scale of the loss, so the two differ only in what
+(tests/test_protocol_facts.py). Adam ignores a constant scale of the loss, so the two differ only in what
 an L2 value means: averaged, weight decay l weighs as l·64 does here (64: the batch). Measured once (CR, 300-d SVD
 of bag-of-words features, 10-fold): 77.09 with our grid, 77.14 with the grid times 64, different values chosen.
 

@@ -212,6 +212,8 @@ def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
         raise UserError(f"{tarball}: no {MANIFEST}; not a tarball of `campaign pack`")
     try:
         entries = {e["path"]: e for e in json.loads(files.pop(MANIFEST))["members"]}
+        if any(not {"kind", "bytes", "sha256"} <= set(e) for e in entries.values()):  # what the checks below read
+            raise KeyError("a member's entry lacks a field")
     except (ValueError, KeyError, TypeError):
         raise UserError(f"{tarball}: its {MANIFEST} is damaged") from None
     if set(entries) != set(files):

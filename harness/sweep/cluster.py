@@ -56,14 +56,18 @@ def import_submitit() -> Any:
         else:
             os.environ[SUBMITIT_LOG_LEVEL] = given
     if given and given.upper() != "NOCONFIG":
-        logging.getLogger("submitit").setLevel(int(given) if given.isdigit() else given.upper())
+        try:
+            logging.getLogger("submitit").setLevel(int(given) if given.isdigit() else given.upper())
+        except ValueError:
+            raise UserError(f"{SUBMITIT_LOG_LEVEL}='{given}' is not a logging level (DEBUG, INFO, WARNING, ERROR, "
+                            "a number, or NOCONFIG)") from None
     return submitit
 
 
 def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace, varying: list[str],
               stop_file: Path | None = None) -> list[dict[str, Any]] | None:
     """Slurm job arrays through submitit; None when submitit detects no Slurm here. ``varying``: as
-    :func:`run_local`'s."""
+    :func:`harness.sweep.local.run_local`'s."""
     submitit = import_submitit()
     executor = submitit.AutoExecutor(folder=str(Path(args.results) / ".submitit" / "%j"))
     if executor.cluster != "slurm":
@@ -140,7 +144,7 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
             varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
     cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
-    on from its checkpoint); the others go on. ``varying``: as :func:`run_local`'s."""
+    on from its checkpoint); the others go on. ``varying``: as :func:`harness.sweep.local.run_local`'s."""
     try:
         ray = importlib.import_module("ray")
     except ImportError:
