@@ -37,6 +37,7 @@ from torch import Tensor
 
 from domains.base import DatasetMissingError, DatasetSpec, UserError, hash_files, hash_jsonable, require
 from domains.vision import hub
+from domains.vision.mnist import read_mnist
 
 DATASETS = {
     "digits": DatasetSpec("digits", "scikit-learn's 1,797 handwritten 8x8 digits, upsampled (embedded); "
@@ -295,7 +296,7 @@ def _hub_parts(found: hub.HubImages) -> tuple[ImageSet, ImageSet, ImageSet]:
 
 def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, ImageSet, ImageSet]:
     if name == "mnist":
-        d_tr, y_tr, d_te, y_te = _mnist_files(root, download)
+        d_tr, y_tr, d_te, y_te = read_mnist(root, download, lambda: _missing_layouts("mnist", root))
         train, test = (ImageSet(d[:, None].expand(-1, 3, -1, -1), y) for d, y in ((d_tr, y_tr), (d_te, y_te)))
         return train, train, test
     tvd = require("torchvision.datasets", "vision")
@@ -319,81 +320,11 @@ def _torchvision(name: str, root: Path, download: bool) -> tuple[ImageSet, Image
     return train, train, test
 
 
-MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
-               "t10k-labels-idx1-ubyte")
-
-
-MNIST_SHAPES = {"images": (2051, 3), "labels": (2049, 1)}  # idx magic number and number of dimensions
-
-
-def _mnist_file(raw: Path, name: str) -> Path | None:
-    """``raw/name`` (the idx file) or ``raw/name.gz``, whichever is there (the plain file first), else None."""
-    return next((p for p in (raw / name, raw / f"{name}.gz") if p.is_file()), None)
-
-
-def _read_idx(path: Path, kind: str) -> np.ndarray:
-    """An MNIST idx file (``kind`` images: uint8 ``[N, 28, 28]``; labels: uint8 ``[N]`` in 0..9), plain or
-    gzipped, read in full and checked (magic number, dimensions, length, label range): UserError naming the file and
-    what is wrong, never a shorter set."""
-    import gzip
-    import zlib
-
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, zlib.error) as exc:
-        raise UserError(f"{path} cannot be read ({type(exc).__name__}: {exc}); download it again") from None
-    magic, dims = MNIST_SHAPES[kind]
-    header = 4 + 4 * dims
-    if len(raw) < header:
-        raise UserError(f"{path} is truncated ({len(raw)} bytes, shorter than its idx header); download it again")
-    values = np.frombuffer(raw[:header], dtype=">u4")
-    shape = tuple(int(v) for v in values[1:])
-    if int(values[0]) != magic or (kind == "images" and shape[1:] != (28, 28)):
-        raise UserError(f"{path} is not an MNIST {kind} file (magic {int(values[0])}, shape {shape}; expected magic "
-                        f"{magic}{', N x 28 x 28' if kind == 'images' else ''})")
-    expected = int(np.prod(shape))
-    if len(raw) - header != expected:
-        raise UserError(f"{path} holds {len(raw) - header} bytes of data where its header announces {expected} "
-                        f"({' x '.join(map(str, shape))}): truncated or damaged; download it again")
-    array = np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
-    if kind == "labels" and array.size and int(array.max()) > 9:
-        row = int(np.argmax(array > 9))
-        raise UserError(f"{path}: label {int(array[row])} of row {row} is not a digit 0..9")
-    return array
-
-
 def _mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, dict | None]:
     """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from either layout, and the
     hub source (or None)."""
     (train, _, test), source = _named("mnist", root, download, 0, "", "")
     return train.images[:, 0], train.labels, test.images[:, 0], test.labels, source
-
-
-def _mnist_files(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """uint8 digits ``[N, 28, 28]`` and labels of the MNIST train and test sets, from torchvision's files in
-    ``<root>/MNIST/raw`` (plain or gzipped idx files), read directly: nothing is unpacked into a cache, which would
-    serve the files of another root or an older copy of these. ``download``: torchvision's download, where the
-    files are missing."""
-    raw = root / "MNIST" / "raw"
-    found = {name: _mnist_file(raw, name) for name in MNIST_FILES}
-    if download and None in found.values():
-        tvd = require("torchvision.datasets", "vision")
-        try:
-            tvd.MNIST(str(root), train=True, download=True)
-        except (RuntimeError, OSError) as exc:
-            raise _missing_layouts("mnist", root) from exc
-        found = {name: _mnist_file(raw, name) for name in MNIST_FILES}
-    if None in found.values():
-        raise _missing_layouts("mnist", root)
-    out = []
-    for prefix in ("train", "t10k"):
-        images = _read_idx(found[f"{prefix}-images-idx3-ubyte"], "images")
-        labels = _read_idx(found[f"{prefix}-labels-idx1-ubyte"], "labels")
-        if len(images) != len(labels):
-            raise UserError(f"{found[f'{prefix}-images-idx3-ubyte']} holds {len(images)} images but "
-                            f"{found[f'{prefix}-labels-idx1-ubyte']} {len(labels)} labels: one of them is truncated")
-        out += [torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))]
-    return out[0], out[1], out[2], out[3]
 
 
 def _imagenet100(root: Path, size: int) -> tuple[ImageSet, ImageSet, ImageSet]:
