@@ -157,12 +157,12 @@ def test_a_job_that_raises_says_what_it_raised(tmp_path, slurm_env):
     that acts in Slurm jobs only) fails in one line with the exception it raised, not only its type."""
     (tmp_path / "site").mkdir()
     (tmp_path / "site" / "sitecustomize.py").write_text(
-        'import os, sys\nif "SLURM_JOB_ID" in os.environ:\n    sys.modules["harness.sweep"] = None\n')
+        'import os, sys\nif "SLURM_JOB_ID" in os.environ:\n    sys.modules["harness.sweep.jobs"] = None\n')
     env = {**slurm_env, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), slurm_env["PYTHONPATH"]])}
     proc = _sweep(env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--executor", "slurm",
                   "--timeout-min", "5", "--results", str(tmp_path / "results"))
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr
     [line] = [x for x in stdout.splitlines() if x.startswith("[failed]")]
-    assert "raised ModuleNotFoundError: import of harness.sweep halted; None in sys.modules (its traceback: " in line
+    assert "raised ModuleNotFoundError: import of harness.sweep.jobs halted; None in sys.modules (its traceback: " in line
     assert "ModuleNotFoundError" in Path(line.split("(its traceback: ")[1].rstrip(")")).read_text()
