@@ -164,5 +164,6 @@ def test_a_job_that_raises_says_what_it_raised(tmp_path, slurm_env):
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr
     [line] = [x for x in stdout.splitlines() if x.startswith("[failed]")]
-    assert "raised ModuleNotFoundError: import of harness.sweep.jobs halted; None in sys.modules (its traceback: " in line
+    raised = "raised ModuleNotFoundError: import of harness.sweep.jobs halted; None in sys.modules (its traceback: "
+    assert raised in line
     assert "ModuleNotFoundError" in Path(line.split("(its traceback: ")[1].rstrip(")")).read_text()
