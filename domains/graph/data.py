@@ -296,15 +296,15 @@ def _indicator_problem(path: Path) -> str | None:
         return None  # not numbers: damaged_file names the line once PyG fails on it
     if not ids.size:
         return None
+    if ids[0] != 1:
+        return f"{path}, line 1: the first node's graph is {int(ids[0])}, not 1 (graphs are numbered 1, 2, ...)"
     steps = np.diff(ids)
     bad = np.flatnonzero((steps < 0) | (steps > 1))
-    if ids[0] != 1 or bad.size:
-        if ids[0] != 1:
-            return f"{path}, line 1: the first node's graph is {int(ids[0])}, not 1 (graphs are numbered 1, 2, ...)"
-        line = int(bad[0]) + 2
-        return (f"{path}, line {line}: graph {int(ids[line - 1])} after graph {int(ids[line - 2])}; the nodes' "
-                "graphs must be numbered 1, 2, ... in order")
-    return None
+    if not bad.size:
+        return None
+    line = int(bad[0]) + 2
+    return (f"{path}, line {line}: graph {int(ids[line - 1])} after graph {int(ids[line - 2])}; the nodes' "
+            "graphs must be numbered 1, 2, ... in order")
 
 
 def edge_problem(raw: Path, name: str, data: GraphSet) -> str | None:

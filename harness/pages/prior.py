@@ -384,10 +384,10 @@ def error_curves(synthetic: list[Run]) -> dict[str, list[list[tuple[float, float
     return curves
 
 
-def figure_lines(synthetic: list[Run]) -> list[str]:
-    """The link to the figure where there is one to draw; else a line that says why there is none (a link to a
-    figure that is not written would show a broken image)."""
-    if not any(points for runs in error_curves(synthetic).values() for points in runs):
+def figure_lines(curves: dict[str, list[list[tuple[float, float]]]]) -> list[str]:
+    """The link to the figure of ``curves`` (:func:`error_curves`) where there is one to draw; else a line that says
+    why there is none (a link to a figure that is not written would show a broken image)."""
+    if not curves:
         return ["No figure: no `auto` run on a synthetic set has estimates to draw.", ""]
     return [f"![relative error of the auto estimate over training]({FIGURE})", ""]
 
@@ -405,6 +405,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
         raise UserError(f"no completed records of infonce, dcl, hcl or pucl with a finite metric in '{results}' "
                         f"({diverged} non-finite); nothing was written")
     synthetic = [r for r in runs if r.dataset in SYNTHETIC]
+    curves = error_curves(synthetic)
     gains, verdicts = gain_lines(runs)
     good = sum("as good" in v for v in verdicts)
     lines = [
@@ -421,7 +422,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
         "Synthetic sets with C classes, the label prior known. Goal: within 25% (relative) of the τ+ the loss saw "
         "at C ≤ 10, within a factor 2 at C = 50 (every run).", "",
         *estimation_lines(runs, synthetic=True),
-        *figure_lines(synthetic),
+        *figure_lines(curves),
         "## Gain over infonce at three settings of the prior", "",
         "Mean over seeds of the paired difference to infonce in the domain's primary metric (positive = "
         f"better); † marks a paired t-test with p < {ALPHA}. The first column holds the runs at the label prior "
@@ -437,7 +438,6 @@ def write_prior_page(results: Path, out: Path) -> Path:
         "vision: the digit classes; text books: the book each sentence comes from).", "",
         *estimation_lines(runs, synthetic=False),
     ]
-    curves = error_curves(synthetic)
     path, figure = out / "prior.md", out / FIGURE
     previous = generated.shown_figures(path, "prior", NAME)
     generated.refuse_foreign([path], "prior")
