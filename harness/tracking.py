@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from domains.base import RunSpec, UserError, require, write_atomic
+from harness.tables import markdown
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 DEFAULT = ("tensorboard",)
@@ -105,8 +106,7 @@ def check(names: Sequence[str]) -> None:
 
 def _identity_text(spec: RunSpec) -> str:
     """The run's identity as a markdown table, for TensorBoard's text tab (W&B's config, MLflow's params)."""
-    rows = [f"| {key} | {str(value).replace('|', '&#124;')} |" for key, value in _params(spec).items()]
-    return "\n".join(["| key | value |", "|---|---|", *rows])
+    return "\n".join(markdown(["key", "value"], _params(spec).items()))
 
 
 def _params(spec: RunSpec) -> dict[str, Any]:
