@@ -212,7 +212,8 @@ def test_a_published_row_of_another_protocol_is_marked(tmp_path, monkeypatch):
 
 
 def test_the_index_best_needs_three_seeds(tmp_path):
-    """A one-seed row with a higher mean is not a dataset's best; a dataset without a 3-seed row says so."""
+    """A one-seed row with a higher mean is not a dataset's best, on the index or in bold on its page; a dataset
+    without a 3-seed row says so."""
     records = synthetic_records() + [synthetic_record("hcl", 0, 99.0, loss_params={"tau_plus": 0.1, "beta": 1.0})]
     write_records(tmp_path / "results", records)
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
@@ -221,7 +222,11 @@ def test_the_index_best_needs_three_seeds(tmp_path):
     assert "| dcl | tau_plus=0.1 | linear | quick, 3 epochs | 85.57 ± 0.81 (3 seeds) |" in blobs  # 85, 86.5, 85.2
     (hard,) = _lines(index, "| [tiny](tiny.md) | blobs_hard |")
     assert "(2 seeds), *fewer than 3 seeds* |" in hard
-    assert "**99.00 ± – (1 seed)**" in (tmp_path / "tiny.md").read_text()  # the page still shows it as the best
+    page = (tmp_path / "tiny.md").read_text()
+    # The page bolds by the same rule: the 3-seed best, not the one-seed row above it; a table without a 3-seed
+    # row bolds its best (blobs_hard's two-seed rows).
+    assert "**85.57 ± 0.81 (3 seeds)**" in page and "**99.00" not in page and "99.00 ± – (1 seed)" in page
+    assert "(2 seeds)**" in page.split("## blobs_hard")[1]
 
 
 def test_the_index_best_comes_from_a_setting_that_compares_losses(tmp_path):

@@ -59,9 +59,10 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     lines = [
         MARKER, "", f"# Leaderboard: {domain}", "",
         f"Primary metric `{first.primary_metric}` ({direction} is better): mean ± sample std over seeds "
-        f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged. Δ: change of "
-        f"the mean against the row of the baseline loss named in its header (the method's own where it has one) "
-        f"with the same method and setting; {DAGGER} marks "
+        f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged and, where the "
+        f"table has any, with at least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
+        f"Δ: change of the mean against the row of the baseline loss named in its header (the method's own where "
+        f"it has one) with the same method and setting; {DAGGER} marks "
         f"p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both rows share. Setting: "
         "the preset (`harness list presets`) and its overrides, then the budget and model the run had. Runtime: the "
         "mean over seeds of a run's wall time (training and evaluation), on the device named beside it; record: "
@@ -80,7 +81,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
                   f"{', '.join(f'`{m}`' for m in metrics)} where a run reports them.", ""]
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
-        winners = {id(g) for g in best(sound(rows))}
+        winners = {id(g) for g in best(contenders(rows))}
         extra = [m for m in metrics if any(m in g.secondary for g in rows)]
         columns = ["method", "loss", "hyper-parameters", "setting", first.primary_metric, delta_header(rows), *extra,
                    "runtime", "device", "record"]
@@ -111,6 +112,13 @@ def finite(rows: list[Group]) -> list[Group]:
 def sound(rows: list[Group]) -> list[Group]:
     """The rows none of whose seeds diverged: a mean over the seeds that survived is no rival for a whole row's."""
     return [g for g in finite(rows) if not g.nonfinite]
+
+
+def contenders(rows: list[Group]) -> list[Group]:
+    """The rows a table's best is chosen from: the sound ones with at least ``MIN_SEEDS`` seeds, or, where none
+    has that many, every sound row."""
+    whole = sound(rows)
+    return [g for g in whole if g.n >= MIN_SEEDS] or whole
 
 
 def comparisons(rows: list[Group]) -> list[Group]:
@@ -158,19 +166,18 @@ def index_page(groups: list[Group]) -> str:
 
 def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group], dom: Domain | None) -> list[str]:
     """The index's row of one dataset: its best row among ``rows`` and the gain over that row's baseline."""
-    enough = [g for g in sound(rows) if g.n >= MIN_SEEDS]
     if not finite(rows):
         seeds = sum(g.runs for g in rows)
         return [f"[{domain}]({domain}.md)", dataset, rows[0].primary_metric, *[NONE] * 4,
                 f"no finite result (every row diverged: {seeds} seeds)", NONE, NONE]
-    top = best(enough or sound(rows) or finite(rows))[0]
+    top = best(contenders(rows) or finite(rows))[0]
     base = baseline_for(top, groups)
     if base is None:
         baseline, gain = NONE, NONE
     else:
         baseline = f"{cell(base)} ({base.loss})"
         gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}" if base.values else NONE
-    few = "" if enough else f", *fewer than {MIN_SEEDS} seeds*"
+    few = "" if top.n >= MIN_SEEDS and not top.nonfinite else f", *fewer than {MIN_SEEDS} seeds*"
     return [f"[{domain}]({domain}.md)", dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
             top.method, setting_cell(top, dom), cell(top) + few, baseline, gain]
 
