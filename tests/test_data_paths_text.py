@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from domains.base import UserError
-from domains.text import corpus, senteval
+from domains.text import corpus, senteval_tasks
 from domains.text.config import TextConfig
 
 MRPC_HEADER = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
@@ -40,36 +40,36 @@ def test_mrpc_in_a_wrong_encoding_is_named_with_its_line(tmp_path):
     bad = _mrpc(PAIRS).replace(b"It rained", b"It rain\xe9d")
     _task(tmp_path, "MRPC", {"msr_paraphrase_train.txt": _mrpc(PAIRS), "msr_paraphrase_test.txt": bad})
     with pytest.raises(UserError, match=r"msr_paraphrase_test\.txt:3: byte 0xe9 is not utf-8-sig"):
-        senteval.read_task(tmp_path, "MRPC")
+        senteval_tasks.read_task(tmp_path, "MRPC")
 
 
 def test_mrpc_with_its_header_only_is_refused(tmp_path):
     _task(tmp_path, "MRPC", {"msr_paraphrase_train.txt": _mrpc(PAIRS),
                              "msr_paraphrase_test.txt": MRPC_HEADER.encode("utf-8")})
     with pytest.raises(UserError, match=r"msr_paraphrase_test\.txt holds no sentence pairs"):
-        senteval.read_task(tmp_path, "MRPC")
+        senteval_tasks.read_task(tmp_path, "MRPC")
 
 
 def test_an_empty_senteval_file_is_named_not_a_task_of_one_class(tmp_path):
     """An empty rt-polarity.neg gave MR with positive sentences only, without a word."""
     _task(tmp_path, "MR", {"rt-polarity.pos": b"good .\nfine .\n", "rt-polarity.neg": b""})
     with pytest.raises(UserError, match=r"rt-polarity\.neg is empty"):
-        senteval.read_task(tmp_path, "MR")
+        senteval_tasks.read_task(tmp_path, "MR")
     _task(tmp_path, "TREC", {"train_5500.label": b"NUM:date When ?\n", "TREC_10.label": b"\n"})
     with pytest.raises(UserError, match=r"TREC_10\.label is empty"):
-        senteval.read_task(tmp_path, "TREC")
+        senteval_tasks.read_task(tmp_path, "TREC")
 
 
 def test_a_utf16_senteval_file_is_named(tmp_path):
     _task(tmp_path, "CR", {"custrev.pos": "good .\n".encode("utf-16"), "custrev.neg": b"bad .\n"})
     with pytest.raises(UserError, match=r"custrev\.pos holds NUL bytes"):
-        senteval.read_task(tmp_path, "CR")
+        senteval_tasks.read_task(tmp_path, "CR")
 
 
 def test_senteval_lines_are_read_as_before(tmp_path):
     """CRLF, a lone CR, blank lines and a latin-1 byte: the samples SentEval's ``read().splitlines()`` gives."""
     _task(tmp_path, "MPQA", {"mpqa.pos": b"good\r\nnice caf\xe9\r\n\r\nfine\n", "mpqa.neg": b"bad\rworse\n"})
-    task = senteval.read_task(tmp_path, "MPQA")
+    task = senteval_tasks.read_task(tmp_path, "MPQA")
     assert sorted(task.train.sentences) == sorted(["good", "nice caf\xe9", "", "fine", "bad", "worse"])
     assert sorted(task.train.labels.tolist()) == [0, 0, 1, 1, 1, 1]
 
@@ -132,4 +132,4 @@ def test_an_unreadable_book_or_senteval_file_is_named(tmp_path, monkeypatch):
         corpus.load_books(tmp_path, TextConfig())
     _unreadable(monkeypatch, "rt-polarity.neg")
     with pytest.raises(UserError, match=r"cannot read .*rt-polarity\.neg \(Permission denied\)"):
-        senteval.read_task(tmp_path, "MR")
+        senteval_tasks.read_task(tmp_path, "MR")

@@ -211,7 +211,8 @@ def test_the_biased_targets_note_counts_the_flops_it_quotes():
     from domains.vision.bench import BIASED_MNIST_TRAIN, step_tflop
     from domains.vision.biased import Biased
     from domains.vision.config import PRESETS, VisionConfig, resolved
-    from domains.vision.data import HALF_STATS, ImageSet, VisionData
+    from domains.vision.data import HALF_STATS
+    from domains.vision.images import ImageSet, VisionData
     from domains.vision.train import data_info
     from harness.pages.bench import BIASED_EPOCH_TFLOP, TARGETS
 

@@ -18,7 +18,8 @@ from domains.base import RunSpec, UserError
 from domains.text import TextDomain
 from domains.text import torch_probe as tp
 from domains.text.config import TASKS, TextConfig
-from domains.text.senteval import Classifier, Split, Task, cross_validate, evaluate_task, train_test
+from domains.text.senteval import Classifier, cross_validate, evaluate_task, train_test
+from domains.text.senteval_tasks import Split, Task
 
 SEED = 1111  # SentEval's seed, its folds' random_state
 K = 3  # folds (SentEval's default is 5, the papers' 10): the structure is the same, the test 3x faster

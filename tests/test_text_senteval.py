@@ -12,10 +12,10 @@ from domains.text.senteval import (
     Classifier,
     cross_validate,
     pair_features,
-    read_task,
     select_C,
     train_test,
 )
+from domains.text.senteval_tasks import read_task
 
 
 @pytest.mark.parametrize("name, n_train, n_test, counts", [

@@ -15,8 +15,8 @@ import domains
 import losses
 from domains.base import RunContext, RunSpec
 from domains.vision.biased import BASE_TEMPERATURE, Biased
+from domains.vision.colouring import MNIST_COLOURS, assign_colours, biased_mnist, colourize_binary
 from domains.vision.config import PRESETS, VisionConfig, resolved
-from domains.vision.data import MNIST_COLOURS, assign_colours, biased_mnist, colourize_binary
 from domains.vision.method import Batch, DataInfo
 
 VISION = domains.get("vision")

@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from domains.base import DatasetMissingError
-from domains.vision import data
+from domains.vision import colouring, data
+from domains.vision.images import batches
 
 
 @pytest.mark.parametrize("rho", [0.999, 0.997, 0.99, 0.1])
 def test_colour_assignment_fraction_equals_rho(rho):
     labels = torch.arange(10).repeat_interleave(2000)
-    colour = data.assign_colours(labels, rho, torch.Generator().manual_seed(1))
+    colour = colouring.assign_colours(labels, rho, torch.Generator().manual_seed(1))
     aligned = (colour == labels).float().mean().item()
     assert aligned == pytest.approx(rho, abs=1e-3)
     for c in range(10):  # the conflicting samples of a class spread evenly over the 9 other colours
@@ -30,9 +31,9 @@ def test_colour_assignment_fraction_equals_rho(rho):
 def test_colourize_puts_colour_on_the_background_and_white_on_the_digit():
     gray = torch.zeros(2, 1, 4, 4)
     gray[:, :, 1:3, 1:3] = 1.0
-    img = data.colourize(gray, torch.tensor([0, 5]))
-    assert img[0, :, 0, 0].tolist() == data.COLOURS[0].tolist()
-    assert img[1, :, 0, 0].tolist() == data.COLOURS[5].tolist()
+    img = colouring.colourize(gray, torch.tensor([0, 5]))
+    assert img[0, :, 0, 0].tolist() == colouring.COLOURS[0].tolist()
+    assert img[1, :, 0, 0].tolist() == colouring.COLOURS[5].tolist()
     assert img[:, :, 1, 1].eq(255).all()
 
 
@@ -57,7 +58,7 @@ def test_biased_digits_fraction_and_unbiased_test(rho):
     assert test_aligned == pytest.approx(0.1, abs=0.03)
     # The background (the corner pixel, blank in every digit) carries the bias colour.
     corner = d.train.images[:, :, 0, 0].long()
-    assert (corner == data.COLOURS[d.train.bias]).all(dim=1).float().mean() > 0.95
+    assert (corner == colouring.COLOURS[d.train.bias]).all(dim=1).float().mean() > 0.95
     assert data.load("biased-digits", "/nonexistent", rho=rho).fingerprint == d.fingerprint
 
 
@@ -110,6 +111,6 @@ def test_bias_folder_reads_labels_and_bias_from_file_names(tmp_path):
     assert len(d.train) == 3 and len(d.test) == 2 and d.image_size == 32
     assert d.train.labels.tolist() == [0, 1, 1] and d.train.bias.tolist() == [0, 1, 0]
     assert d.test.bias.tolist() == [1, 1]
-    (idx, images), = data.batches(d.train, torch.arange(3), 8, drop_last=False)
+    (idx, images), = batches(d.train, torch.arange(3), 8, drop_last=False)
     assert images.shape == (3, 3, 32, 32) and images.dtype == torch.uint8
     assert images[1, 0, 5, 5] == 200 and images[0, 0, 5, 5] == 0

@@ -28,7 +28,8 @@ from domains.vision import train
 from domains.vision.biased import Biased
 from domains.vision.cmc import CMC
 from domains.vision.config import PRESETS, VisionConfig, resolved
-from domains.vision.data import HALF_STATS, ImageSet, VisionData
+from domains.vision.data import HALF_STATS
+from domains.vision.images import ImageSet, VisionData
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
 

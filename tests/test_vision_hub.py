@@ -21,6 +21,7 @@ import domains
 from domains.base import DatasetMissingError, RunSpec, UserError, hash_files
 from domains.vision import augment, data, hub
 from domains.vision.config import PRESETS, VisionConfig, resolved
+from domains.vision.images import FolderImages
 
 datasets = pytest.importorskip("datasets")
 Image = pytest.importorskip("PIL.Image")
@@ -149,7 +150,7 @@ def test_parallel_decoding_equals_serial_and_resizes_as_image_folders_do(tmp_pat
     monkeypatch.setattr(hub, "CHUNK", 16)
     serial = hub.decode(blobs, 7, workers=1)
     assert torch.equal(hub.decode(blobs, 7, workers=2), serial)
-    folder = data.FolderImages(paths, 7)  # the image-folder sets' rule: shorter side, antialiased, centre crop
+    folder = FolderImages(paths, 7)  # the image-folder sets' rule: shorter side, antialiased, centre crop
     assert all(torch.equal(serial[i], folder[i]) for i in range(len(paths)))
 
 

@@ -5,9 +5,9 @@ DCL paper (Chuang et al. 2020, Table 2).
 Methods: ``quickthought`` (GRU encoders f, g), ``quickthought-bert`` (BERT-style encoders from a config, trained
 from scratch), and two evaluation-only methods that ignore the loss (the record says so in ``info``):
 ``bow`` (bag-of-words baseline) and ``hf`` (a local Hugging Face model directory). Modules: ``config``,
-``corpus``, ``tokenize``, ``models``, ``quickthought`` (scores and training), ``senteval`` (readers, protocol,
-bag of words), ``torch_probe`` (SentEval's PyTorch logistic regression, batched, on any device), ``evaluate``,
-``bench``.
+``corpus``, ``files`` (the checks of a plain-text file every reader makes), ``tokenize``, ``models``,
+``quickthought`` (scores and training), ``senteval_tasks`` (SentEval's readers), ``senteval`` (protocol, bag of
+words), ``torch_probe`` (SentEval's PyTorch logistic regression, batched, on any device), ``evaluate``, ``bench``.
 """
 
 from __future__ import annotations
@@ -261,7 +261,7 @@ class TextDomain(Domain):
         cfg: TextConfig = spec.config
         if spec.dataset == "synthetic-topics":
             return {"dataset": spec.dataset, "generator_sha256": synthetic_fingerprint(cfg)}
-        from domains.text.senteval import task_files
+        from domains.text.senteval_tasks import task_files
 
         out: dict[str, Any] = {"dataset": spec.dataset,
                                "senteval_sha256": hash_files(task_files(ctx.data_root, cfg.senteval_tasks))}

@@ -25,6 +25,7 @@ import numpy as np
 
 from domains.base import DatasetMissingError, UserError, cache_dir, hash_jsonable, require, write_atomic
 from domains.text.config import TextConfig
+from domains.text.files import read_bytes, refuse_nul
 
 SPLITTER_VERSION = "pysbd-paragraphs-1"  # part of the cache key: bump it when the splitting changes
 
@@ -75,19 +76,13 @@ def split_sentences(text: str) -> list[str]:
 
 def book_sentences(path: Path) -> list[str]:
     """The sentences of one book, cached by the sha256 of its bytes (splitting all 15 books takes a minute)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"cannot read the book {path} ({exc.strerror or exc})") from None
+    raw = read_bytes(path, f"the book {path}")
     key = hashlib.sha256(raw + SPLITTER_VERSION.encode()).hexdigest()[:32]
     cached = cache_dir() / "text" / f"{path.stem}-{key}.json"
     sentences = _cached_sentences(cached)
     if sentences is not None:
         return sentences
-    nul = raw.find(b"\0")
-    if nul >= 0:
-        raise UserError(f"{path} holds NUL bytes (the first at offset {nul}): not a plain-text book (UTF-16? books "
-                        "are read as latin-1, one byte a character)")
+    refuse_nul(raw, path, "book (UTF-16? books are read as latin-1, one byte a character)")
     sentences = split_sentences(raw.decode("latin-1"))
     if not sentences:
         raise UserError(f"{path} is empty (no sentence in it): remove it from {path.parent}/ or restore its text")

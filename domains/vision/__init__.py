@@ -36,8 +36,9 @@ from domains.vision import config as vcfg
 from domains.vision.biased import Biased
 from domains.vision.cmc import CMC
 from domains.vision.config import PRESETS, VisionConfig
-from domains.vision.data import BIASED, DATASETS, VisionData, load
+from domains.vision.data import BIASED, DATASETS, load
 from domains.vision.hub import PREFIX, is_hub_name
+from domains.vision.images import VisionData
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
 from losses.prior import class_structure

@@ -46,7 +46,8 @@ from domains.graphed import GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
 from domains.vision.biased import Biased
 from domains.vision.config import PRESETS, VisionConfig, resolved
-from domains.vision.data import CIFAR_STATS, HALF_STATS, ImageSet, VisionData
+from domains.vision.data import CIFAR_STATS, HALF_STATS
+from domains.vision.images import ImageSet, VisionData
 from domains.vision.method import Batch, Method
 from domains.vision.models import encoder, projection_head
 from domains.vision.simclr import SimCLR

@@ -40,8 +40,8 @@ from torch import Tensor, nn
 
 import losses
 from domains.base import UserError
-from domains.vision.data import ImageSet
 from domains.vision.evaluate import extract, group_accuracy, topk_accuracy
+from domains.vision.images import ImageSet
 from domains.vision.method import Batch, Method
 from domains.vision.models import FEATURE_DIM, encoder, projection_head
 

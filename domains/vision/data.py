@@ -1,19 +1,15 @@
-"""Image datasets as uint8 tensors ``[N, 3, H, W]`` (or image folders streamed at a fixed size), with
-class labels (-1: unlabelled) and, for the biased-data track, bias labels.
+"""The vision datasets, loaded (:func:`load`) as :mod:`domains.vision.images` holds them: uint8 tensors
+``[N, 3, H, W]`` (or image folders streamed at a fixed size), with class labels (-1: unlabelled) and, for the
+biased-data track, bias labels.
 
 - ``digits``: scikit-learn's 1,797 handwritten 8x8 digits (shipped in the package), upsampled, with a
   fixed stratified 70/30 split. ``biased-digits``: the same digits on a background colour tied to the
   class with probability ``rho`` (test: rho 0.1), built as Biased-MNIST. ``first_classes`` C (the config's
   ``classes``) keeps the digits 0..C-1 of both, for a known class prior: τ+ = Σ_c p_c², about 1/C (the
   digits' classes are nearly balanced); the colouring of the kept images is the one of the ten-class set.
-- Biased-MNIST (Bahng et al., ICML 2020, "Learning De-biased Representations with Biased
-  Representations"), built as Barbano et al. ran it (EIDOSLAB/unbiased-contrastive-learning,
-  src/data/biased_mnist.py, ``color_background=True``): each class has a colour; per class
-  ``int(n·rho)`` training samples take it and the rest are split in chunks of ``ceil(rest/9)`` over the
-  other nine colours in random order; the unbiased test set uses rho = 0.1; the bias label is the
-  colour. Every pixel that is not 0 becomes white (255), every 0 pixel the background colour; the
-  tenth colour is (50, 255, 128) as in their background mode, not Bahng's grey. Difference: the
-  colouring is drawn once (fixed seed), where theirs is redrawn with each trial's seed.
+- Biased-MNIST (Bahng et al., ICML 2020), coloured as Barbano et al. ran it (:mod:`domains.vision.colouring`);
+  the unbiased test set uses rho = 0.1. Difference: the colouring is drawn once (fixed seed), where theirs is
+  redrawn with each trial's seed.
 - CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST in either layout under the data root:
   torchvision's files, or a folder of the Hugging Face hub's parquet shards of that set (``cifar10/``,
   ``cifar100/``, ``stl10/``, ``mnist/``, or the hub id's path, e.g. ``uoft-cs/cifar10/``), read by
@@ -25,9 +21,6 @@ class labels (-1: unlabelled) and, for the biased-data track, bias labels.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +30,8 @@ from torch import Tensor
 
 from domains.base import DatasetMissingError, DatasetSpec, UserError, hash_files, hash_jsonable, require
 from domains.vision import hub
+from domains.vision.colouring import biased, biased_mnist
+from domains.vision.images import FolderImages, ImageSet, VisionData
 from domains.vision.mnist import read_mnist
 
 DATASETS = {
@@ -63,11 +58,6 @@ DATASETS = {
                          needs_download=False),
 }
 BIASED = ("biased-digits", "biased-mnist", "corrupted-cifar10", "bffhq")
-# Bahng et al.'s ten background colours, one per class.
-COLOURS = torch.tensor([[255, 0, 0], [0, 255, 0], [0, 0, 255], [225, 225, 0], [225, 0, 225],
-                        [0, 255, 255], [255, 128, 0], [255, 0, 128], [128, 0, 255], [128, 128, 128]])
-# Barbano et al.'s background mode replaces the tenth colour (grey would be hard to tell from white digits).
-MNIST_COLOURS = torch.cat([COLOURS[:9], torch.tensor([[50, 255, 128]])])
 IMAGENET_STATS = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR_STATS = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 HALF_STATS = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
@@ -97,129 +87,6 @@ IMAGENET100 = tuple(sorted("""
 """.split()))
 SPLIT_SEED = 0  # the digits split and the colouring are fixed: seeds vary training only
 UNBIASED_TEST_RHO = 0.1
-
-
-class FolderImages(torch.utils.data.Dataset):
-    """Image files decoded on demand: shorter side resized to ``size``, centre-cropped square, uint8."""
-
-    def __init__(self, paths: list[Path], size: int):
-        self.paths, self.size = paths, size
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, i: int) -> Tensor:
-        tvf = require("torchvision.transforms.functional", "vision")
-        from PIL import Image
-
-        with Image.open(self.paths[i]) as img:
-            img = tvf.center_crop(tvf.resize(img.convert("RGB"), self.size), self.size)
-            return tvf.pil_to_tensor(img)
-
-
-@dataclass
-class ImageSet:
-    """Images (a uint8 tensor or a folder), labels (long, -1 unlabelled) and optional bias labels."""
-
-    images: Tensor | FolderImages
-    labels: Tensor
-    bias: Tensor | None = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def to(self, device: torch.device) -> ImageSet:
-        """The same set with its tensors on ``device`` (folders stay where they are)."""
-        images = self.images.to(device) if isinstance(self.images, Tensor) else self.images
-        return ImageSet(images, self.labels.to(device), None if self.bias is None else self.bias.to(device))
-
-
-@dataclass
-class VisionData:
-    name: str
-    pretrain: ImageSet  # what the encoder is trained on (STL-10: train + unlabeled)
-    train: ImageSet  # labelled: linear evaluation and the kNN bank
-    test: ImageSet
-    num_classes: int
-    image_size: int  # the size the encoder sees; folders are stored larger and centre-cropped
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    fingerprint: dict = field(default_factory=dict)
-
-    def to(self, device: torch.device) -> VisionData:
-        """The same data with every in-memory split on ``device`` (a split shared by two roles stays shared)."""
-        moved: dict[int, ImageSet] = {}
-        for split in (self.pretrain, self.train, self.test):
-            moved.setdefault(id(split), split.to(device))
-        return replace(self, pretrain=moved[id(self.pretrain)], train=moved[id(self.train)],
-                       test=moved[id(self.test)])
-
-
-def chunks(order: Tensor, batch_size: int, drop_last: bool) -> list[Tensor]:
-    """Consecutive ``batch_size`` slices of ``order`` (views: nothing is copied), the last shorter one dropped
-    when ``drop_last``."""
-    parts = list(torch.split(order, batch_size))
-    if drop_last and parts and len(parts[-1]) < batch_size:
-        parts.pop()
-    return parts
-
-
-def batches(images: ImageSet, order: Tensor, batch_size: int, drop_last: bool,
-            num_workers: int = 0) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(index, uint8 images)`` for consecutive chunks of ``order``; in-memory images are indexed where
-    they are (on the device: one copy of ``order``, none per batch)."""
-    if isinstance(images.images, Tensor):
-        order = order.to(images.images.device)
-    parts = chunks(order, batch_size, drop_last)
-    if isinstance(images.images, Tensor):
-        for idx in parts:
-            yield idx, images.images[idx]
-        return
-    loader = torch.utils.data.DataLoader(images.images, batch_sampler=[c.tolist() for c in parts],
-                                         num_workers=num_workers, pin_memory=torch.cuda.is_available())
-    yield from zip(parts, loader)
-
-
-def assign_colours(labels: Tensor, rho: float, generator: torch.Generator, n_colours: int = 10) -> Tensor:
-    """Biased-MNIST's bias: per class, ``floor(n·rho)`` samples (chosen at random) take the class's
-    colour, the rest are split evenly over the other colours in random order."""
-    colour = torch.empty_like(labels)
-    for c in labels.unique().tolist():
-        members = (labels == c).nonzero().flatten()
-        members = members[torch.randperm(len(members), generator=generator)]
-        n_aligned = math.floor(len(members) * rho + 1e-9)
-        colour[members[:n_aligned]] = c
-        rest = members[n_aligned:]
-        others = [(c + k) % n_colours for k in range(1, n_colours)]
-        others = [others[i] for i in torch.randperm(len(others), generator=generator).tolist()]
-        if len(rest):
-            for part, other in zip(torch.split(rest, math.ceil(len(rest) / len(others))), others):
-                colour[part] = other
-    return colour
-
-
-def colourize(gray: Tensor, colour: Tensor) -> Tensor:
-    """White digits ``gray [N, 1, H, W]`` in [0, 1] over background colours ``COLOURS[colour]``."""
-    bg = COLOURS[colour].float()[:, :, None, None]
-    return (gray * 255.0 + (1.0 - gray) * bg).round().clamp(0, 255).to(torch.uint8)
-
-
-def colourize_binary(digits: Tensor, colour: Tensor) -> Tensor:
-    """Barbano et al.'s Biased-MNIST pixels: uint8 ``digits [N, H, W]``; a non-zero pixel becomes
-    white, a zero pixel the background colour ``MNIST_COLOURS[colour]``."""
-    ink = (digits != 0)[:, None]
-    bg = MNIST_COLOURS[colour].to(torch.uint8)[:, :, None, None]
-    return torch.where(ink, torch.full_like(bg, 255), bg).contiguous()
-
-
-def biased(gray: Tensor, labels: Tensor, rho: float, seed: int) -> ImageSet:
-    colour = assign_colours(labels, rho, torch.Generator().manual_seed(seed))
-    return ImageSet(colourize(gray, colour), labels, colour)
-
-
-def biased_mnist(digits: Tensor, labels: Tensor, rho: float, seed: int) -> ImageSet:
-    colour = assign_colours(labels, rho, torch.Generator().manual_seed(seed))
-    return ImageSet(colourize_binary(digits, colour), labels, colour)
 
 
 def _digits(size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from domains.vision.data import ImageSet, batches
+from domains.vision.images import ImageSet, batches
 from domains.vision.method import Method
 
 LINEAR_BATCH = 512

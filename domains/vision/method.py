@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig
-from domains.vision.data import ImageSet
+from domains.vision.images import ImageSet
 from losses.distributed import is_distributed
 
 

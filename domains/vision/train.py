@@ -34,8 +34,8 @@ from domains.base import PretrainResult, RunContext, UserError, rng_state, set_r
 from domains.graphed import Backend, GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig
-from domains.vision.data import ImageSet, VisionData, batches, chunks
 from domains.vision.evaluate import extract, knn_top1
+from domains.vision.images import ImageSet, VisionData, batches, chunks
 from domains.vision.method import Batch, DataInfo, Method
 from losses.distributed import is_distributed
 from losses.prior import SameClassShare

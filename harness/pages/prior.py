@@ -8,31 +8,27 @@ record's measured in-batch share, else its label prior ``details.label_prior``; 
 training), its error over training as a figure, what each setting gains over infonce with a paired test over the
 seeds, and what the estimate costs. A record counts as the "label prior" setting (``true``) when its prior equals
 the record's label prior; at C = 10 it and the default (0.1) coincide, and the page says so.
+
+The records are read as runs by :mod:`harness.pages.prior_runs` and tabulated by :mod:`harness.pages.prior_tables`;
+this module writes the page: its text, the figure of the estimate's error and the files.
 """
 
 from __future__ import annotations
 
-import math
 import re
-import statistics
-from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from filelock import FileLock
-from scipy import stats
 
 from domains.base import UserError, refuse_link, write_atomic
-from harness import tables
 from harness.pages import generated
-from harness.records import RunRecord, load_records
+from harness.pages.prior_runs import LOSSES, MEASURED, SYNTHETIC, Run, task_label, to_run
+from harness.pages.prior_tables import ALPHA, cost_lines, estimation_lines, gain_lines
+from harness.records import load_records
 
 MARKER = generated.marker("prior")
 FIGURE = "prior_error.png"
 NAME = re.compile(re.escape(FIGURE))  # the link to it in a page of ours
-ALPHA = 0.05
-SYNTHETIC = ("synthetic-motifs", "synthetic-topics", "digits", "biased-digits")
-LOSSES = ("dcl", "hcl", "pucl")
 # Written by hand, like a domain's notes: what the records above show and our best explanation. It cites the
 # records; it never replaces them. One markdown line per item.
 FINDINGS = (
@@ -96,256 +92,6 @@ FINDINGS = (
     "with hcl and pucl.",
 )
 
-AUTO_DEFAULT = "auto (kmeans)"  # the default estimator's column: the one the goal is judged on
-MEASURED, LABEL_PRIOR = "measured", "label prior"  # where a record's reference τ+ comes from
-# The record's measured share of same-class negatives: graph and vision count it as they train
-# (losses.prior.SameClassShare), text from its fixed batches (domains.text.quickthought); older records lack it.
-SHARE_KEYS = ("negative_same_class_fraction", "negative_same_topic_fraction")
-
-
-@dataclass
-class Run:
-    """What the page needs of one completed record."""
-
-    domain: str
-    dataset: str
-    classes: int | None
-    loss: str
-    settings: tuple[str, ...]  # ("baseline",) for infonce; "true", "auto", "default" (both of the first and last
-    # where the label prior equals the default), or () for another value
-    estimator: str | None
-    seed: int
-    value: float
-    higher_is_better: bool
-    label_prior: float | None
-    estimate: float | None  # the final smoothed estimate of an auto run
-    measured_share: float | None  # the measured share of the negatives that share the anchor's class
-    class_structure: dict[str, float] | None  # the evaluation's class silhouette and ARI (losses.prior.class_structure)
-    trajectory: list[tuple[float, float]] = field(default_factory=list)  # (epoch, smoothed estimate)
-    estimate_seconds: list[float] = field(default_factory=list)  # each estimate's cost, in the curve's order
-    total_seconds: float = 0.0
-
-    @property
-    def prior_seconds(self) -> float:
-        return sum(self.estimate_seconds)
-
-    @property
-    def task(self) -> tuple[str, str, int | None]:
-        return (self.domain, self.dataset, self.classes)
-
-    @property
-    def reference(self) -> float | None:
-        """τ+ as DCL defines it, the share of the negatives the loss saw that share the anchor's class: the
-        measured in-batch share where the record holds one, else the label prior (its expectation under
-        uniformly drawn batches)."""
-        return self.measured_share if self.measured_share is not None else self.label_prior
-
-    @property
-    def reference_source(self) -> str:
-        return MEASURED if self.measured_share is not None else LABEL_PRIOR
-
-    def relative_error(self, value: float) -> float:
-        return abs(value - self.reference) / self.reference
-
-
-def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
-    """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
-    import losses
-
-    if record.loss == "infonce":
-        return ("baseline",), None
-    prior = losses.spec(record.loss).prior_hparam if record.loss in losses.available() else None
-    if prior is None:
-        return (), None
-    value = record.loss_params.get(prior.name)
-    if value == "auto":
-        return ("auto",), record.loss_params.get("prior_estimator")
-    label_prior = record.details.get("label_prior")
-    settings = []
-    if label_prior is not None and math.isclose(float(value), float(label_prior), rel_tol=1e-3):
-        settings.append("true")
-    if math.isclose(float(value), prior.default):
-        settings.append("default")
-    return tuple(settings), None
-
-
-def to_run(record: RunRecord) -> Run:
-    settings, estimator = classify(record)
-    details = record.details
-    prior = record.info.get("prior") or {}
-    trajectory = [(float(p["epoch"]), float(p["prior"])) for p in record.curve if "prior" in p]
-    return Run(domain=record.domain, dataset=record.dataset, classes=details.get("label_classes"),
-               loss=record.loss, settings=settings, estimator=estimator, seed=record.seed,
-               value=float(record.metrics[record.primary_metric]),
-               higher_is_better=record.higher_is_better, label_prior=details.get("label_prior"),
-               estimate=prior.get("final"),
-               measured_share=next((record.info[k] for k in SHARE_KEYS if record.info.get(k) is not None), None),
-               class_structure=details.get("class_structure"),
-               trajectory=trajectory,
-               estimate_seconds=[float(p["prior_seconds"]) for p in record.curve if "prior_seconds" in p],
-               total_seconds=record.timings.get("total_s", 0.0))
-
-
-def _mean_std(values: list[float], digits: int = 3) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
-def _one_or_spread(values: list[float], digits: int = 4) -> str:
-    """One value where the runs agree (a label prior; text's fixed batches), else their mean ± std."""
-    return f"{values[0]:.{digits}f}" if values and len(set(values)) == 1 else _mean_std(values, digits)
-
-
-def _task_label(task: tuple[str, str, int | None]) -> str:
-    domain, dataset, classes = task
-    return f"{domain} / {dataset}" + (f" / C={classes}" if classes is not None else "")
-
-
-def _structure(runs: list[Run]) -> str:
-    """The mean class silhouette and ARI of the runs that recorded them (losses.prior.class_structure)."""
-    measured = [r.class_structure for r in runs if r.class_structure]
-    if not measured:
-        return "–"
-    return (f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "
-            f"{statistics.fmean(m['class_ari'] for m in measured):.2f} (n={len(measured)})")
-
-
-def _reference_cell(runs: list[Run]) -> str:
-    """The mean reference τ+ of ``runs`` and where it comes from (measured, label prior, or how many of each)."""
-    sources = [r.reference_source for r in runs]
-    kinds = sorted(set(sources))
-    where = kinds[0] if len(kinds) == 1 else ", ".join(f"{sources.count(k)} {k}" for k in kinds)
-    return f"{statistics.fmean(r.reference for r in runs):.4f} ({where})"
-
-
-def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
-    """Per task, loss and estimator: the label prior, the measured share of same-class negatives where the
-    records hold it, the reference τ+ each run is judged against (:attr:`Run.reference`), the final auto
-    estimate over runs, its mean relative error to each run's reference, and for the synthetic sets whether it
-    meets the goal (25% at C ≤ 10, a factor 2 above; every run). Two columns say whether the classes are the
-    clusters of the evaluation's embeddings (silhouette of the class partition, and the adjusted Rand index of a
-    cut into C clusters with the classes), in the auto runs and in infonce's of the same task (a representation no
-    estimate has steered), where the records have it. A row per loss too: the loss shapes the embeddings the
-    estimate reads (HCL's hardness weighting, and the estimate itself, feed back)."""
-    cells: dict[tuple, list[Run]] = defaultdict(list)
-    for run in runs:
-        if "auto" in run.settings and run.estimate is not None and run.reference is not None \
-                and (run.dataset in SYNTHETIC) == synthetic:
-            cells[(run.task, run.loss, run.estimator)].append(run)
-    if not cells:
-        return ["No `auto` run has records here yet.", ""]
-    rows = []
-    for (task, loss, estimator), members in sorted(
-            cells.items(), key=lambda kv: (kv[0][0][0], kv[0][0][1], kv[0][0][2] or 0, kv[0][1], kv[0][2] or "")):
-        errors = [r.relative_error(r.estimate) for r in members]
-        labelled = [r.label_prior for r in members if r.label_prior is not None]
-        row = [_task_label(task), loss, estimator, len(members), _one_or_spread(labelled),
-               _one_or_spread([r.measured_share for r in members if r.measured_share is not None]),
-               _reference_cell(members), _mean_std([r.estimate for r in members], 4),
-               f"{statistics.fmean(errors):.0%}"]
-        baseline = [r for r in runs if r.loss == "infonce" and r.task == task]
-        row += [_structure(members), _structure(baseline)]
-        if synthetic:
-            classes = task[2] or 0
-            ratio = max(max(r.estimate / r.reference, r.reference / r.estimate) for r in members)
-            met = max(errors) <= 0.25 if classes <= 10 else ratio <= 2.0
-            row.append(f"{'met' if met else 'missed'} ({'≤ 25%' if classes <= 10 else 'within ×2'}, every run)")
-        rows.append(row)
-    columns = ["task", "loss", "estimator", "runs", "label prior", "measured same-class share of the negatives",
-               "τ+ the loss saw (from)", "auto estimate (final)", "mean relative error to τ+",
-               "classes as clusters (silhouette / ARI): these runs", "in infonce's embeddings"]
-    return [*tables.markdown(columns + (["goal"] if synthetic else []), rows), ""]
-
-
-def paired(a: dict[int, float], b: dict[int, float]) -> tuple[list[float], float]:
-    """The per-seed differences a − b over the seeds both have, and the paired t-test's p-value."""
-    seeds = sorted(set(a) & set(b))
-    diffs = [a[s] - b[s] for s in seeds]
-    p = float(stats.ttest_rel([a[s] for s in seeds], [b[s] for s in seeds]).pvalue) if len(seeds) > 1 else math.nan
-    return diffs, p
-
-
-def by_seed(runs: list[Run]) -> dict[int, float]:
-    return {r.seed: r.value for r in runs}
-
-
-def gain_lines(runs: list[Run]) -> tuple[list[str], list[str]]:
-    """The gains over infonce per task, loss and setting; and the verdict lines of dcl auto against dcl at the
-    paper default (at least as good within noise: not worse by a paired t-test at ALPHA)."""
-    table = defaultdict(list)
-    for run in runs:
-        for setting in run.settings:
-            table[(run.task, run.loss, f"auto ({run.estimator})" if setting == "auto" else setting)].append(run)
-    tasks = sorted({r.task for r in runs if r.dataset in SYNTHETIC}, key=lambda t: (t[0], t[1], t[2] or 0))
-    autos = sorted({key[2] for key in table if key[2].startswith("auto")}, key=lambda a: a != AUTO_DEFAULT)
-    columns = ["true", *autos, "default"]
-    rows: list[list[str]] = []
-    verdicts: list[str] = []
-    for task in tasks:
-        base = by_seed(table.get((task, "infonce", "baseline"), []))
-        if not base:
-            continue
-        for loss in LOSSES:
-            cells = []
-            for setting in columns:
-                members = table.get((task, loss, setting), [])
-                if not members:
-                    cells.append("not run")
-                    continue
-                diffs, p = paired(by_seed(members), base)
-                sign = 1.0 if members[0].higher_is_better else -1.0
-                mark = "†" if p < ALPHA else ""
-                cells.append(f"{sign * statistics.fmean(diffs):+.2f}{mark} (n={len(diffs)})" if diffs else "–")
-            if set(cells) != {"not run"}:
-                rows.append([_task_label(task), loss, *cells])
-        auto = by_seed(table.get((task, "dcl", AUTO_DEFAULT), []))
-        default = by_seed(table.get((task, "dcl", "default"), []))
-        if len(set(auto) & set(default)) >= 2:
-            diffs, p = paired(auto, default)
-            better = statistics.fmean(diffs) >= 0 or not p < ALPHA
-            verdicts.append(f"{_task_label(task)}: dcl auto − dcl default = {statistics.fmean(diffs):+.2f} over "
-                            f"{len(diffs)} seeds (paired t-test p = {p:.3g}): "
-                            f"{'as good or better, within noise' if better else 'worse'}")
-    if not rows:
-        return ["No synthetic task has records of infonce and a debiased loss yet.", ""], verdicts
-    headers = [f"Δ at {'the label prior' if c == 'true' else c + ' prior'}" for c in columns]
-    return [*tables.markdown(["task", "loss", *headers], rows), ""], verdicts
-
-
-def cost_lines(runs: list[Run]) -> list[str]:
-    """The estimate's share of a run's time over every ``auto`` run, then per domain: the estimates a run
-    takes, the seconds of one, and the share (the sum of the curve's ``prior_seconds`` over ``timings.total_s``).
-    A run's first estimate is shown apart, and so is the share without it: it also imports the clustering
-    libraries, a cost paid once per process that dominates the share of a short run."""
-    auto = [r for r in runs if "auto" in r.settings and r.total_seconds > 0]
-    if not auto:
-        return ["No `auto` run has records here yet.", ""]
-    shares = [r.prior_seconds / r.total_seconds for r in auto]
-    rows = []
-    for domain in sorted({r.domain for r in auto}):
-        members = [r for r in auto if r.domain == domain]
-        estimates = [len(r.trajectory) for r in members]
-        share = [r.prior_seconds / r.total_seconds for r in members]
-        later = [s for r in members for s in r.estimate_seconds[1:]]
-        rows.append([domain, len(members), f"{statistics.fmean(estimates):.0f}",
-                     f"{sum(r.prior_seconds for r in members) / max(sum(estimates), 1):.3f}",
-                     f"{statistics.fmean(r.estimate_seconds[0] for r in members if r.estimate_seconds):.3f}",
-                     f"{statistics.fmean(later):.3f}" if later else "–",
-                     f"{statistics.fmean(r.total_seconds for r in members):.1f}",
-                     f"{statistics.fmean(share):.1%}", f"{max(share):.1%}",
-                     f"{statistics.fmean(sum(r.estimate_seconds[1:]) / r.total_seconds for r in members):.1%}"])
-    return [f"The estimates cost {statistics.fmean(shares):.1%} of a run's time on average (at most "
-            f"{max(shares):.1%}) over the {len(auto)} `auto` runs (the sum of the curve's `prior_seconds` over the "
-            "record's `timings.total_s`); goal ≤ 5%. A run's first estimate also imports scipy's hierarchical "
-            "clustering and scikit-learn, once per process (the evaluation's class-structure diagnostic imports "
-            "most of them anyway), so it is shown apart, with the share of the later estimates alone.", "",
-            *tables.markdown(["domain", "auto runs", "estimates a run", "seconds an estimate", "the first",
-                              "each later", "seconds a run", "mean share", "largest share",
-                              "mean share of the later ones"], rows), ""]
-
 
 def reference_lines(runs: list[Run]) -> list[str]:
     """What every estimate is judged against (:attr:`Run.reference`), why the label prior stands in for it under
@@ -379,7 +125,7 @@ def error_curves(synthetic: list[Run]) -> dict[str, list[list[tuple[float, float
     curves: dict[str, list[list[tuple[float, float]]]] = {}
     for run in synthetic:
         if run.trajectory and run.reference:
-            curves.setdefault(f"{_task_label(run.task)} ({run.estimator})", []).append(
+            curves.setdefault(f"{task_label(run.task)} ({run.estimator})", []).append(
                 [(epoch, run.relative_error(value)) for epoch, value in run.trajectory])
     return curves
 

@@ -1,0 +1,106 @@
+"""The runs of the prior study as the class-prior page (:mod:`harness.pages.prior`) reads them: which setting of its
+loss's prior each record ran (:func:`classify`: the baseline, the label prior, ``auto``, the papers' default) and
+what the page needs of it (:class:`Run`), with the τ+ it is judged against (:attr:`Run.reference`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from harness.records import RunRecord
+
+SYNTHETIC = ("synthetic-motifs", "synthetic-topics", "digits", "biased-digits")
+LOSSES = ("dcl", "hcl", "pucl")
+MEASURED, LABEL_PRIOR = "measured", "label prior"  # where a record's reference τ+ comes from
+# The record's measured share of same-class negatives: graph and vision count it as they train
+# (losses.prior.SameClassShare), text from its fixed batches (domains.text.quickthought); older records lack it.
+SHARE_KEYS = ("negative_same_class_fraction", "negative_same_topic_fraction")
+
+
+@dataclass
+class Run:
+    """What the page needs of one completed record."""
+
+    domain: str
+    dataset: str
+    classes: int | None
+    loss: str
+    settings: tuple[str, ...]  # ("baseline",) for infonce; "true", "auto", "default" (both of the first and last
+    # where the label prior equals the default), or () for another value
+    estimator: str | None
+    seed: int
+    value: float
+    higher_is_better: bool
+    label_prior: float | None
+    estimate: float | None  # the final smoothed estimate of an auto run
+    measured_share: float | None  # the measured share of the negatives that share the anchor's class
+    class_structure: dict[str, float] | None  # the evaluation's class silhouette and ARI (losses.prior.class_structure)
+    trajectory: list[tuple[float, float]] = field(default_factory=list)  # (epoch, smoothed estimate)
+    estimate_seconds: list[float] = field(default_factory=list)  # each estimate's cost, in the curve's order
+    total_seconds: float = 0.0
+
+    @property
+    def prior_seconds(self) -> float:
+        return sum(self.estimate_seconds)
+
+    @property
+    def task(self) -> tuple[str, str, int | None]:
+        return (self.domain, self.dataset, self.classes)
+
+    @property
+    def reference(self) -> float | None:
+        """τ+ as DCL defines it, the share of the negatives the loss saw that share the anchor's class: the
+        measured in-batch share where the record holds one, else the label prior (its expectation under
+        uniformly drawn batches)."""
+        return self.measured_share if self.measured_share is not None else self.label_prior
+
+    @property
+    def reference_source(self) -> str:
+        return MEASURED if self.measured_share is not None else LABEL_PRIOR
+
+    def relative_error(self, value: float) -> float:
+        return abs(value - self.reference) / self.reference
+
+
+def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
+    """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
+    import losses
+
+    if record.loss == "infonce":
+        return ("baseline",), None
+    prior = losses.spec(record.loss).prior_hparam if record.loss in losses.available() else None
+    if prior is None:
+        return (), None
+    value = record.loss_params.get(prior.name)
+    if value == "auto":
+        return ("auto",), record.loss_params.get("prior_estimator")
+    label_prior = record.details.get("label_prior")
+    settings = []
+    if label_prior is not None and math.isclose(float(value), float(label_prior), rel_tol=1e-3):
+        settings.append("true")
+    if math.isclose(float(value), prior.default):
+        settings.append("default")
+    return tuple(settings), None
+
+
+def to_run(record: RunRecord) -> Run:
+    settings, estimator = classify(record)
+    details = record.details
+    prior = record.info.get("prior") or {}
+    trajectory = [(float(p["epoch"]), float(p["prior"])) for p in record.curve if "prior" in p]
+    return Run(domain=record.domain, dataset=record.dataset, classes=details.get("label_classes"),
+               loss=record.loss, settings=settings, estimator=estimator, seed=record.seed,
+               value=float(record.metrics[record.primary_metric]),
+               higher_is_better=record.higher_is_better, label_prior=details.get("label_prior"),
+               estimate=prior.get("final"),
+               measured_share=next((record.info[k] for k in SHARE_KEYS if record.info.get(k) is not None), None),
+               class_structure=details.get("class_structure"),
+               trajectory=trajectory,
+               estimate_seconds=[float(p["prior_seconds"]) for p in record.curve if "prior_seconds" in p],
+               total_seconds=record.timings.get("total_s", 0.0))
+
+
+def task_label(task: tuple[str, str, int | None]) -> str:
+    domain, dataset, classes = task
+    return f"{domain} / {dataset}" + (f" / C={classes}" if classes is not None else "")
