@@ -19,7 +19,8 @@ the git commit, its date, the dirty flag and ``source_digest``, the digest of th
 identity hashes. Records written before it have no digest; :attr:`RunRecord.code` tells their code apart by commit.
 
 A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
-named after it), checked on load like every other field.
+named after it), checked on load like every other field; its other names hold no control character
+(:data:`CONTROL`): a page prints them as they are, and a newline would forge a row or a heading.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ from harness.version import source_digest
 SCHEMA_VERSION = 3
 # A name that may become (part of) a file name: no path separator, no leading dot, no control character.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+=@,-]*")
+# What no name of a run holds and what would end a line of a page (a heading, a table row) or of a log: the C0 and
+# C1 control characters (newline, NUL, ...), DEL, and Unicode's line and paragraph separators.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class InvalidRecordError(UserError):
@@ -108,6 +112,14 @@ class RunRecord(BaseModel):
     def _plain_name(cls, value: str) -> str:
         if not PLAIN_NAME.fullmatch(value) or ".." in value:
             raise ValueError(f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)")
+        return value
+
+    @field_validator("method", "dataset", "loss", "preset", "primary_metric", "baseline_loss")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        # The pages print these names as they are, in headings and prose too: a newline would forge a row or a section.
+        if CONTROL.search(value):
+            raise ValueError(f"{value!r} holds a control character (a newline, a NUL, ...); a name is one line of text")
         return value
 
     @field_validator("metrics")

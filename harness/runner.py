@@ -155,6 +155,8 @@ def plan(req: RunRequest) -> Plan:
     if method not in domain.methods:
         raise UserError(f"unknown method '{method}' for domain '{domain.name}'; available: {', '.join(domain.methods)}")
     dataset = req.dataset or domain.default_dataset
+    if records.CONTROL.search(dataset):  # its record could not be read back (records.RunRecord)
+        raise UserError(f"the dataset name {dataset!r} holds a control character (a newline, ...); a name is one line")
     if dataset not in domain.datasets:
         raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'; "
                         f"available: {', '.join(domain.datasets)}")

@@ -103,11 +103,12 @@ def test_a_bad_line_gets_one_line_naming_it(tmp_path, line, message):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path):
+@pytest.mark.parametrize("folder", ["/etc", "leaderboards/..", "leaderboards/.work"])
+def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path, folder):
     empty = write_plan(tmp_path)
     out = campaign("run", str(empty), "--dry-run")
     assert out.returncode == 2 and "lists no setting" in out.stderr
-    plan = write_plan(tmp_path, "#! records: /etc", "tiny linear blobs infonce quick 0 10")
+    plan = write_plan(tmp_path, f"#! records: {folder}", "tiny linear blobs infonce quick 0 10")
     out = campaign("run", str(plan), "--dry-run")
     assert out.returncode == 2 and "must be leaderboards/<folder>" in out.stderr
 

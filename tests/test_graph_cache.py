@@ -126,20 +126,38 @@ def test_the_cache_holds_the_graphs_pyg_gives(tmp_path, cache):
         assert all(npz[key].dtype != object for key in npz.files)
 
 
+def test_processing_unpickles_nothing_so_no_file_planted_in_the_cache_can_run(tmp_path, cache, monkeypatch):
+    """PyG's TUDataset loads its processed pickles with weights_only=False where the safe load fails, and a folder
+    of the cache can be written by more than this process (a shared HARNESS_CACHE_DIR): the raw files are read
+    without any processed file, so torch.load is never called while a set is built."""
+    toy_tu(tmp_path / "data")
+    files = graph_data.tu_files("TOY", tmp_path / "data", download=False)
+    loads = []
+    real_load = torch.load
+    monkeypatch.setattr(torch, "load", lambda *args, **kwargs: loads.append(args) or real_load(*args, **kwargs))
+    built = _load(files)
+    assert loads == [] and built.num_graphs == 24
+    assert not list(cache.rglob("*.pt"))  # and no processed file was left for a later run either
+
+
 def test_a_download_goes_through_a_private_folder_and_replaces_an_incomplete_one(tmp_path, cache, monkeypatch):
-    """PyG's TUDataset stands in for the network: it writes the raw files where PyG would; a processed file planted
-    beside the download, and an earlier download that stopped half-way, are never used."""
-    import shutil
+    """PyG's download_url stands in for the network: it writes the set's zip (its files under <name>/, as the TU
+    site packs them) where it is told; a processed file planted beside the download, and an earlier download that
+    stopped half-way, are never used."""
+    import torch_geometric.data
 
-    import torch_geometric.datasets
+    folders = []
 
-    roots = []
+    def fake_download(url, folder, log=True):
+        assert url.endswith("/MUTAG.zip")
+        folders.append(Path(folder))
+        zipped = Path(folder) / "MUTAG.zip"
+        with zipfile.ZipFile(zipped, "w") as zf:
+            for path in toy_tu(tmp_path / "site", "MUTAG").iterdir():
+                zf.write(path, f"MUTAG/{path.name}")
+        return str(zipped)
 
-    def fake_pyg(root, name, **kwargs):
-        roots.append(Path(root))
-        shutil.move(toy_tu(Path(root) / "zip", name), Path(root) / name / "raw")
-
-    monkeypatch.setattr(torch_geometric.datasets, "TUDataset", fake_pyg)
+    monkeypatch.setattr(torch_geometric.data, "download_url", fake_download)
     fetched = cache / "TU" / "download" / "MUTAG" / "raw"
     fetched.mkdir(parents=True)
     (fetched / "MUTAG_A.txt").write_text("1, 2\n")  # the rest never arrived
@@ -147,11 +165,11 @@ def test_a_download_goes_through_a_private_folder_and_replaces_an_incomplete_one
     (fetched.parent / "processed").mkdir()
     torch.save({"data": _Planted(marker)}, fetched.parent / "processed" / "data.pt")
     assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=True) == fetched
-    assert roots and roots[0].parent == fetched.parent and not roots[0].exists()  # private, and removed
+    assert folders and folders[0].parent == fetched.parent and not folders[0].exists()  # private, and removed
     assert sorted(p.name for p in fetched.iterdir()) == ["MUTAG_A.txt", "MUTAG_graph_indicator.txt",
                                                         "MUTAG_graph_labels.txt"]
     assert len((fetched / "MUTAG_A.txt").read_text().splitlines()) > 1 and not marker.exists()
-    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=True) == fetched and len(roots) == 1
+    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=True) == fetched and len(folders) == 1
 
 
 def test_an_unwritable_cache_is_named(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain)
-from tiny_domain import synthetic_record, write_records
+from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
 from harness.pages import figures, generated
@@ -195,3 +195,26 @@ def test_an_interrupted_figure_leaves_the_old_one_not_half_a_png(tmp_path):
     assert path.read_bytes() == b"the old figure"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["history.png"]  # no temporary file left
     assert not figures.plt.fignum_exists(fig.number)  # closed all the same
+
+
+@pytest.mark.parametrize("field, name", [("dataset", "blobs\n\n| forged | row |"), ("method", "linear\u2028## forged"),
+                                         ("metric", "accuracy\r\n<img src=x>"), ("dataset", "blobs\x00")])
+def test_a_record_name_with_a_control_character_is_refused_before_a_page_is_written(tmp_path, field, name):
+    """A page prints the names of its records as they are, in headings and prose too: a newline in one would forge
+    a row or a section of the page. Such a record is named, and no page is written."""
+    records = [synthetic_record("infonce", seed, 80.0 + seed) for seed in range(3)]
+    records[1] = {**synthetic_record("infonce", 1, 81.0, **{field: name}), "run_id": "tiny-forged-s1"}
+    write_records(tmp_path / "results", records)
+    proc = harness("leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert "tiny-forged-s1.json: invalid run record: " in proc.stderr
+    assert f"{repr(name)} holds a control character" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_whose_dataset_name_holds_a_newline_is_refused_before_it_starts(tmp_path):
+    proc = harness("run", "--domain", "tiny", "--dataset", "blobs\nforged", "--loss", "infonce", "--seeds", "0",
+                   "--results", str(tmp_path / "results"))
+    assert proc.returncode == 2
+    assert "the dataset name 'blobs\\nforged' holds a control character" in proc.stderr
+    assert not list((tmp_path / "results").glob("*.json"))

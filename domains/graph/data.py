@@ -1,4 +1,4 @@
-"""Graph-classification data: TU datasets (through PyG's ``TUDataset``) and the embedded synthetic set,
+"""Graph-classification data: TU datasets (through PyG's reader of TU files) and the embedded synthetic set,
 held as one flat :class:`GraphSet` from which batches are cut with tensor ops only.
 
 TU layout: ``<data root>/TU/<NAME>/raw/<NAME>_A.txt``, ``..._graph_indicator.txt``, ... (the files of

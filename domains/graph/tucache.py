@@ -1,9 +1,11 @@
 """The cache of processed TU sets: a format that cannot run code, checked before it is trusted.
 
-PyG keeps a processed TU set as a pickle (``processed/data.pt``) and, when the safe load of it fails, loads it
-again with ``weights_only=False``: a file planted in a cache would then run code. So the harness never lets PyG
-read a processed file it did not just write: PyG processes the raw files in a fresh private folder, and the
-harness keeps the result as plain arrays in an ``.npz`` (numpy's zip of ``.npy`` files, read with
+PyG's ``TUDataset`` keeps a processed TU set as a pickle (``processed/data.pt``) and loads it, and the
+``pre_transform.pt`` beside it, with ``weights_only=False`` where the safe load fails: a file planted there, even
+in a fresh folder by whoever can write the folder above it, would run code. So the harness never lets PyG write or
+read a processed file: it reads the raw text files with PyG's own reader (what ``TUDataset`` processes them with)
+and downloads the zip with PyG's helpers, and keeps the result as plain arrays in an ``.npz`` (numpy's zip of
+``.npy`` files, read with
 ``allow_pickle=False``: numbers and fixed-width strings, nothing else), ``<cache>/TU/<raw sha256[:16]>/
 <name>.v<FORMAT>.npz``. Before use, the arrays are checked (the zip's CRCs, the entries, their types, shapes and
 offsets, the raw files' sha256 written inside): a damaged or foreign file is named in a warning and rebuilt from
@@ -83,15 +85,17 @@ def write(path: Path, tensors: dict[str, torch.Tensor], node_features: str, raw_
 
 
 def process(raw: Path, name: str) -> tuple[list, int]:
-    """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node features. PyG processes
-    them in a fresh private folder (only there does it read a processed file, the one it has just written)."""
-    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
-    work = cache_dir() / "TU"
-    with tempfile.TemporaryDirectory(dir=work, prefix=".process-") as tmp:
-        (Path(tmp) / name).mkdir()
-        (Path(tmp) / name / "raw").symlink_to(raw.resolve(), target_is_directory=True)
-        dataset = tu_dataset(tmp, name)
-        return list(dataset), dataset.num_node_features
+    """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node features, as
+    ``TUDataset`` gives them (its reader; node and edge attributes dropped, labels one-hot), without its processed
+    pickle: nothing is written, nothing is unpickled."""
+    read_tu_data = require("torch_geometric.io", "graph").read_tu_data
+    graphs = require("torch_geometric.data", "graph").InMemoryDataset()  # no root: it neither processes nor loads
+    graphs.data, graphs.slices, sizes = read_tu_data(str(raw), name)
+    # TUDataset's default (use_node_attr=False, use_edge_attr=False): the attributes lead, the one-hot labels follow
+    for key, attributes in (("x", "num_node_attributes"), ("edge_attr", "num_edge_attributes")):
+        if getattr(graphs._data, key, None) is not None:
+            setattr(graphs._data, key, getattr(graphs._data, key)[:, sizes[attributes]:])
+    return list(graphs), graphs.num_node_features
 
 
 def has_raw(raw: Path, name: str) -> bool:
@@ -100,20 +104,21 @@ def has_raw(raw: Path, name: str) -> bool:
 
 
 def download(name: str, target: Path) -> None:
-    """PyG's download of TU set ``name`` into ``target`` (its raw folder), through a fresh private folder: a
-    processed file left in the cache is never read. One process downloads at a time; an incomplete earlier download
-    is replaced."""
+    """The zip of TU set ``name`` from PyG's source of TU sets, extracted into ``target`` (its raw folder) through a
+    fresh private folder; nothing is processed there. One process downloads at a time; an incomplete earlier
+    download is replaced."""
     filelock = require("filelock", "graph")
-    tu_dataset = require("torch_geometric.datasets", "graph").TUDataset
+    pyg = require("torch_geometric.data", "graph")
+    url = require("torch_geometric.datasets", "graph").TUDataset.url
     writable(target.parent)
     with filelock.FileLock(f"{target.parent}.lock"):
         if has_raw(target, name):
             return  # another process downloaded it meanwhile
         with tempfile.TemporaryDirectory(dir=target.parent, prefix=".download-") as tmp:
-            tu_dataset(tmp, name)
+            pyg.extract_zip(pyg.download_url(f"{url}/{name}.zip", tmp, log=False), tmp, log=False)
             if target.exists():
                 shutil.rmtree(target)
-            (Path(tmp) / name / "raw").rename(target)
+            (Path(tmp) / name).rename(target)  # the zip holds <name>/<name>_A.txt, ...
 
 
 def writable(folder: Path) -> None:

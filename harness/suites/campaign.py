@@ -91,8 +91,11 @@ def load_plan(path: Path) -> Plan:
         if line.startswith(DIRECTIVE):
             records = line[len(DIRECTIVE):].strip()
             folder = PurePosixPath(records)
-            if folder.parts[:1] != ("leaderboards",) or len(folder.parts) != 2 or folder.name == "bench":
-                raise UserError(f"{path}:{number}: the records folder must be leaderboards/<folder> (not bench), "
+            # '..' or a hidden name would send the runs outside the records folders that pack and unpack know
+            if folder.parts[:1] != ("leaderboards",) or len(folder.parts) != 2 or folder.name == "bench" \
+                    or folder.name.startswith("."):
+                raise UserError(f"{path}:{number}: the records folder must be leaderboards/<folder> (not bench, "
+                                "not '..', not hidden), "
                                 f"got '{records}'")
     return Plan(path, records, load_suite(path, costed=True))
 
