@@ -26,6 +26,7 @@ import math
 import numbers
 import os
 import random
+import stat
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -605,9 +606,20 @@ def refuse_link(path: Path, folder: Path) -> None:
 
 def cache_dir() -> Path:
     """The writable cache for derived files (processed datasets, split corpora): ``$HARNESS_CACHE_DIR``
-    or ``~/.cache/contrastive-harness``; never the data root, which may be read-only."""
+    or ``~/.cache/contrastive-harness``; never the data root, which may be read-only. A cache read as data must be
+    the user's alone: UserError where the folder exists and belongs to another user or anyone may write it
+    (a file planted there, with the digest its name promises, would be read as the data)."""
     env = os.environ.get("HARNESS_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
+    path = Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
+    try:
+        st = path.stat()
+    except OSError:
+        return path  # not there yet: whoever creates it first is this process
+    if st.st_uid != os.getuid() or st.st_mode & stat.S_IWOTH:
+        whose = "belongs to another user" if st.st_uid != os.getuid() else "is writable by every user"
+        raise UserError(f"the cache folder {path} {whose}: a file planted there would be read as data; "
+                        "set HARNESS_CACHE_DIR to a folder of your own")
+    return path
 
 
 _FILE_HASHES: dict[tuple[tuple[str, int, int], ...], str] = {}

@@ -108,3 +108,15 @@ def test_an_unreadable_raw_file_is_named(tmp_path, monkeypatch):
     monkeypatch.setattr(base, "open", refusing_open, raising=False)
     with pytest.raises(UserError, match=r"cannot read data file .*TOY_A\.txt: Permission denied"):
         graph_data.tu_files("TOY", tmp_path, False)
+
+
+def test_a_cache_folder_anyone_may_write_is_refused_before_it_is_read(tmp_path, cache):
+    """A cache file carries the digest of the raw files in its name, so a file planted in a cache folder that
+    others may write would be read as the set: such a folder is an error naming it, and the remedy."""
+    toy_tu(tmp_path)
+    cache.mkdir()
+    cache.chmod(0o777)
+    with pytest.raises(UserError, match=r"cache folder .*cache is writable by every user.*HARNESS_CACHE_DIR"):
+        _load(tmp_path)
+    cache.chmod(0o755)
+    assert _load(tmp_path).num_graphs == 24  # the user's own folder: read and filled as before

@@ -14,7 +14,7 @@ sets), read with the ``datasets`` library and decoded once into a uint8 tensor c
   pretraining. A parquet file of the folder from which ``datasets`` reads no split (a split name it knows only
   from the dataset's README) is named in a warning.
 - **Decoding.** PIL decodes each image (grey, palette and RGBA become RGB); one of another size than the
-  target (``image_size``, else the first image's shorter side) is resized as :class:`data.FolderImages` does
+  target (``image_size``, else the first image's shorter side) is resized as :class:`images.FolderImages` does
   (shorter side, bilinear with antialiasing, centre crop). Chunks of images are decoded in parallel, in
   forked processes where the platform has them (32x32 PNGs are decoded faster than Python threads can share
   one interpreter), with a progress bar on a terminal.
