@@ -383,6 +383,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         elif write:
             try:
                 records.write_json_atomic(path, outcome.record.to_json())
+                tracking.publish(trackers)  # a --force rerun's TensorBoard log replaces the earlier run's
             except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
                 raise UserError(f"cannot write the record {path}: {exc.strerror or exc}; the run's checkpoint is "
                                 f"kept in {work_dir}: free the space or fix the permission, then rerun with "

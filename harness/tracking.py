@@ -15,6 +15,11 @@ fresh start clears that folder). Each step keeps one value: the steps the interr
 resumed run logs from the step after them (after a stop at a checkpoint, the step it goes on at), except
 TensorBoard, which purges what was logged from the step it goes on at.
 
+A rerun of a run whose completed record stands (``--force``) logs to TensorBoard beside the earlier run's log,
+in ``<results>/tb/<run id>.rerun/``, which takes the place of ``<run id>/`` once the new record is written
+(:func:`publish`): a rerun that fails, or stops, leaves the earlier run's curve as it was, beside its record, and
+never mixes the two (``--force --resume`` goes on in the rerun's folder). W&B and MLflow keep each run apart.
+
 Each library is imported when its tracker is checked or opened; a missing one is a :class:`UserError` naming the
 install command, raised by :func:`check` before any run starts. W&B and MLflow are optional extras.
 """
@@ -31,7 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from domains.base import RunSpec, UserError, require, write_atomic
+from domains.base import RunSpec, UserError, refuse_link, require, write_atomic
+from harness.records import is_completed
 from harness.tables import markdown
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
@@ -41,6 +47,7 @@ PROJECT = "contrastive-harness"  # the W&B project and the MLflow experiment, un
 FINAL = "final/"  # the prefix of the evaluation's metrics, logged once at the run's last step
 IDENTITY = "run/identity"  # TensorBoard's text of the run's identity (domain, dataset, loss and its params, config)
 STATE = "trackers.json"  # in the run's work folder: the W&B and MLflow run ids that a resumed run reopens
+RERUN = ".rerun"  # TensorBoard's folder of a rerun, beside the log of the completed record it is to replace
 
 
 def _saved(work_dir: Path, name: str) -> dict[str, Any] | None:
@@ -69,6 +76,9 @@ class Tracker(Protocol):
     def close(self, summary: dict[str, float] | None = None) -> None:
         """Log ``summary`` (the evaluation's metrics; None: the run failed or was interrupted) and close; a second
         call does nothing."""
+
+    def publish(self) -> None:
+        """Once the run's record is written (after :meth:`close`): make the log the one of that record."""
 
 
 def resolve(names: Sequence[str] | None) -> list[str]:
@@ -147,14 +157,21 @@ class TensorBoardTracker(_SummaryAtLastStep):
     id's hash alone does not say which grid point it is); a resumed run purges what its interrupted attempt logged
     from the step it goes on at (the writer opens at the first step logged: TensorBoard's ``purge_step``), so each
     step keeps one value. A resumed run with no step left to train (stopped at its last checkpoint, or killed in
-    the evaluation) purges nothing and logs the evaluation's metrics at the last step the log holds."""
+    the evaluation) purges nothing and logs the evaluation's metrics at the last step the log holds.
+
+    A rerun of a run whose completed record stands writes to ``<run id>.rerun/`` (:data:`RERUN`) until
+    :meth:`publish` moves it in place of the earlier run's log."""
 
     name = "tensorboard"
 
     def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         self._module = _library("tensorboard")
-        self.folder = results / "tb" / _plain(run_id)
-        self.location = f"tb/{run_id}"
+        self._published = results / "tb" / _plain(run_id)  # where the log of the run's record is
+        staged = self._published.with_name(run_id + RERUN)
+        refuse_link(staged, results)
+        # a rerun of a completed run writes beside the earlier run's log, which stays with its record till then
+        self.folder = staged if is_completed(results, run_id) else self._published
+        self.location = f"tb/{run_id}"  # where the log is once the record is written
         # every run of the folder, each seed a run; quoted, so that a folder with a space pastes as one argument
         self.hint = f"tensorboard --logdir {shlex.quote(str(self.folder.parent))}"
         if not resume:
@@ -182,6 +199,19 @@ class TensorBoardTracker(_SummaryAtLastStep):
     def _end(self, failed: bool) -> None:
         if self._writer is not None:
             self._writer.close()
+
+    def publish(self) -> None:
+        """A rerun's log (closed) takes the place of the earlier run's, whose record the rerun's has replaced:
+        the earlier log is renamed aside first, so that no moment leaves both logs, or neither, in place."""
+        if self.folder == self._published:
+            return
+        replaced = self._published.with_name(self._published.name + ".replaced")
+        shutil.rmtree(replaced, ignore_errors=True)
+        if self._published.exists():
+            os.replace(self._published, replaced)
+        if self.folder.exists():  # a rerun that logged nothing leaves no log: the earlier one goes all the same
+            os.replace(self.folder, self._published)
+        shutil.rmtree(replaced, ignore_errors=True)
 
 
 class WandbTracker:
@@ -227,6 +257,9 @@ class WandbTracker:
         self._run.finish(exit_code=0 if summary is not None else 1)
         _keep(self._work_dir, self.name, {"id": self._id, "last_step": self._last})
         self._closed = True
+
+    def publish(self) -> None:
+        """Nothing to move: a rerun is a W&B run of its own."""
 
 
 class MlflowTracker(_SummaryAtLastStep):
@@ -284,6 +317,9 @@ class MlflowTracker(_SummaryAtLastStep):
 
     def _end(self, failed: bool) -> None:
         self._client.set_terminated(self._run_id, "FAILED" if failed else "FINISHED")
+
+    def publish(self) -> None:
+        """Nothing to move: a rerun is an MLflow run of its own."""
 
 
 def _experiment(client: Any, name: str) -> str:
@@ -355,6 +391,13 @@ def finish(trackers: Sequence[Tracker], metrics: dict[str, float | None] | None)
     for tracker in trackers:
         tracker.close(summary)
     return {tracker.name: tracker.location for tracker in trackers}
+
+
+def publish(trackers: Sequence[Tracker]) -> None:
+    """The run's record is written: each log becomes that record's (a rerun's TensorBoard log replaces the
+    earlier run's)."""
+    for tracker in trackers:
+        tracker.publish()
 
 
 def close(trackers: Sequence[Tracker]) -> None:

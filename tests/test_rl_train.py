@@ -82,3 +82,28 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, saved_on):
         for name, tensor in a[key].items():
             assert torch.equal(tensor, b[key][name]), f"{key}.{name}"
     assert torch.equal(a["W"], b["W"]) and torch.equal(a["log_alpha"], b["log_alpha"])
+
+
+class _Tracker:
+    """A live tracker that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.logged: list[tuple[int, str, float]] = []
+
+    def log(self, step: int, scalars: dict[str, float]) -> None:
+        self.logged += [(step, tag, value) for tag, value in scalars.items()]
+
+
+def test_live_tags_name_the_contrastive_loss_loss_as_every_domain_does_and_keep_one_value_a_step(tmp_path):
+    tracker = _Tracker()
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, quiet=True,
+                     trackers=[tracker])
+    pretrained, _ = run(spec(checkpoint_freq=0), ctx)
+    tags = {tag for _, tag, _ in tracker.logged}
+    # the contrastive loss under the tag the other domains give theirs (tests/test_tracking.py), SAC's its own
+    assert {"loss", "critic_loss", "actor_loss", "alpha", "train_return", "eval_return"} <= tags
+    assert "curl_loss" not in tags
+    steps_tags = [(step, tag) for step, tag, _ in tracker.logged]
+    assert len(steps_tags) == len(set(steps_tags))  # TensorBoard draws a second value at a step as a zigzag
+    [point] = [p for p in pretrained.curve if p["env_steps"] == 1000]
+    assert [(s, v) for s, tag, v in tracker.logged if tag == "eval_return"] == [(1000, point["eval_return"])]

@@ -383,13 +383,15 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             continue
         episode_returns.append(episode_return)
         if ctx.trackers:  # the episode's return and mean update statistics: one wait for the device an episode
-            ctx.log_scalars(env.env_steps, {"train_return": episode_return, **_means_since(recent, tracked)})
+            ctx.log_scalars(env.env_steps, _tags({"train_return": episode_return, **_means_since(recent, tracked)}))
             tracked = {key: len(values) for key, values in recent.items()}
         episode_return = 0.0
         if env.env_steps >= next_eval and env.env_steps < cfg.num_env_steps:
             returns = evaluate_agent(agent, eval_env, cfg.eval_episodes, eval_seed(ctx.seed, env.env_steps))
             curve.append(_curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
-            ctx.log_scalars(env.env_steps, {**curve[-1], "env_steps_per_s": env.env_steps / max(env_time, 1e-9),
+            # The evaluation's own scalars: this episode's return and update statistics are logged just above.
+            evaluated = {k: v for k, v in curve[-1].items() if k not in recent and k != "train_return"}
+            ctx.log_scalars(env.env_steps, {**evaluated, "env_steps_per_s": env.env_steps / max(env_time, 1e-9),
                                             "updates_per_s": updates / max(update_time, 1e-9)})
             recent, tracked = {}, {}
             ctx.log(f"{env.env_steps} env steps: eval return {np.mean(returns):.1f}")
@@ -429,6 +431,15 @@ def _curve_point(env_steps: int, agent_steps: int, updates: int, returns: list[f
              "train_return": float(train_returns[-1]) if train_returns else None}
     point.update({key: float(np.mean(torch.stack(values).tolist())) for key, values in recent.items()})
     return point
+
+
+# The live trackers' tag of an update statistic named otherwise in the record's curve: the contrastive loss is
+# ``loss`` in every domain's log, so that one TensorBoard chart compares them (SAC's losses keep their names).
+TAGS = {"curl_loss": "loss"}
+
+
+def _tags(scalars: dict[str, Any]) -> dict[str, Any]:
+    return {TAGS.get(key, key): value for key, value in scalars.items()}
 
 
 def _means_since(recent: dict[str, list[Tensor]], done: dict[str, int]) -> dict[str, float]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
+import tempfile
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -47,24 +49,33 @@ def run_local(requests: list[RunRequest], workers: int, stop_file: Path, varying
     """A pool of ``workers`` processes, handed at most one job each at a time (as the Ray executor does), so that
     the jobs under way are known: a job that crashes fails alone; a worker that dies (killed, out of memory)
     breaks the pool, which fails the jobs under way, and a fresh pool takes the queued ones (a sweep asked to stop
-    reports them not started). ``varying``: the keys each job's line shows (:func:`varying_keys`)."""
+    reports them not started). A pool that broke before any job came back is checked with a fresh worker
+    (:func:`startup_failure`): one that cannot start is a UserError giving why, and the jobs it lost are left
+    as they were, to run again. ``varying``: the keys each job's line shows (:func:`varying_keys`)."""
     queued, results = list(requests), []
     with progress(len(queued)) as bar:
         while queued:
             left = len(queued)
-            queued, ran = _pool_round(queued, workers, stop_file, varying, verbose, bar)
+            queued, ran, lost = _pool_round(queued, workers, stop_file, varying, verbose, bar)
+            if lost and not ran and (cause := startup_failure(threads(workers), verbose)) is not None:
+                raise UserError(f"the sweep's worker processes cannot start: {cause}; {len(lost) + len(queued)} "
+                                f"job(s) not run (none marked failed): fix that, then rerun the sweep with --resume")
             results += ran
+            for request in lost:
+                results += report([failed(request, WORKER_DIED)], bar, request, varying)
             if not queued or len(queued) == left or stopped(stop_file):
-                break  # done, stopped, or a pool that took no job (its workers cannot start): no other round
+                break  # done, stopped, or a pool that took no job: no other round
         results += not_started(queued)
     return results
 
 
 def _pool_round(queued: list[RunRequest], workers: int, stop_file: Path, varying: list[str], verbose: bool,
-                bar) -> tuple[list[RunRequest], list[dict[str, Any]]]:
+                bar) -> tuple[list[RunRequest], list[dict[str, Any]], list[RunRequest]]:
     """Run ``queued`` in one process pool until they are done, the sweep is asked to stop or a worker dies (which
-    breaks the pool and fails the jobs under way); returns the jobs not handed to a worker and the results."""
-    queued, running, results = list(queued), {}, []
+    breaks the pool); returns the jobs not handed to a worker, the results that came back and the jobs whose
+    worker died under them (reported by the caller, which first tells a worker that died from one that never
+    started)."""
+    queued, running, results, lost = list(queued), {}, [], []
     # spawn: a fresh interpreter per worker, never a fork of a process holding torch threads; the workers
     # share the cores instead of each starting one thread per core.
     context = multiprocessing.get_context("spawn")
@@ -86,9 +97,33 @@ def _pool_round(queued: list[RunRequest], workers: int, stop_file: Path, varying
                     results += report(future.result(), bar, request, varying)
                 except BrokenProcessPool:
                     broken = True
-                    results += report([failed(request, WORKER_DIED)], bar, request, varying)
+                    lost.append(request)
                 except Exception as exc:  # noqa: BLE001 - what run_job could not send back: the others go on
                     results += report([failed(request, error_line(exc))], bar, request, varying)
             if stopped(stop_file):
                 broken = True  # hand out no other job; the ones under way checkpoint and end
-    return queued, results
+    return queued, results, lost
+
+
+def startup_failure(threads: int, verbose: bool) -> str | None:
+    """Why a fresh worker cannot start, or None where it can: one worker spawned as the pool spawns its own
+    (the same interpreter, path and environment, importing the same modules) runs the pool's initializer and
+    exits. What it printed last on stderr (a failed import's exception) and its exit status say why."""
+    with tempfile.TemporaryFile() as captured:
+        sys.stderr.flush()
+        terminal = os.dup(2)
+        os.dup2(captured.fileno(), 2)  # the worker inherits this process's stderr: its traceback lands in the file
+        try:
+            worker = multiprocessing.get_context("spawn").Process(target=_init_worker, args=(threads, verbose))
+            worker.start()
+            worker.join()
+        finally:
+            os.dup2(terminal, 2)
+            os.close(terminal)
+        if worker.exitcode == 0:
+            return None
+        captured.seek(0)
+        lines = [line.strip() for line in captured.read().decode(errors="replace").splitlines() if line.strip()]
+    code = worker.exitcode or 0
+    status = f"exit code {code}" if code > 0 else f"killed by {signal.Signals(-code).name}"
+    return f"{lines[-1]} ({status})" if lines else f"a worker ends at its start ({status})"

@@ -1,0 +1,63 @@
+"""Live tracking of a ``--force`` rerun, as a user meets it (``python -m harness run``): while the earlier run's
+completed record stands, its TensorBoard log stays as it was, whether the rerun fails or is stopped; once the
+rerun's record is written, its log (one value a step, resumed or not) takes the earlier one's place."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from test_faults import _start
+from test_tracking import _scalars
+from tiny_domain import REPO, harness, harness_env, resume_args
+
+from harness.stopping import EXIT_STOPPED
+
+RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set", "sleep_s=0.2"]
+
+
+def _wait_for_line(log: Path, line: str, times: int) -> None:
+    """Until the run's log (every attempt's, appended) holds ``line`` ``times`` times."""
+    deadline = time.time() + 60
+    while time.time() < deadline and log.read_text().count(line) < times:
+        time.sleep(0.05)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earlier_record(tmp_path):
+    results = ["--results", str(tmp_path)]
+    assert harness(*RUN, *results).returncode == 0
+    [record_path] = tmp_path.glob("*.json")
+    earlier_record, rid = record_path.read_bytes(), json.loads(record_path.read_text())["run_id"]
+    earlier_log = _files(tmp_path / "tb" / rid)
+
+    failed = subprocess.run([sys.executable, "-m", "harness", *RUN, *results, "--force"], cwd=REPO,
+                            env={**harness_env(), "TINY_DOMAIN_FAIL": "1"}, capture_output=True, text=True,
+                            timeout=120)
+    assert failed.returncode == 1, failed.stderr
+    assert record_path.read_bytes() == earlier_record and _files(tmp_path / "tb" / rid) == earlier_log
+
+    proc = _start([*RUN, *results, "--force"])
+    _wait_for_line(record_path.with_suffix(".log"), "epoch 2:", 2)  # the rerun's epoch 2, not the first run's
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
+    assert record_path.read_bytes() == earlier_record and _files(tmp_path / "tb" / rid) == earlier_log
+
+    resumed = harness(*resume_args(stderr.strip().splitlines()[-1]))
+    assert resumed.returncode == 0, resumed.stderr
+    record = json.loads(record_path.read_text())
+    assert record["resumed"] and record["info"]["tracking"] == {"tensorboard": f"tb/{rid}"}
+    assert os.listdir(tmp_path / "tb") == [rid]  # the rerun's log in place, the earlier one gone
+    assert not set(_files(tmp_path / "tb" / rid)) & set(earlier_log)
+    logged = _scalars(tmp_path / "tb" / rid)
+    assert logged["loss"] == [(p["epoch"], p["loss"]) for p in record["curve"]]
+    assert [step for step, _ in logged["final/accuracy"]] == [6]
