@@ -64,3 +64,22 @@ def test_a_timeout_under_a_minute_is_refused_before_anything_is_submitted(minute
     assert main([*SWEEP, "--timeout-min", minutes, "--results", str(tmp_path / "results")]) == 2
     assert f"error: --timeout-min must be at least 1 (got {minutes})" in capsys.readouterr().err
     assert not (tmp_path / "submitted").exists()
+
+
+@pytest.mark.timeout(60)  # the old code submitted and then waited on the fake job for ever
+def test_a_job_folder_that_is_a_link_is_refused_before_anything_is_submitted(tmp_path, monkeypatch, capsys):
+    """submitit unpickles each job's result from ``<results>/.submitit``: a link there could hand the sweep a
+    pickle from a folder that someone else writes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir / "srun", "exit 0")
+    _script(bin_dir / "sbatch", f"touch {tmp_path / 'submitted'}; echo 'Submitted batch job 7'")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    results, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    results.mkdir()
+    elsewhere.mkdir()
+    (results / ".submitit").symlink_to(elsewhere)
+    assert main([*SWEEP, "--results", str(results)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {results / '.submitit'} is a symbolic link" in err and "Traceback" not in err
+    assert not (tmp_path / "submitted").exists() and not list(elsewhere.iterdir())

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from domains.base import UserError, require
+from domains.base import UserError, refuse_link, require
 from harness import stopping
 from harness.runner import RunRequest, default_data_root
 from harness.sweep.jobs import POLL_S, SlurmJob, failed, not_started, progress, report, run_job, stopped
@@ -68,6 +68,8 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
               stop_file: Path | None = None) -> list[dict[str, Any]] | None:
     """Slurm job arrays through submitit; None when submitit detects no Slurm here. ``varying``: as
     :func:`harness.sweep.local.run_local`'s."""
+    # submitit reads each job's result back by unpickling it from this folder: it must be ours, not a link.
+    refuse_link(Path(args.results) / ".submitit", Path(args.results))
     submitit = import_submitit()
     executor = submitit.AutoExecutor(folder=str(Path(args.results) / ".submitit" / "%j"))
     if executor.cluster != "slurm":
