@@ -1,0 +1,43 @@
+"""Writes that the system refuses midway (a full disk) and processes killed midway, met the way a user meets them:
+the CLI in a subprocess. Whatever was written before stays whole, and the message names the file."""
+
+from __future__ import annotations
+
+import resource
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
+
+FILE_SIZE_LIMIT = 1000  # bytes: every page is larger, so its write fails as on a full disk
+
+
+def _files(folder: Path) -> dict[Path, bytes]:
+    return {path: path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def _no_large_files() -> None:
+    # Writing past RLIMIT_FSIZE fails with EFBIG once SIGXFSZ is ignored: a full disk, without root or a tmpfs.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "report"])
+def test_a_page_command_on_a_full_disk_names_the_file_and_keeps_the_pages(tmp_path, command):
+    results, out = tmp_path / "results", tmp_path / "pages"
+    write_records(results, [synthetic_record(loss, s, 80.0 + s) for loss in ("infonce", "dcl") for s in range(2)])
+    assert harness(command, "--results", str(results), "--out", str(out)).returncode == 0
+    before = _files(out)
+    assert max(len(data) for data in before.values()) > FILE_SIZE_LIMIT
+    write_records(results, [synthetic_record("hcl", s, 70.0 + s) for s in range(2)])
+    full = subprocess.run([sys.executable, "-m", "harness", command, "--results", str(results), "--out", str(out)],
+                          cwd=REPO, env=harness_env(), capture_output=True, text=True, timeout=120,
+                          preexec_fn=_no_large_files)
+    assert full.returncode == 2, full.stderr
+    assert "Traceback" not in full.stderr
+    [line] = full.stderr.strip().splitlines()
+    assert line.startswith(f"error: cannot write {out}/") and "File too large" in line
+    assert _files(out) == before  # every page and figure as it was: none half-written, no temporary file left
