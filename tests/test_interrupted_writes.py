@@ -1,12 +1,14 @@
-"""Writes that the system refuses midway (a full disk) and processes killed midway, met the way a user meets them:
+"""Writes that the system refuses midway (a full disk) and processes killed at once, met the way a user meets them:
 the CLI in a subprocess. Whatever was written before stays whole, and the message names the file."""
 
 from __future__ import annotations
 
+import json
 import resource
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -41,3 +43,28 @@ def test_a_page_command_on_a_full_disk_names_the_file_and_keeps_the_pages(tmp_pa
     [line] = full.stderr.strip().splitlines()
     assert line.startswith(f"error: cannot write {out}/") and "File too large" in line
     assert _files(out) == before  # every page and figure as it was: none half-written, no temporary file left
+
+
+def test_a_sweep_killed_at_once_leaves_no_worker_and_its_job_resumes(tmp_path):
+    """SIGKILL (or the OOM killer) gives the sweep no chance to stop its pool: its worker must notice by itself, stop
+    its job at a checkpoint and end, not run on (or wait forever) holding the run's lock and its memory."""
+    psutil = pytest.importorskip("psutil")
+    args = [sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0",
+            "--set", "epochs=100", "--set", "sleep_s=0.2", "--results", str(tmp_path)]
+    sweep = subprocess.Popen(args, cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list((tmp_path / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.05)
+    workers = psutil.Process(sweep.pid).children(recursive=True)
+    assert workers
+    sweep.kill()
+    sweep.wait()
+    _, alive = psutil.wait_procs(workers, timeout=15)  # its next epoch boundary is 0.2 s away, the job 20 s
+    for process in alive:
+        process.kill()
+    assert not alive, [process.cmdline() for process in alive]
+    assert not list(tmp_path.glob("*.json"))  # stopped, not run to its end without the sweep
+    resumed = harness(*args[3:], "--resume")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    [record] = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
+    assert record["status"] == "completed" and record["info"]["start_epoch"] > 0
