@@ -597,8 +597,12 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
-        raise UnwritableFileError(path, exc) from exc
+    except Exception as exc:
+        # A writer may wrap the system's refusal: torch.save raises a RuntimeError in handling the OSError.
+        refusal = exc if isinstance(exc, OSError) else exc.__context__
+        if isinstance(refusal, OSError):
+            raise UnwritableFileError(path, refusal) from exc
+        raise
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)

@@ -3,7 +3,9 @@ the CLI in a subprocess. Whatever was written before stays whole, and the messag
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import resource
 import signal
 import subprocess
@@ -12,7 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+import torch
 from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
+
+from domains import base
+from domains.base import RunContext, UnwritableFileError
+from harness import records
+from harness.cli import main
 
 FILE_SIZE_LIMIT = 1000  # bytes: every page is larger, so its write fails as on a full disk
 
@@ -68,3 +77,42 @@ def test_a_sweep_killed_at_once_leaves_no_worker_and_its_job_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     [record] = [json.loads(path.read_text()) for path in tmp_path.glob("*.json")]
     assert record["status"] == "completed" and record["info"]["start_epoch"] > 0
+
+
+def test_a_checkpoint_the_disk_refuses_is_named_and_the_one_before_is_kept(tmp_path):
+    """torch.save reports a refused write as a RuntimeError (the OSError is its context): it is named as one."""
+    script = f"""
+import resource, signal
+from pathlib import Path
+import torch
+from domains.base import RunContext, UnwritableFileError
+ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=Path({str(tmp_path)!r}))
+ctx.save_checkpoint({{"model": torch.nn.Linear(4, 2)}}, epoch=1)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, ({FILE_SIZE_LIMIT}, {FILE_SIZE_LIMIT}))
+try:
+    ctx.save_checkpoint({{"model": torch.nn.Linear(4, 2)}}, epoch=2)
+except UnwritableFileError as exc:
+    print(exc)
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=harness_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"cannot write {tmp_path / 'checkpoint.pt'}: File too large; the file there, if " \
+                                 "any, is unchanged"
+    saved = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=tmp_path, resume=True)
+    assert saved.saved_extras() == {"epoch": 1}
+
+
+def test_a_run_that_could_write_nothing_does_not_claim_a_checkpoint(tmp_path, monkeypatch, capsys):
+    # In this process: a harness subprocess under a file size limit would also leave git's index.lock behind.
+    def full_disk(path: Path, data: object) -> None:
+        raise UnwritableFileError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    monkeypatch.setattr(base, "write_atomic", full_disk)  # every checkpoint
+    monkeypatch.setattr(records, "write_atomic", full_disk)  # and the record
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet",
+                 "--results", str(tmp_path)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: cannot write the record ") and "the run saved no checkpoint" in line
+    assert not list(tmp_path.glob(".work/*/checkpoint.pt"))
