@@ -22,6 +22,8 @@ from domains import base
 from domains.base import RunContext, UnwritableFileError
 from harness import records
 from harness.cli import main
+from harness.pages import leaderboard, report
+from harness.pages.generated import IMAGE
 
 FILE_SIZE_LIMIT = 1000  # bytes: every page is larger, so its write fails as on a full disk
 
@@ -116,3 +118,42 @@ def test_a_run_that_could_write_nothing_does_not_claim_a_checkpoint(tmp_path, mo
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: cannot write the record ") and "the run saved no checkpoint" in line
     assert not list(tmp_path.glob(".work/*/checkpoint.pt"))
+
+
+def _refuse_pages(path: Path, data: object) -> None:
+    raise UnwritableFileError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+
+def _broken_links(out: Path) -> list[str]:
+    return [f"{page.name}: {link}" for page in out.glob("*.md") for link in IMAGE.findall(page.read_text())
+            if not (out / link).is_file()]
+
+
+def test_a_leaderboard_that_fails_midway_leaves_its_pages_with_every_figure_they_show(tmp_path, monkeypatch):
+    """A figure no longer drawn is removed after the pages that show it are replaced, not before."""
+    results, out = tmp_path / "results", tmp_path / "board"
+    made = [synthetic_record(loss, s, 80.0 + s, dataset=dataset) for dataset in ("blobs", "blobs_hard")
+            for loss in ("infonce", "dcl") for s in range(2)]
+    for record in made:
+        record["curve"] = [{"epoch": 1, "loss": 2.0}, {"epoch": 2, "loss": 1.0}]
+    write_records(results, made)
+    assert main(["leaderboard", "--results", str(results), "--out", str(out)]) == 0
+    assert len(list((out / "curves").glob("*.png"))) == 2 and not _broken_links(out)
+    for path in results.glob("*blobs_hard*.json"):  # its figure is no longer drawn
+        path.unlink()
+    monkeypatch.setattr(leaderboard, "write_atomic", _refuse_pages)
+    assert main(["leaderboard", "--results", str(results), "--out", str(out)]) == 2
+    assert not _broken_links(out)
+
+
+def test_a_report_that_fails_midway_keeps_the_figure_its_page_shows(tmp_path, monkeypatch):
+    results, out = tmp_path / "results", tmp_path / "report"
+    write_records(results, [synthetic_record(loss, s, 80.0 + s) for loss in ("infonce", "dcl") for s in range(2)])
+    assert main(["report", "--results", str(results), "--out", str(out)]) == 0
+    assert list(out.glob("*.png")) and not _broken_links(out)
+    for path in results.glob("*-infonce-*.json"):  # without the baseline, no improvement to draw: no figure
+        path.unlink()
+    write_records(results, [synthetic_record("hcl", s, 70.0 + s) for s in range(2)])
+    monkeypatch.setattr(report, "write_atomic", _refuse_pages)
+    assert main(["report", "--results", str(results), "--out", str(out)]) == 2
+    assert not _broken_links(out)
