@@ -51,6 +51,19 @@ class DatasetMissingError(UserError):
     """A dataset is not on disk and could not be downloaded; the message says where to put it."""
 
 
+class UnwritableFileError(UserError, OSError):
+    """A file the harness could not write (a full disk, a folder turned read-only): the file there, if any, is
+    unchanged. Also an OSError (``strerror`` the system's reason), so callers that handle a failed write as one
+    still do; the CLI prints it as one line, like any UserError."""
+
+    def __init__(self, path: Path, cause: OSError):
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}; the file there, if any, is unchanged")
+        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, str(path)
+
+    def __str__(self) -> str:  # OSError's would be "[Errno 28] ...", without what the file there kept
+        return str(self.args[0])
+
+
 class NonFiniteLossError(UserError):
     """Training produced a NaN or infinite loss; raised at once by :meth:`RunContext.check_loss`."""
 
@@ -570,11 +583,12 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
     ``lambda fh: torch.save(state, fh)``) to ``path`` through a unique temporary file in the same folder, fsync
     and ``os.replace`` (atomic on POSIX). A reader, a crash or a concurrent writer never sees half a file, and a
     failed write leaves the old file intact. The file gets the mode any other new file would (0666 less the
-    umask), not mkstemp's private 0600, so a shared results folder stays readable."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask), not mkstemp's private 0600, so a shared results folder stays readable. UnwritableFileError, naming
+    ``path``, when the system refuses (no space, no permission): a write error alone does not name the file."""
+    path, tmp = Path(path), None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
             os.fchmod(fh.fileno(), 0o666 & ~_umask())
             if callable(data):
@@ -584,8 +598,14 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except Exception as exc:
+        # A writer may wrap the system's refusal: torch.save raises a RuntimeError in handling the OSError.
+        refusal = exc if isinstance(exc, OSError) else exc.__context__
+        if isinstance(refusal, OSError):
+            raise UnwritableFileError(path, refusal) from exc
+        raise
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
 
 

@@ -116,12 +116,12 @@ def drawn_before(out: Path, command: str) -> set[Path]:
     return {path for page in out.glob("*.md") for path in generated.shown_figures(page, command, NAME)}
 
 
-def write_curves(planned: dict[tuple[str, str], tuple[str, list[figures.Panel]]], out: Path,
-                 previous: set[Path]) -> dict[tuple[str, str], str]:
-    """Draw the ``planned`` figures under ``out/curves/``; remove those the last run drew (``previous``) that are
-    no longer drawn, and no other file. Returns the relative path of each figure drawn, by (domain, dataset)."""
+def write_curves(planned: dict[tuple[str, str], tuple[str, list[figures.Panel]]],
+                 out: Path) -> dict[tuple[str, str], str]:
+    """Draw the ``planned`` figures under ``out/curves/``. Returns the relative path of each figure drawn, by
+    (domain, dataset). The figures no longer drawn are removed once the pages that showed them are replaced
+    (:func:`harness.pages.generated.remove_stale`): a page command stopped midway leaves no page without its figure."""
     for (domain, dataset), (path, shown) in planned.items():
         figures.curve_panels(f"{domain} / {dataset}: learning curves (line: mean over seeds; band: lowest to "
                              "highest seed)", shown, out / path)
-    generated.remove_stale(previous, {out / path for path, _ in planned.values()})
     return {key: path for key, (path, _) in planned.items()}

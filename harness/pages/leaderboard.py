@@ -208,23 +208,25 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path) -> list[Path]:
     written = []
     refuse_link(out / ".leaderboard.lock", out)  # a lock file that is a link could point anywhere
     with FileLock(str(out / ".leaderboard.lock")):
-        drawn = curves.write_curves(planned, out, previous)
+        drawn = curves.write_curves(planned, out)
         written += [out / path for path in drawn.values()]
         for domain, path in pages.items():
             figure = {dataset: p for (d, dataset), p in drawn.items() if d == domain}
             write_atomic(path, domain_page(domain, [g for g in groups if g.domain == domain], results, out, figure))
             written.append(path)
-        # bench.md is rendered from the benchmark files, never removed here.
-        kept = {index, out / "report.md", out / bench.PAGE}
-        for stale in sorted(set(out.glob("*.md")) - set(written) - kept):
-            if generated.starts_with(stale, MARKER):
-                stale.unlink()
         write_atomic(index, index_page(groups))
         written.append(index)
         write_atomic(manifest, manifest_text(files))
         written.append(manifest)
         if benches:
             written.append(bench.write_benches(benches, out))
+        # Removed last, once the pages that linked them are replaced: a run stopped midway breaks no link.
+        # bench.md is rendered from the benchmark files, never removed here.
+        kept = {index, out / "report.md", out / bench.PAGE}
+        for stale in sorted(set(out.glob("*.md")) - set(written) - kept):
+            if generated.starts_with(stale, MARKER):
+                stale.unlink()
+        generated.remove_stale(previous, set(written))
     return written
 
 

@@ -193,8 +193,8 @@ def write_prior_page(results: Path, out: Path) -> Path:
     with FileLock(str(out / ".prior.lock")):
         if curves:
             figures.error_curves(curves, figure)
-        generated.remove_stale(previous, {figure} if curves else set())
         write_atomic(path, "\n".join(lines))
+        generated.remove_stale(previous, {figure} if curves else set())  # once no page shows them
     return path
 
 

@@ -264,8 +264,8 @@ def write_report(results: Path, out: Path) -> Path:
         else:
             lines += ["No task has both a baseline and another loss yet.", ""]
         lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(task_losses(t))}" for t in tasks], ""]
-        generated.remove_stale(previous, drawn)
         write_atomic(path, "\n".join(lines))
+        generated.remove_stale(previous, drawn)  # once no page shows them
     return path
 
 

@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import tempfile
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
@@ -20,6 +22,8 @@ from harness.output import configure_output
 from harness.runner import RunRequest, error_line
 from harness.sweep.jobs import POLL_S, failed, not_started, progress, report, run_job, stopped
 
+# Held by a worker while it runs a job: a worker whose sweep is gone ends once its job has (_end_with_sweep).
+_JOB_UNDER_WAY = threading.Lock()
 WORKER_DIED = ("its worker process died (killed, out of memory?), or another worker of its pool did; rerun the "
                "sweep with --resume")
 
@@ -29,6 +33,25 @@ def _init_worker(threads: int, verbose: bool) -> None:
     torch.set_num_threads(threads)
     # Ctrl-C at a terminal reaches the workers too: they stop at a checkpoint, as on the sweep's stop file.
     stopping.handle((*stopping.STOP_SIGNALS, signal.SIGINT))
+    threading.Thread(target=_end_with_sweep, args=(os.getppid(),), daemon=True, name="sweep-watch").start()
+
+
+def _end_with_sweep(sweep_pid: int) -> None:
+    """End this worker once the sweep that started it is gone (killed at once: SIGKILL, the OOM killer). Its pool
+    neither hands it another job nor tells it to end, so it would wait forever, holding its memory (and a GPU's),
+    and go on with its job as if the sweep were there. Its job stops at its next checkpoint, as on the sweep's
+    stop file, and ``harness sweep --resume`` goes on from there."""
+    while os.getppid() == sweep_pid:
+        time.sleep(POLL_S)
+    stopping.request_stop("the sweep's process ended")
+    with _JOB_UNDER_WAY:
+        os._exit(stopping.EXIT_STOPPED)
+
+
+def _run_job(request: RunRequest, stop_file: str, verbose: bool) -> list[dict[str, Any]]:
+    """:func:`run_job` in a worker of the pool, marked as under way for :func:`_end_with_sweep`."""
+    with _JOB_UNDER_WAY:
+        return run_job(request, stop_file, None, verbose)
 
 
 def threads(workers: int) -> int:
@@ -85,7 +108,7 @@ def _pool_round(queued: list[RunRequest], workers: int, stop_file: Path, varying
         while (queued and not broken) or running:
             while queued and not broken and len(running) < workers:
                 try:
-                    running[pool.submit(run_job, queued[0], str(stop_file), None, verbose)] = queued[0]
+                    running[pool.submit(_run_job, queued[0], str(stop_file), verbose)] = queued[0]
                 except BrokenProcessPool:  # a worker died as another job ended: the jobs under way fail next
                     broken = True
                     break
