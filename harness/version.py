@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -27,8 +28,11 @@ PACKAGES = ("losses", "domains", "harness")
 
 
 def _git(*args: str) -> str | None:
+    # GIT_OPTIONAL_LOCKS=0: git status would otherwise refresh and rewrite the user's index under .git/index.lock,
+    # a lock that a run killed at that moment would leave behind, blocking the user's own git.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
     try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, env=env)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None

@@ -146,3 +146,28 @@ def test_a_build_and_a_checkout_name_the_same_version():
     runtime = version.package_version()
     # a dirty tree adds the date (".d2026...") to the local part at one moment and not the other: compare the rest
     assert built.split(".d20")[0] == runtime.split(".d20")[0], (built, runtime)
+
+
+def test_reading_the_commit_never_rewrites_the_users_git_index(tmp_path, monkeypatch):
+    """``git status`` refreshes the index of a tree whose files' times changed and rewrites it under
+    ``.git/index.lock``; a run killed at that moment left the lock, which blocks the user's git until removed."""
+    import os
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    os.utime(repo / "a.py", (1, 1))  # same bytes, other times: the index's stat data is stale
+    index = repo / ".git" / "index"
+    before = index.stat().st_mtime_ns, index.read_bytes()
+    monkeypatch.setattr(version, "ROOT", repo)
+    monkeypatch.setattr(version, "package_version", lambda: "0.1.0")  # setuptools-scm is not what is tested
+    software = version.software_info()
+    assert software["git_dirty"] is False and len(software["git_commit"]) == 40
+    assert (index.stat().st_mtime_ns, index.read_bytes()) == before
