@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -327,6 +328,10 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
             return Outcome(rid, "skipped", path, done)  # finished while we waited for the lock
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
+            if (work_dir / "checkpoint.pt").exists():  # said, so that a rerun after a crash does not lose it unseen
+                warnings.warn(f"{rid}: starting over without --resume; dropped the checkpoint an interrupted "
+                              f"attempt left in {work_dir} (--resume goes on from a checkpoint)", UserWarning,
+                              stacklevel=2)
             shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(exist_ok=True)
         records.set_aside_damaged(path)

@@ -4,6 +4,7 @@ name; the harness opens nothing through a link in its folders; a damaged or fore
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -119,7 +120,13 @@ def test_a_damaged_or_foreign_checkpoint_on_resume_names_the_file(tmp_path, monk
         assert _run(tmp_path, "--seeds", "0", "--resume") == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and str(checkpoint) in err and problem in err and "rerun without --resume" in err
-    assert _run(tmp_path, "--seeds", "0") == 0  # without --resume it starts over and completes
+    # Without --resume it starts over and completes, and says that it dropped the checkpoint (a rerun after a
+    # crash that forgot --resume lost it unseen).
+    dropped = f"starting over without --resume; dropped the checkpoint an interrupted attempt left in " \
+              f"{checkpoint.parent}"
+    with pytest.warns(UserWarning, match=re.escape(dropped)):
+        assert _run(tmp_path, "--seeds", "0") == 0
+    assert not checkpoint.parent.exists()
 
 
 def test_a_record_field_never_names_a_path(tmp_path, capsys):
