@@ -239,7 +239,7 @@ class RunContext:
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
     # the run id (its seed, config, data and code): a checkpoint is resumed only by the run that saved it
     run_key: str = ""
-    # live trackers (harness.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
+    # live trackers (harness.run.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
     trackers: Sequence[Any] = ()
     # why the run should stop (a signal, a time limit), or None: the harness's; read at each step boundary
     stop_reason: Callable[[], str | None] = field(default=lambda: None, repr=False, compare=False)

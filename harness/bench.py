@@ -36,11 +36,10 @@ import torch
 
 import domains
 from domains.base import BenchPart, UserError
-from harness import stopping
-from harness.commands import resume_command, time_limit
 from harness.pages.bench import PART_KEY, TARGETS, figures
 from harness.records import hardware_info, utc_now, write_json_atomic
-from harness.runner import default_data_root, resolve_device
+from harness.run import resume_command, stopping, time_limit
+from harness.run.runner import default_data_root, resolve_device
 from harness.tables import text
 from harness.version import software_info
 

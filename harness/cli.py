@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from domains.base import UserError
-from harness import tracking
-from harness.output import output_settings
+from harness.run import tracking
+from harness.run.output import output_settings
 
 RESULTS = "leaderboards/results"
 OUT = "leaderboards"
@@ -185,7 +185,7 @@ def check_out(command: str, out: str | None) -> None:
 
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
-        from harness.commands import cmd_run
+        from harness.run import cmd_run
         return cmd_run(args)
     if args.command == "list":
         from harness.listing import cmd_list

@@ -14,8 +14,8 @@ import pytest
 from pydantic import ValidationError
 
 import domains
-from harness import config as cfg
 from harness.cli import main
+from harness.run import config as cfg
 
 # Numeric fields with no range of their own, and why: any finite value (``--set`` reads floats finite) is a setting.
 UNBOUNDED = {

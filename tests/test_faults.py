@@ -23,7 +23,7 @@ from tiny_domain import AS_MODULE, REPO, harness, harness_env, resume_args, synt
 from domains.base import NonFiniteLossError, RunContext, UserError
 from harness import records
 from harness.cli import main
-from harness.stopping import EXIT_STOPPED
+from harness.run.stopping import EXIT_STOPPED
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet"]
 STABLE = ("started_at", "finished_at", "timings", "throughput", "resumed", "info", "hardware")
@@ -423,7 +423,7 @@ def test_every_float_field_of_every_domain_is_finite_unless_it_says_otherwise():
     from pydantic import Field, ValidationError
 
     import domains
-    from harness.config import _bare, config_fields, parse_value
+    from harness.run.config import _bare, config_fields, parse_value
 
     def floats(tp) -> bool:
         inner = _bare(tp)[0]
@@ -474,7 +474,7 @@ def test_compare_with_a_folder_for_its_report_exits_2_not_1_the_code_of_a_regres
 
 def test_a_cuda_device_must_be_one_this_machine_has(monkeypatch):
     """CUDA stands in for two GPUs: cuda, cuda:0 and cuda:1 are devices; cuda:2, cuda:x and meta are named."""
-    from harness.runner import resolve_device
+    from harness.run.runner import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)

@@ -17,8 +17,8 @@ from tiny_domain import REPO, TinyDomain, harness, harness_env
 
 from harness.cli import main
 from harness.records import REQUIRED_FIELDS, config_hash, run_hash
-from harness.runner import RunRequest, plan
-from harness.stopping import EXIT_STOPPED
+from harness.run.runner import RunRequest, plan
+from harness.run.stopping import EXIT_STOPPED
 
 
 def _records(results: Path) -> list[dict]:

@@ -15,7 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
-from harness.stopping import EXIT_STOPPED
+from harness.run.stopping import EXIT_STOPPED
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=3", "--quiet"]
 

@@ -15,7 +15,7 @@ from filelock import FileLock
 from tiny_domain import REPO, harness, harness_env, resume_args
 
 from harness.cli import main
-from harness.stopping import EXIT_STOPPED
+from harness.run.stopping import EXIT_STOPPED
 
 
 def _sweep(*args: str) -> subprocess.CompletedProcess:

@@ -30,7 +30,7 @@ from harness.records import (
     parse_record,
     run_id,
 )
-from harness.runner import RunRequest, plan
+from harness.run.runner import RunRequest, plan
 from harness.tables import markdown
 
 COMMITTED = Path(__file__).resolve().parents[1] / "leaderboards"

@@ -1,4 +1,4 @@
-"""Graceful ends (harness.stopping): SIGTERM, SIGUSR1, --time-limit and, in a sweep, SIGINT stop at a checkpoint,
+"""Graceful ends (harness.run.stopping): SIGTERM, SIGUSR1, --time-limit and, in a sweep, SIGINT stop at a checkpoint,
 exit 75 with the command that resumes, and that command finishes the work; a stopped sweep leaves no process and
 starts no queued job. Through the CLI in subprocesses, on the tiny domain and on the graph domain (whose resume is
 exact, so the resumed record's metrics equal an uninterrupted run's)."""
@@ -19,8 +19,8 @@ from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness, resume_args
 
 from domains.base import RunContext, UserError
-from harness.commands import resume_command
-from harness.stopping import EXIT_STOPPED, parse_duration, stop_margin
+from harness.run import resume_command
+from harness.run.stopping import EXIT_STOPPED, parse_duration, stop_margin
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--quiet"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from domains.base import UserError
-from harness.stopping import parse_duration
+from harness.run.stopping import parse_duration
 from harness.suites.campaign import main
 
 

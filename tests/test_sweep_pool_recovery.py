@@ -15,8 +15,8 @@ from concurrent.futures.process import BrokenProcessPool
 import pytest
 import tiny_domain
 
-from harness import stopping
-from harness.runner import RunRequest
+from harness.run import stopping
+from harness.run.runner import RunRequest
 from harness.sweep import local
 
 

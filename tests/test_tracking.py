@@ -22,8 +22,8 @@ from tiny_domain import harness, resume_args
 
 from domains.base import RunContext, RunSpec, UserError
 from domains.rl.curl import _means_since
-from harness import tracking
-from harness.stopping import EXIT_STOPPED
+from harness.run import tracking
+from harness.run.stopping import EXIT_STOPPED
 
 
 def _record(results: Path) -> dict:

@@ -16,7 +16,7 @@ from test_faults import _start
 from test_tracking import _scalars
 from tiny_domain import REPO, harness, harness_env, resume_args
 
-from harness.stopping import EXIT_STOPPED
+from harness.run.stopping import EXIT_STOPPED
 
 RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set", "sleep_s=0.2"]
 

@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from test_tracking import _scalars, _spec
 
 from domains.base import UserError
-from harness import tracking
+from harness.run import tracking
 
 
 def test_a_resumed_run_with_nothing_left_to_train_keeps_its_curve_and_logs_the_summary_at_its_last_step(tmp_path):

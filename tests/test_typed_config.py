@@ -12,7 +12,7 @@ import pytest
 
 import domains
 from domains.base import RunSpec, UserError, hash_jsonable, runtime_fields
-from harness import config as cfg
+from harness.run import config as cfg
 
 DOMAINS = ("graph", "vision", "text", "rl")
 

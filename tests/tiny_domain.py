@@ -178,7 +178,7 @@ def harness_env() -> dict[str, str]:
     return env
 
 
-# How the resume hints of a ``python -m harness`` subprocess start (harness.commands.invocation).
+# How the resume hints of a ``python -m harness`` subprocess start (harness.run.invocation).
 AS_MODULE = f"{Path(sys.executable).name} -m harness"
 
 

@@ -53,9 +53,9 @@ from domains.base import UserError, write_atomic
 from harness import stats
 from harness.compare.report import VERDICTS, Row, error_report, report
 from harness.compare.sides import Side, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
-from harness.config import tolerance_value
 from harness.groups import Group, decimals
 from harness.records import RunRecord
+from harness.run.config import tolerance_value
 
 
 def _config_diff(base: Group, cand: Group) -> list[str]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import domains
 from domains.base import UserError
-from harness import runner
-from harness.config import parse_assignments, parse_seeds, tolerance_value
+from harness.run import runner
+from harness.run.config import parse_assignments, parse_seeds, tolerance_value
 
 SUITES = Path(__file__).resolve().parent
 COLUMNS = ("domain", "method", "dataset", "loss", "preset", "seeds")

@@ -35,12 +35,12 @@ from pathlib import Path
 
 from domains.base import UserError
 from harness.records import load_record_files
-from harness.stopping import handled
+from harness.run.stopping import handled
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import Interrupted, run_all
 
 BASELINE = "leaderboards/regression"
-# What runs write into their results folder beside the records and logs: live tracking (harness/tracking.py).
+# What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py).
 TRACKING_FOLDERS = ("tb", "wandb", "mlruns")
 
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from domains.base import UserError
-from harness.stopping import EXIT_STOPPED, parse_duration
+from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
 from harness.suites.pool import Interrupted, run_all

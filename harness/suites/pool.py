@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 
-from harness.stopping import EXIT_STOPPED, handled
+from harness.run.stopping import EXIT_STOPPED, handled
 
 KILLED = -9  # what a run killed at the deadline returns (SIGKILL)
 # How each exit status reads in the progress lines; any other is "exit N".

@@ -5,7 +5,7 @@ The grid becomes a list of one-seed :class:`RunRequest` jobs, each run by the sa
 ``concurrent.futures.ProcessPoolExecutor``; Slurm job arrays through submitit (``map_array``), falling back
 to local where submitit detects no Slurm; Ray where it is installed. No scheduler of our own.
 
-A sweep asked to stop (SIGTERM, SIGUSR1, SIGINT, ``--time-limit``: :mod:`harness.stopping`) tells its jobs
+A sweep asked to stop (SIGTERM, SIGUSR1, SIGINT, ``--time-limit``: :mod:`harness.run.stopping`) tells its jobs
 through a stop file in the results folder; the running ones checkpoint at their next step boundary, the queued
 ones never start, and the sweep exits with ``EXIT_STOPPED`` once its workers are gone. ``--resume`` goes on.
 """
@@ -25,11 +25,10 @@ import torch
 import losses
 from domains import get
 from domains.base import UserError, hash_jsonable
-from harness import config as cfg
-from harness import stopping, tracking
-from harness.commands import resume_command, time_limit
 from harness.records import reusable, run_id
-from harness.runner import (
+from harness.run import config as cfg
+from harness.run import resume_command, stopping, time_limit, tracking
+from harness.run.runner import (
     RunRequest,
     default_data_root,
     fingerprint,
@@ -129,7 +128,7 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
             ) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
     """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason).
     ``mark_in``: the results folder of a ``--force`` sweep, where each job to run is marked as one to redo
-    (:func:`harness.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
+    (:func:`harness.run.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
     jobs the sweep had not redone yet, queued ones included, and keeps those it redid.
 
     A job's record is named by its data fingerprint, so this takes each fingerprint once, through the domain's

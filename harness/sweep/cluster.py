@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from domains.base import UserError, refuse_link, require
-from harness import stopping
-from harness.runner import RunRequest, default_data_root
+from harness.run import stopping
+from harness.run.runner import RunRequest, default_data_root
 from harness.sweep.jobs import POLL_S, SlurmJob, failed, not_started, progress, report, run_job, stopped
 from harness.sweep.local import threads
 
@@ -40,9 +40,9 @@ def _absolute(request: RunRequest) -> RunRequest:
 def import_submitit() -> Any:
     """submitit, imported without its logging set-up. On import it runs ``logging.config.dictConfig``, which closes
     every logging handler the process has (a host program's; absl's, which closes the stream it was given: under
-    pytest a capture file, under ``harness.output`` a wrapper of the real stderr), and binds its own handlers to
+    pytest a capture file, under ``harness.run.output`` a wrapper of the real stderr), and binds its own handlers to
     the ``sys.stdout`` and ``sys.stderr`` of that moment. Here its logger is configured by nobody: its warnings
-    reach the root logger, which the harness's output settings (:mod:`harness.output`) govern like any other.
+    reach the root logger, which the harness's output settings (:mod:`harness.run.output`) govern like any other.
     A level given in ``SUBMITIT_LOG_LEVEL`` still applies."""
     if "submitit" in sys.modules:
         return require("submitit", "sweep")

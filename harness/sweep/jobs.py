@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from domains.base import RunStopped, UserError
-from harness import stopping, tracking
-from harness.runner import RunRequest, error_line, execute
+from harness.run import stopping, tracking
+from harness.run.runner import RunRequest, error_line, execute
 
 POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
 
@@ -22,7 +22,7 @@ POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
 def run_job(request: RunRequest, stop_file: str | None = None, threads: int | None = None,
             show_traceback: bool = True) -> list[dict[str, Any]]:
     """One sweep job in a worker: exactly what ``harness run`` does; failures and stops come back as data.
-    ``stop_file``: the sweep's (:func:`harness.stopping.follow`); ``threads``: torch's, where the worker's
+    ``stop_file``: the sweep's (:func:`harness.run.stopping.follow`); ``threads``: torch's, where the worker's
     initializer did not set them (Ray, Slurm); ``show_traceback``: print the traceback of a crash outside the
     run's own code (whose failures its log holds) to this process's stderr: a Slurm job's log, a Ray worker's
     output; the local executor's workers print it under ``-v`` only, its one-line error says so."""

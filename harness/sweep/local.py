@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from domains.base import UserError
-from harness import stopping
-from harness.output import configure_output
-from harness.runner import RunRequest, error_line
+from harness.run import stopping
+from harness.run.output import configure_output
+from harness.run.runner import RunRequest, error_line
 from harness.sweep.jobs import POLL_S, failed, not_started, progress, report, run_job, stopped
 
 # Held by a worker while it runs a job: a worker whose sweep is gone ends once its job has (_end_with_sweep).

@@ -26,8 +26,9 @@ from filelock import FileLock, Timeout
 
 import domains
 from domains.base import Domain, Prepared, RunContext, RunSpec, RunStopped, UserError, refuse_link
-from harness import config as cfg
-from harness import records, stopping, tracking
+from harness import records
+from harness.run import config as cfg
+from harness.run import stopping, tracking
 from harness.version import software_info
 
 LOGGER = logging.getLogger("harness")
@@ -267,7 +268,7 @@ def redo(req: RunRequest, results: Path, rid: str) -> bool:
 
 def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
     """Run every seed of ``req``; stops at the first failure. Raises UserError before any run starts, and
-    RunStopped where a stop is requested (:mod:`harness.stopping`): at a checkpoint, or before a seed starts.
+    RunStopped where a stop is requested (:mod:`harness.run.stopping`): at a checkpoint, or before a seed starts.
     ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
     tracking.check(req.trackers)

@@ -1,4 +1,9 @@
-"""``harness run``: turn the parsed arguments into a RunRequest, execute it, print one line per run."""
+"""``harness run``: turn the parsed arguments into a RunRequest, execute it, print one line per run.
+
+The package is the run and what it needs, which ``harness sweep`` and ``harness bench`` share: its configuration
+(:mod:`.config`: preset, overrides, loss hyper-parameters), its execution seed by seed (:mod:`.runner`), live
+tracking (:mod:`.tracking`), graceful stops (:mod:`.stopping`) and what a run shows (:mod:`.output`).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,10 @@ import sys
 from pathlib import Path
 
 from domains.base import RunStopped
-from harness import config as cfg
-from harness import stopping, tracking
 from harness.records import RunRecord
-from harness.runner import Outcome, RunRequest, execute
+from harness.run import config as cfg
+from harness.run import stopping, tracking
+from harness.run.runner import Outcome, RunRequest, execute
 
 
 def request_from_args(args: argparse.Namespace) -> RunRequest:
@@ -59,7 +64,7 @@ def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
     ``--resume``, started the way this process was (:func:`invocation`). A ``--force`` stays: ``--force
     --resume`` goes on with the forced rerun, redoing only the seeds it had not redone yet
-    (:func:`harness.runner.force_mark`)."""
+    (:func:`harness.run.runner.force_mark`)."""
     return shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
