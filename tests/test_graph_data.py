@@ -11,7 +11,8 @@ pytest.importorskip("torch_geometric")
 from support import toy_tu  # noqa: E402
 
 import domains  # noqa: E402
-from domains.base import DatasetMissingError, hash_files  # noqa: E402
+from domains.errors import DatasetMissingError  # noqa: E402
+from domains.files import hash_files  # noqa: E402
 from domains.graph import data as graph_data  # noqa: E402
 from domains.graph import synthetic  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
@@ -71,12 +72,12 @@ def test_missing_dataset_says_where_to_put_files(tmp_path, cache):
 
 
 def test_failed_download_becomes_dataset_missing(tmp_path, cache, monkeypatch):
-    import torch_geometric.datasets
+    import torch_geometric.data
 
-    def offline(root, name, **kw):
+    def offline(url, folder, **kw):
         raise OSError("network unreachable")  # stands in for PyG's download, no network is touched
 
-    monkeypatch.setattr(torch_geometric.datasets, "TUDataset", offline)
+    monkeypatch.setattr(torch_geometric.data, "download_url", offline)
     with pytest.raises(DatasetMissingError, match="download failed: OSError: network unreachable"):
         graph_data.locate_raw("MUTAG", tmp_path, download=True)
 
@@ -112,7 +113,7 @@ def test_tu_files_are_read_once_until_they_change(tmp_path, monkeypatch):
     once, and a file rewritten in between gets a new hash (hash_files keys on path, size, mtime, ctime and inode)."""
     import builtins
 
-    from domains import base
+    from domains import files
 
     raw = toy_tu(tmp_path)
     opened: list[str] = []
@@ -121,7 +122,7 @@ def test_tu_files_are_read_once_until_they_change(tmp_path, monkeypatch):
         opened.append(str(path))
         return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(base, "open", counting_open, raising=False)
+    monkeypatch.setattr(files, "open", counting_open, raising=False)
     first = graph_data.tu_files("TOY", tmp_path, download=False)
     again = graph_data.tu_files("TOY", tmp_path, download=False)
     assert again.fingerprint == first.fingerprint and len(opened) == 3  # the three raw files, read once
@@ -150,7 +151,7 @@ def test_a_file_rewritten_with_its_size_and_mtime_kept_is_hashed_again(tmp_path)
 
 
 def test_a_data_file_that_cannot_be_read_is_named(tmp_path):
-    from domains.base import UserError
+    from domains.errors import UserError
 
     with pytest.raises(UserError, match=r"cannot read data file .*gone\.txt"):
         hash_files([tmp_path / "gone.txt"])
