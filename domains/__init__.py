@@ -11,7 +11,8 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
-from domains.base import Domain, UserError
+from domains.base import Domain
+from domains.errors import UserError
 
 _BUILTIN = {
     "graph": "domains.graph",

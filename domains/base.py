@@ -4,107 +4,37 @@ A domain turns batches of its modality into :class:`losses.Scores`, pretrains an
 of the core, and evaluates the frozen representation with its field's protocol. The harness knows
 nothing else about it: it resolves a :class:`RunSpec` (domain, method, dataset, loss, preset, seed,
 the domain's config dataclass), calls ``prepare`` once for the seeds of a run (the data and its
-fingerprint), then for each seed builds a :class:`RunContext` and calls ``pretrain`` then ``evaluate``.
+fingerprint), then for each seed builds a :class:`~domains.context.RunContext` and calls ``pretrain`` then
+``evaluate``. Beside this module, the rest of the contract: :mod:`domains.context` (what a run hands the domain:
+progress, checkpoints, trackers), :mod:`domains.errors` (what it raises) and :mod:`domains.files` (atomic writes,
+the cache, data fingerprints).
 
 Rules for a domain module (so ``harness list`` works whatever extras are installed):
 - import only the standard library and the core dependencies (numpy, torch, pydantic for the config, the loss
   core) at module level; import the heavy libraries of
   its extra (torch_geometric, torchvision, dm_control, transformers, ...) inside functions, through
-  :func:`require`, which turns a missing package into a :class:`UserError` naming the extra;
-- raise :class:`UserError` (or :class:`DatasetMissingError`) for every mistake a user can fix.
+  :func:`require`, which turns a missing package into a :class:`~domains.errors.UserError` naming the extra;
+- raise :class:`~domains.errors.UserError` (or :class:`~domains.errors.DatasetMissingError`) for every mistake a
+  user can fix.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import hashlib
 import importlib
-import json
-import logging
-import math
-import numbers
-import os
-import random
-import stat
-import tempfile
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import torch
 
 import losses
+from domains.context import RunContext
+from domains.errors import UserError
 from losses.registry import POSITIVES, PROBABILITIES, SCORINGS, VIEWS, LossSpec
-
-T = TypeVar("T")
-
-
-class UserError(Exception):
-    """A mistake the user can fix; the CLI prints it as one line, without a traceback."""
-
-
-class DatasetMissingError(UserError):
-    """A dataset is not on disk and could not be downloaded; the message says where to put it."""
-
-
-class UnwritableFileError(UserError, OSError):
-    """A file the harness could not write (a full disk, a folder turned read-only): the file there, if any, is
-    unchanged. Also an OSError (``strerror`` the system's reason), so callers that handle a failed write as one
-    still do; the CLI prints it as one line, like any UserError."""
-
-    def __init__(self, path: Path, cause: OSError):
-        super().__init__(f"cannot write {path}: {cause.strerror or cause}; the file there, if any, is unchanged")
-        self.errno, self.strerror, self.filename = cause.errno, cause.strerror, str(path)
-
-    def __str__(self) -> str:  # OSError's would be "[Errno 28] ...", without what the file there kept
-        return str(self.args[0])
-
-
-class NonFiniteLossError(UserError):
-    """Training produced a NaN or infinite loss; raised at once by :meth:`RunContext.check_loss`."""
-
-
-class RunStopped(BaseException):
-    """The run was asked to stop (a signal, a time limit) and did, at a step boundary where its checkpoint holds
-    its state: resuming goes on from there. A BaseException, like KeyboardInterrupt, so that a domain's
-    ``except Exception`` never takes it for a failure; the message is the reason."""
-
-
-def _checkpoint_globals() -> list[Any]:
-    """What a checkpoint may hold besides tensors and plain Python: numpy arrays, scalars and dtypes (replay
-    buffers, RNG states). ``torch.load(weights_only=True)`` refuses every other class, so a tampered
-    checkpoint cannot run code."""
-    import numpy as np
-
-    core = getattr(np, "_core", None) or np.core
-    dtypes = [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
-    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtypes]
-
-
-def rng_state() -> dict[str, Any]:
-    """The state of every random generator a run draws from: Python's, numpy's global one, torch's on the CPU
-    and, once CUDA is in use, on every CUDA device (an unused CUDA generator keeps the seed it was given)."""
-    import numpy as np
-
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_initialized():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Put back what :func:`rng_state` returned (the CUDA devices this machine has, of those saved)."""
-    import numpy as np
-
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
 def require(module: str, extra: str) -> Any:
@@ -224,170 +154,6 @@ class EvalResult:
 
     metrics: dict[str, float]
     details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class RunContext:
-    """What the harness gives a domain for one run."""
-
-    seed: int
-    device: torch.device
-    data_root: Path
-    work_dir: Path  # private to this run: checkpoints live here
-    resume: bool = False
-    quiet: bool = False
-    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
-    # the run id (its seed, config, data and code): a checkpoint is resumed only by the run that saved it
-    run_key: str = ""
-    # live trackers (harness.run.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
-    trackers: Sequence[Any] = ()
-    # why the run should stop (a signal, a time limit), or None: the harness's; read at each step boundary
-    stop_reason: Callable[[], str | None] = field(default=lambda: None, repr=False, compare=False)
-    # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
-    _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
-    _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
-    # Wall seconds of the run before this process took it up: its earlier processes' up to their last checkpoint
-    # (what the resumed run keeps of them), read from the checkpoint; the record's timings add them.
-    earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
-    _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
-
-    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
-        """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop; where a stop is
-        requested it raises :class:`RunStopped` at the first step boundary where the checkpoint holds the run's
-        state: before the loop's first step (the state a loop starts from is the restored checkpoint's, or a
-        fresh start's), or right after a step that called :meth:`save_checkpoint`. A loop that checkpoints
-        every step stops at the next one; one that checkpoints every few steps saves early when
-        :attr:`stop_requested` says so."""
-        from tqdm.auto import tqdm
-
-        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
-
-    def _stoppable(self, bar: Any) -> Iterator[T]:
-        resumable = True
-        for item in bar:
-            reason = self._agreed_stop(resumable)
-            if reason is not None:
-                bar.close()
-                raise RunStopped(reason)
-            self._checkpointed = False
-            yield item
-            resumable = self._checkpointed
-
-    def _agreed_stop(self, resumable: bool) -> str | None:
-        """The stop reason where the run stops at this boundary. Under torch.distributed every rank stops at the
-        same boundary (else the others would wait for it in their next collective): any rank's stop stops all,
-        and rank 0's checkpoint (the only one written) makes the boundary resumable for all."""
-        reason = self.stop_reason()
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() and \
-            torch.distributed.get_world_size() > 1
-        if not distributed:
-            return reason if resumable else None
-        flags = torch.tensor([reason is not None, resumable], dtype=torch.float32, device=self.device)
-        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
-        return (reason or "another rank's stop") if bool(flags.all()) else None
-
-    @property
-    def stop_requested(self) -> bool:
-        """Whether the run is asked to stop: a loop that does not checkpoint every step saves one now."""
-        return self.stop_reason() is not None
-
-    def log(self, message: str) -> None:
-        self.logger.info(message)
-
-    def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
-        """Hand the scalars of training ``step`` (the domain's own unit, increasing: an optimizer step, an
-        environment step) to the run's live trackers (``--tracker``) as the run trains; a no-op without any.
-
-        Pass values already on the host (a loss read with ``.item()``, a curve point): a tensor is refused, since
-        reading it would wait for the device. Whatever is not a number (None, a list, text) is left out, so a curve
-        point goes as it is. On CUDA the memory the caching allocator holds for tensors is added (host counters,
-        no synchronisation)."""
-        if not self.trackers:
-            return
-        values = {}
-        for key, value in scalars.items():
-            if isinstance(value, torch.Tensor):
-                raise TypeError(f"log_scalars: '{key}' is a tensor; pass a number already on the host")
-            if isinstance(value, numbers.Real) and not isinstance(value, bool):
-                values[key] = float(value)
-        if not values:
-            return
-        if self.device.type == "cuda":
-            values["gpu_memory_gib"] = torch.cuda.memory_allocated(self.device) / 2**30
-            values["gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
-        for tracker in self.trackers:
-            tracker.log(step, values)
-
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.work_dir / "checkpoint.pt"
-
-    def save_checkpoint(self, objects: dict[str, Any], **extra: Any) -> None:
-        """Atomically save (a kill never leaves half a file) what resuming needs to go on as if never stopped:
-        the ``state_dict()`` of each of ``objects`` (model, optimizer, scheduler, the bound loss, a replay
-        buffer; a None is skipped, e.g. a method without a loss), the state of every random generator
-        (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
-        state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
-                 "rng": rng_state(), "extra": extra, "run": self.run_key,
-                 "elapsed_s": self.earlier_s + time.perf_counter() - self._clock}
-        write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
-        self._checkpointed = True
-
-    def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
-        """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
-        random generators and return the extras; None on a fresh start. Call it once the objects are built:
-        building them draws random numbers, and the saved state must be what the next step draws from."""
-        state, self._pending = self._pending or self._saved(), None
-        if state is None:
-            return None
-        given = {name: obj for name, obj in objects.items() if obj is not None}
-        missing = sorted(set(given) - set(state["objects"]))
-        if missing:
-            raise UserError(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
-                            "--resume to start over")
-        for name, obj in given.items():
-            obj.load_state_dict(state["objects"][name])
-        set_rng_state(state["rng"])
-        return state["extra"]
-
-    def saved_extras(self) -> dict[str, Any] | None:
-        """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
-        objects are built from (the text domain's vocabulary); None on a fresh start. The checkpoint is kept for
-        :meth:`restore_checkpoint`, which then does not read the file again."""
-        self._pending = self._saved()
-        return None if self._pending is None else self._pending["extra"]
-
-    def _saved(self) -> dict[str, Any] | None:
-        """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types
-        of :func:`_checkpoint_globals` load; any other class (a tampered file) is refused, never run."""
-        path = self.checkpoint_path
-        if not self.resume or not (path.exists() or path.is_symlink()):
-            return None
-        refuse_link(path, self.work_dir.parent)
-        start_over = "rerun without --resume to start over"
-        try:
-            with torch.serialization.safe_globals(_checkpoint_globals()):
-                state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, or a class that is refused
-            kind = type(exc).__name__
-            raise UserError(f"the checkpoint {path} cannot be read ({kind}: it is damaged or not a checkpoint the "
-                            f"harness wrote); {start_over}") from None
-        # elapsed_s: absent from checkpoints written before records timed a resumed run whole
-        if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
-                {"objects", "rng", "extra", "run", "elapsed_s"}:
-            raise UserError(f"{path} is not a checkpoint of this version of the harness; {start_over}")
-        if state["run"] != self.run_key:
-            raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
-                            f"{start_over}")
-        self.earlier_s = float(state.get("elapsed_s", 0.0))
-        return state
-
-    def check_loss(self, value: float, step: int, hint: str = "") -> None:
-        """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
-        record saying so. ``hint`` names what to change (default: a lower learning rate)."""
-        if not math.isfinite(value):
-            raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
-                                     f"{hint or 'try a lower learning rate (--set lr=...)'}")
 
 
 @dataclass(frozen=True)
@@ -571,105 +337,6 @@ def split_config(config: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             {k: v for k, v in values.items() if k in runtime})
 
 
-def _umask() -> int:
-    # The only portable way to read the umask is to set it and put it back.
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
-    """Write ``data`` (text as UTF-8, bytes, or a function that writes into the binary file object it gets, e.g.
-    ``lambda fh: torch.save(state, fh)``) to ``path`` through a unique temporary file in the same folder, fsync
-    and ``os.replace`` (atomic on POSIX). A reader, a crash or a concurrent writer never sees half a file, and a
-    failed write leaves the old file intact. The file gets the mode any other new file would (0666 less the
-    umask), not mkstemp's private 0600, so a shared results folder stays readable. UnwritableFileError, naming
-    ``path``, when the system refuses (no space, no permission): a write error alone does not name the file."""
-    path, tmp = Path(path), None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fh.fileno(), 0o666 & ~_umask())
-            if callable(data):
-                data(fh)
-            else:
-                fh.write(data.encode() if isinstance(data, str) else data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except Exception as exc:
-        # A writer may wrap the system's refusal: torch.save raises a RuntimeError in handling the OSError.
-        refusal = exc if isinstance(exc, OSError) else exc.__context__
-        if isinstance(refusal, OSError):
-            raise UnwritableFileError(path, refusal) from exc
-        raise
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def refuse_link(path: Path, folder: Path) -> None:
-    """UserError when ``path``, or a folder between ``folder`` and it, is a symbolic link: the harness opens no
-    file of its own folders (records, logs, checkpoints) through a link, which could point anywhere."""
-    path, folder = Path(path), Path(folder)
-    try:
-        parts = path.relative_to(folder).parts
-    except ValueError:
-        raise UserError(f"{path} is not inside {folder}") from None
-    for depth in range(len(parts), 0, -1):
-        here = folder.joinpath(*parts[:depth])
-        if here.is_symlink():
-            raise UserError(f"{here} is a symbolic link; the harness does not read or write through links in its "
-                            "folders: replace it with the file itself, or remove it")
-
-
-def cache_dir() -> Path:
-    """The writable cache for derived files (processed datasets, split corpora): ``$HARNESS_CACHE_DIR``
-    or ``~/.cache/contrastive-harness``; never the data root, which may be read-only. A cache read as data must be
-    the user's alone: UserError where the folder exists and belongs to another user or anyone may write it
-    (a file planted there, with the digest its name promises, would be read as the data)."""
-    env = os.environ.get("HARNESS_CACHE_DIR")
-    path = Path(env) if env else Path.home() / ".cache" / "contrastive-harness"
-    try:
-        st = path.stat()
-    except OSError:
-        return path  # not there yet: whoever creates it first is this process
-    if st.st_uid != os.getuid() or st.st_mode & stat.S_IWOTH:
-        whose = "belongs to another user" if st.st_uid != os.getuid() else "is writable by every user"
-        raise UserError(f"the cache folder {path} {whose}: a file planted there would be read as data; "
-                        "set HARNESS_CACHE_DIR to a folder of your own")
-    return path
-
-
-_FILE_HASHES: dict[tuple[tuple[str, int, int], ...], str] = {}
-"""The digests :func:`hash_files` computed in this process, keyed by each file's resolved path, size and
-modification time in nanoseconds: a run fingerprints its data before deciding whether it has work left, then
-loads it, and a sweep's worker fingerprints every job's, so the same files would be read again each time."""
-
-
-def hash_files(paths: Iterable[Path]) -> str:
-    """sha256 over the names and bytes of ``paths`` (sorted), for data fingerprints. Computed once per process
-    for files that have not changed since (:data:`_FILE_HASHES`): a rewritten file has another size, mtime,
-    ctime or inode (``rsync -t`` or ``touch -r`` puts the mtime back, not the ctime, which moves at the file
-    system's resolution). UserError naming the file that cannot be read."""
-    ordered = sorted(Path(p) for p in paths)
-    try:
-        key = tuple((str(p.resolve()), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                    for p in ordered)
-        if key not in _FILE_HASHES:
-            digest = hashlib.sha256()
-            for path in ordered:
-                digest.update(path.name.encode())
-                with open(path, "rb") as fh:
-                    for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        digest.update(chunk)
-            _FILE_HASHES[key] = digest.hexdigest()
-    except OSError as exc:
-        raise UserError(f"cannot read data file {exc.filename or ''}: {exc.strerror or exc}") from None
-    return _FILE_HASHES[key]
-
-
 def label_prior(labels: Any) -> dict[str, Any]:
     """The class prior that ``labels`` (one per pretraining sample, any hashable values: an array, a tensor, a
     list) give: ``{"label_prior": τ+, "label_classes": C}`` with τ+ = Σ_c p_c², p_c the fraction of samples
@@ -691,6 +358,3 @@ def label_prior(labels: Any) -> dict[str, Any]:
     return {"label_prior": float(np.sum(p * p)), "label_classes": int(len(counts))}
 
 
-def hash_jsonable(obj: Any) -> str:
-    """A stable sha256 of a JSON-serialisable object."""
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()

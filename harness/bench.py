@@ -35,7 +35,8 @@ from typing import Any
 import torch
 
 import domains
-from domains.base import BenchPart, UserError
+from domains.base import BenchPart
+from domains.errors import UserError
 from harness.pages.bench import PART_KEY, TARGETS, figures
 from harness.records import hardware_info, utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit

@@ -10,7 +10,7 @@ import contextlib
 import sys
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run import tracking
 from harness.run.output import output_settings
 

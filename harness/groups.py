@@ -23,7 +23,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from domains.base import Domain, UserError, hash_jsonable
+from domains.base import Domain
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness.records import RunRecord, domain_or_none, load_record_files, utc_iso
 
 

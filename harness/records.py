@@ -1,6 +1,6 @@
 """Run records: one self-describing JSON file per run, a typed model of it, and the environment it notes.
 
-A record is the :class:`RunRecord` model, written atomically (:func:`domains.base.write_atomic`) to
+A record is the :class:`RunRecord` model, written atomically (:func:`domains.files.write_atomic`) to
 ``<results>/<run_id>.json`` with the current :data:`SCHEMA_VERSION`. Reading one validates it against the model
 and reads its schema version: an older record is migrated (:data:`MIGRATIONS`), a newer one is refused with a
 message naming the file and the version. Every record read is then normalised against its domain's config class
@@ -40,16 +40,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 import domains
-from domains.base import (
-    Domain,
-    RunSpec,
-    UserError,
-    describe_validation,
-    hash_jsonable,
-    refuse_link,
-    split_config,
-    write_atomic,
-)
+from domains.base import Domain, RunSpec, describe_validation, split_config
+from domains.errors import UserError
+from domains.files import hash_jsonable, refuse_link, write_atomic
 from harness.version import source_digest
 
 SCHEMA_VERSION = 3
@@ -273,7 +266,7 @@ def jsonable(obj: Any) -> Any:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON (NaN/inf as null) atomically (:func:`domains.base.write_atomic`)."""
+    """Write ``data`` as JSON (NaN/inf as null) atomically (:func:`domains.files.write_atomic`)."""
     write_atomic(path, json.dumps(jsonable(data), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 

@@ -43,7 +43,7 @@ def data_set(data_root: Path):
 @pytest.fixture(scope="session")
 def rendering() -> str:
     """The MuJoCo rendering backend (egl or osmesa); skips when dm_control cannot render here."""
-    from domains.base import UserError
+    from domains.errors import UserError
     from domains.rl.env import rendering_backend
 
     try:

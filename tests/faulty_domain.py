@@ -22,7 +22,8 @@ from tiny_domain import TinyDomain
 
 import losses
 from domains import register
-from domains.base import DatasetSpec, EvalResult, Prepared, PretrainResult, RunContext, RunSpec, Supplies
+from domains.base import DatasetSpec, EvalResult, Prepared, PretrainResult, RunSpec, Supplies
+from domains.context import RunContext
 
 FINGERPRINT = {"generator": "gaussian mixture, numpy seed 0"}  # what TinyDomain.prepare gives, with the dataset
 

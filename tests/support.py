@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from domains.base import RunContext
+from domains.context import RunContext
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from torch import nn
 
 import domains
 import losses
-from domains.base import UserError
+from domains.errors import UserError
 from domains.rl.config import TASKS
 from domains.vision.biased import Biased
 from domains.vision.config import PRESETS, VisionConfig, resolved

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.suites.pack import MANIFEST, unpack
 
 RECORD = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s0.json"

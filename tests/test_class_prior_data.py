@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from domains.base import UserError, label_prior
+from domains.base import label_prior
+from domains.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "leaderboards" / "results"

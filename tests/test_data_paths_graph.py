@@ -13,7 +13,7 @@ pytest.importorskip("torch_geometric")
 
 from support import toy_tu  # noqa: E402
 
-from domains.base import UserError  # noqa: E402
+from domains.errors import UserError  # noqa: E402
 from domains.graph import data as graph_data  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
 
@@ -95,7 +95,7 @@ def test_an_unreadable_raw_file_is_named(tmp_path, monkeypatch):
     """As root ignores file permissions, the refusal is the open() that hashing the file calls."""
     import builtins
 
-    from domains import base
+    from domains import files
 
     toy_tu(tmp_path)
 
@@ -104,8 +104,8 @@ def test_an_unreadable_raw_file_is_named(tmp_path, monkeypatch):
             raise PermissionError(13, "Permission denied", str(path))
         return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(base, "_FILE_HASHES", {})
-    monkeypatch.setattr(base, "open", refusing_open, raising=False)
+    monkeypatch.setattr(files, "_FILE_HASHES", {})
+    monkeypatch.setattr(files, "open", refusing_open, raising=False)
     with pytest.raises(UserError, match=r"cannot read data file .*TOY_A\.txt: Permission denied"):
         graph_data.tu_files("TOY", tmp_path, False)
 

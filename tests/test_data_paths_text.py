@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from domains.base import UserError
+from domains.errors import UserError
 from domains.text import corpus, senteval_tasks
 from domains.text.config import TextConfig
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from domains.base import DatasetMissingError, UserError
+from domains.errors import DatasetMissingError, UserError
 from domains.vision import data, hub
 
 

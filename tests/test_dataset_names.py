@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tiny_domain import harness
 
-from domains.base import UserError
+from domains.errors import UserError
 
 
 def _refused(tmp_path: Path, domain: str, dataset: str, *extra: str) -> str:

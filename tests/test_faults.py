@@ -20,7 +20,8 @@ import torch
 from support import toy_tu
 from tiny_domain import AS_MODULE, REPO, harness, harness_env, resume_args, synthetic_record, write_records
 
-from domains.base import NonFiniteLossError, RunContext, UserError
+from domains.context import RunContext
+from domains.errors import NonFiniteLossError, UserError
 from harness import records
 from harness.cli import main
 from harness.run.stopping import EXIT_STOPPED

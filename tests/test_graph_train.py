@@ -12,7 +12,8 @@ import torch
 pytest.importorskip("torch_geometric")
 
 import domains  # noqa: E402
-from domains.base import RunContext, RunSpec  # noqa: E402
+from domains.base import RunSpec  # noqa: E402
+from domains.context import RunContext  # noqa: E402
 from domains.graph import synthetic  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
 from domains.graph.data import from_data_list  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain the records below belong to)
 from tiny_domain import synthetic_record, write_records
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.cli import main
 from harness.pages.bench import write_bench_page
 

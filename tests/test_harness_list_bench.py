@@ -143,7 +143,7 @@ def _bench_domain(name: str, error: Exception):
 
 def test_bench_all_skips_a_missing_extra_and_survives_a_crash(tmp_path, monkeypatch, capsys):
     import domains
-    from domains.base import DatasetMissingError
+    from domains.errors import DatasetMissingError
 
     monkeypatch.setitem(domains._REGISTRY, "nodata", _bench_domain("nodata", DatasetMissingError("put X in Y")))
     monkeypatch.setitem(domains._REGISTRY, "noextra", _bench_domain("noextra", ImportError("No module named 'zz'")))

@@ -18,8 +18,9 @@ import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
 
-from domains import base
-from domains.base import RunContext, UnwritableFileError
+from domains import context
+from domains.context import RunContext
+from domains.errors import UnwritableFileError
 from harness import records
 from harness.cli import main
 from harness.pages import leaderboard, report
@@ -87,7 +88,8 @@ def test_a_checkpoint_the_disk_refuses_is_named_and_the_one_before_is_kept(tmp_p
 import resource, signal
 from pathlib import Path
 import torch
-from domains.base import RunContext, UnwritableFileError
+from domains.context import RunContext
+from domains.errors import UnwritableFileError
 ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=Path({str(tmp_path)!r}))
 ctx.save_checkpoint({{"model": torch.nn.Linear(4, 2)}}, epoch=1)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -111,7 +113,7 @@ def test_a_run_that_could_write_nothing_does_not_claim_a_checkpoint(tmp_path, mo
     def full_disk(path: Path, data: object) -> None:
         raise UnwritableFileError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
 
-    monkeypatch.setattr(base, "write_atomic", full_disk)  # every checkpoint
+    monkeypatch.setattr(context, "write_atomic", full_disk)  # every checkpoint
     monkeypatch.setattr(records, "write_atomic", full_disk)  # and the record
     assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet",
                  "--results", str(tmp_path)]) == 2

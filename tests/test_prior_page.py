@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 from tiny_domain import synthetic_record, write_records
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.pages.prior import write_prior_page
 
 ROOT = Path(__file__).resolve().parents[1]

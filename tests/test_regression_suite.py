@@ -12,7 +12,7 @@ import pytest
 from tiny_domain import REPO, harness_env, synthetic_record, write_records
 
 import domains
-from domains.base import UserError
+from domains.errors import UserError
 from harness.suites import SUITES, load_suite, suite_path
 from harness.suites.__main__ import baseline_files
 

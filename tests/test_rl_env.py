@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from domains.base import UserError
+from domains.errors import UserError
 
 
 def make(seed: int = 0, **kw):

@@ -18,7 +18,8 @@ from support import Killed, KilledAfterCheckpoint, no_sync
 
 import domains
 import losses
-from domains.base import RunContext, RunSpec
+from domains.base import RunSpec
+from domains.context import RunContext
 from domains.rl.config import CurlConfig
 from domains.rl.curl import CurlSac, GraphedUpdates
 from domains.rl.replay import ReplayBuffer

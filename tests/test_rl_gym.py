@@ -152,7 +152,7 @@ def test_gym_dataset_pendulum_pixels_and_action_repeat():
 
 
 def test_gym_dataset_errors():
-    from domains.base import UserError
+    from domains.errors import UserError
     from domains.rl.gym_envs import make_pixel_env
 
     with pytest.raises(UserError, match=r"continuous \(Box\) action space; CartPole-v1 has Discrete\(2\)"):

@@ -11,7 +11,8 @@ import torch
 from support import Killed, KilledAfterCheckpoint
 
 import domains
-from domains.base import RunContext, RunSpec
+from domains.base import RunSpec
+from domains.context import RunContext
 from domains.rl.config import CurlConfig
 
 # 100 repeats: an episode is 10 agent steps, so a few episodes render quickly.

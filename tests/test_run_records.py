@@ -13,7 +13,9 @@ import torch
 from tiny_domain import TinyDomain, synthetic_record, write_records
 
 import domains
-from domains.base import RUNTIME, UserError, write_atomic
+from domains.base import RUNTIME
+from domains.errors import UserError
+from domains.files import write_atomic
 from harness.cli import main
 from harness.groups import group_key, group_records
 from harness.pages.leaderboard import MANIFEST

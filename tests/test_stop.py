@@ -18,7 +18,8 @@ import torch
 from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness, resume_args
 
-from domains.base import RunContext, UserError
+from domains.context import RunContext
+from domains.errors import UserError
 from harness.run import resume_command
 from harness.run.stopping import EXIT_STOPPED, parse_duration, stop_margin
 
@@ -172,7 +173,7 @@ def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_pa
     saves a checkpoint there, outside the checkpoint_freq schedule, and the resumed run equals a straight one."""
     from test_rl_train import context, run, spec
 
-    from domains.base import RunStopped
+    from domains.errors import RunStopped
 
     long = spec(checkpoint_freq=0, num_env_steps=4000)  # 40 agent steps: 4 episodes of 10, no scheduled checkpoint
     straight = run(long, context(tmp_path / "a"))

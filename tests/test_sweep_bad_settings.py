@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run.stopping import parse_duration
 from harness.suites.campaign import main
 

@@ -14,7 +14,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 
-from domains.base import RunSpec, UserError
+from domains.base import RunSpec
+from domains.errors import UserError
 from domains.text import TextDomain
 from domains.text import torch_probe as tp
 from domains.text.config import TASKS, TextConfig

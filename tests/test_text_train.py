@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import losses
-from domains.base import RunContext, UserError
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.text.config import TextConfig
 from domains.text.corpus import (
     book_sentences,

@@ -20,7 +20,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness, resume_args
 
-from domains.base import RunContext, RunSpec, UserError
+from domains.base import RunSpec
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.rl.curl import _means_since
 from harness.run import tracking
 from harness.run.stopping import EXIT_STOPPED

@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_tracking import _scalars, _spec
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run import tracking
 
 

@@ -11,7 +11,9 @@ import json
 import pytest
 
 import domains
-from domains.base import RunSpec, UserError, hash_jsonable, runtime_fields
+from domains.base import RunSpec, runtime_fields
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness.run import config as cfg
 
 DOMAINS = ("graph", "vision", "text", "rl")

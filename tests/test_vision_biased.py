@@ -13,7 +13,8 @@ import torch
 
 import domains
 import losses
-from domains.base import RunContext, RunSpec
+from domains.base import RunSpec
+from domains.context import RunContext
 from domains.vision.biased import BASE_TEMPERATURE, Biased
 from domains.vision.colouring import MNIST_COLOURS, assign_colours, biased_mnist, colourize_binary
 from domains.vision.config import PRESETS, VisionConfig, resolved

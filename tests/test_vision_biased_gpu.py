@@ -10,7 +10,8 @@ from support import no_sync
 
 import domains
 import losses
-from domains.base import RunContext, RunSpec
+from domains.base import RunSpec
+from domains.context import RunContext
 from domains.vision.config import PRESETS, VisionConfig
 
 pytestmark = pytest.mark.gpu

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from domains.base import DatasetMissingError
+from domains.errors import DatasetMissingError
 from domains.vision import colouring, data
 from domains.vision.images import batches
 

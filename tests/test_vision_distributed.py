@@ -26,7 +26,8 @@ def _worker(rank: int, port: int, out: str) -> None:
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     import domains
-    from domains.base import RunContext, RunSpec
+    from domains.base import RunSpec
+    from domains.context import RunContext
 
     vision = domains.get("vision")
     result = {}

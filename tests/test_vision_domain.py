@@ -9,7 +9,9 @@ import pytest
 import torch
 
 import domains
-from domains.base import RunContext, RunSpec, UserError
+from domains.base import RunSpec
+from domains.context import RunContext
+from domains.errors import UserError
 
 VISION = domains.get("vision")
 

@@ -21,7 +21,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import domains
 import losses
-from domains.base import RunContext, RunSpec, runtime_fields
+from domains.base import RunSpec, runtime_fields
+from domains.context import RunContext
 from domains.graphed import ReplayBackend
 from domains.vision import augment as aug
 from domains.vision import train

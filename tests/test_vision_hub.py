@@ -18,7 +18,9 @@ import pytest
 import torch
 
 import domains
-from domains.base import DatasetMissingError, RunSpec, UserError, hash_files
+from domains.base import RunSpec
+from domains.errors import DatasetMissingError, UserError
+from domains.files import hash_files
 from domains.vision import augment, data, hub
 from domains.vision.config import PRESETS, VisionConfig, resolved
 from domains.vision.images import FolderImages

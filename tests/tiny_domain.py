@@ -33,12 +33,12 @@ from domains.base import (
     Preset,
     PretrainResult,
     Reference,
-    RunContext,
     RunSpec,
     Supplies,
-    UserError,
-    hash_jsonable,
 )
+from domains.context import RunContext
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness.records import SCHEMA_VERSION
 
 

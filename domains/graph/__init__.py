@@ -27,12 +27,12 @@ from domains.base import (
     Preset,
     PretrainResult,
     Reference,
-    RunContext,
     RunSpec,
     Supplies,
-    UserError,
     label_prior,
 )
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.graph import synthetic
 from domains.graph.config import GraphConfig, c_grid
 from domains.graph.data import TU_CATALOGUE, TU_NAME, GraphSet, check_tu_name, load_tu, tu_files

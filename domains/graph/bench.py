@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 import losses
-from domains.base import BenchPart, DatasetMissingError, Domain
+from domains.base import BenchPart, Domain
+from domains.errors import DatasetMissingError
 from domains.graph.config import GraphConfig
 from domains.graph.evaluate import svm_protocol
 from domains.graph.infograph import Pretrained, embed_all, epoch_batches, infograph_scores, scoring

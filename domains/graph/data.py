@@ -23,7 +23,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from domains.base import DatasetMissingError, UserError, cache_dir, did_you_mean, hash_files, require
+from domains.base import did_you_mean, require
+from domains.errors import DatasetMissingError, UserError
+from domains.files import cache_dir, hash_files
 from domains.graph import tucache
 from domains.graph.config import GraphConfig
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from domains.base import UserError
+from domains.errors import UserError
 from domains.graph.config import C_GRID
 
 

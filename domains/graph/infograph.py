@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 import losses
-from domains.base import PretrainResult, RunContext, RunSpec
+from domains.base import PretrainResult, RunSpec
+from domains.context import RunContext
 from domains.graph.config import GraphConfig
 from domains.graph.data import GraphSet
 from domains.graph.models import InfoGraph

@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from domains.base import UserError, hash_jsonable, require
+from domains.base import require
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from domains.graph.data import GraphSet, from_data_list
 
 NAME = "synthetic-motifs"

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from domains.base import UserError, cache_dir, require, write_atomic
+from domains.base import require
+from domains.errors import UserError
+from domains.files import cache_dir, write_atomic
 
 CACHE_FORMAT = 1  # bump when the cached arrays of the same raw files would change
 _TENSORS = {"x": np.float32, "edge_index": np.int64, "node_ptr": np.int64, "edge_ptr": np.int64, "y": np.int64}

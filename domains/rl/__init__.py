@@ -29,11 +29,11 @@ from domains.base import (
     Prepared,
     PretrainResult,
     Reference,
-    RunContext,
     RunSpec,
     Supplies,
-    UserError,
 )
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig, TaskSpec
 
 _CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"

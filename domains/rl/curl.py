@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import losses
-from domains.base import RunContext
+from domains.context import RunContext
 from domains.graphed import Backend, CudaGraphBackend, GraphedStep, learning_rates, make_capturable
 from domains.rl.config import CurlConfig, TaskSpec
 from domains.rl.evaluate import eval_seed, evaluate_agent, make_env

@@ -26,7 +26,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import AddRenderObservation, FrameStackObservation, TransformObservation
 
-from domains.base import UserError, require
+from domains.base import require
+from domains.errors import UserError
 from domains.rl.config import EPISODE_ENV_STEPS, TASKS, TaskSpec
 
 BACKENDS = ("egl", "osmesa")

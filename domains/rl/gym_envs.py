@@ -16,7 +16,8 @@ import re
 
 import gymnasium as gym
 
-from domains.base import UserError, did_you_mean
+from domains.base import did_you_mean
+from domains.errors import UserError
 from domains.rl.config import GYM_PREFIX, TASKS, TaskSpec
 from domains.rl.env import DMCEnv, DMControlEnv, PixelEnv, rendering_backend, task_spec
 

@@ -28,13 +28,13 @@ from domains.base import (
     Preset,
     PretrainResult,
     Reference,
-    RunContext,
     RunSpec,
     Supplies,
-    UserError,
-    hash_files,
     label_prior,
 )
+from domains.context import RunContext
+from domains.errors import UserError
+from domains.files import hash_files
 from domains.text.config import TASKS, TextConfig
 from domains.text.corpus import Corpus, book_paths, load_corpus, sentence_labels, synthetic_fingerprint
 from domains.text.senteval import classifiers_ran

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 import losses
-from domains.base import BenchPart, RunContext
+from domains.base import BenchPart
+from domains.context import RunContext
 from domains.text.config import TASKS, TextConfig
 from domains.text.corpus import load_corpus
 from domains.text.models import QuickThoughtEncoder, build_model

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from domains.base import DatasetMissingError, UserError, cache_dir, hash_jsonable, require, write_atomic
+from domains.base import require
+from domains.errors import DatasetMissingError, UserError
+from domains.files import cache_dir, hash_jsonable, write_atomic
 from domains.text.config import TextConfig
 from domains.text.files import read_bytes, refuse_nul
 

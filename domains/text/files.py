@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 
 
 def read_bytes(path: Path, name: str) -> bytes:

@@ -17,7 +17,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from domains.base import UserError, require
+from domains.base import require
+from domains.errors import UserError
 from domains.text.config import TextConfig
 from domains.text.tokenize import SentenceTokenizer
 

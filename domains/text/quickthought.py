@@ -20,7 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import losses
-from domains.base import RunContext, UserError
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.text.config import TextConfig
 from domains.text.corpus import Corpus, sentence_labels
 from domains.text.models import QuickThought

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from domains.base import UserError
+from domains.errors import UserError
 from domains.text import torch_probe
 from domains.text.config import TextConfig
 from domains.text.senteval_tasks import Split, Task, read_task, subsample

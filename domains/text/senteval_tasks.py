@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from domains.base import DatasetMissingError, UserError
+from domains.errors import DatasetMissingError, UserError
 from domains.text.files import read_bytes, refuse_nul
 
 TREC_CLASSES = {"ABBR": 0, "DESC": 1, "ENTY": 2, "HUM": 3, "LOC": 4, "NUM": 5}

@@ -26,12 +26,12 @@ from domains.base import (
     Prepared,
     PretrainResult,
     Reference,
-    RunContext,
     RunSpec,
     Supplies,
-    UserError,
     label_prior,
 )
+from domains.context import RunContext
+from domains.errors import UserError
 from domains.vision import config as vcfg
 from domains.vision.biased import Biased
 from domains.vision.cmc import CMC

@@ -41,7 +41,8 @@ from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
 import losses
-from domains.base import BenchPart, PretrainResult, RunContext
+from domains.base import BenchPart, PretrainResult
+from domains.context import RunContext
 from domains.graphed import GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
 from domains.vision.biased import Biased

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import losses
-from domains.base import UserError
+from domains.errors import UserError
 from domains.vision.evaluate import extract, group_accuracy, topk_accuracy
 from domains.vision.images import ImageSet
 from domains.vision.method import Batch, Method

@@ -28,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from domains.base import DatasetMissingError, DatasetSpec, UserError, hash_files, hash_jsonable, require
+from domains.base import DatasetSpec, require
+from domains.errors import DatasetMissingError, UserError
+from domains.files import hash_files, hash_jsonable
 from domains.vision import hub
 from domains.vision.colouring import biased, biased_mnist
 from domains.vision.images import FolderImages, ImageSet, VisionData

@@ -43,7 +43,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from domains.base import UserError, cache_dir, hash_files, hash_jsonable, require, write_atomic
+from domains.base import require
+from domains.errors import UserError
+from domains.files import cache_dir, hash_files, hash_jsonable, write_atomic
 
 PREFIX = "hf:"
 HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids

@@ -10,7 +10,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from domains.base import UserError, require
+from domains.base import require
+from domains.errors import UserError
 
 MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
                "t10k-labels-idx1-ubyte")

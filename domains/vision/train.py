@@ -30,7 +30,9 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor, nn
 
-from domains.base import PretrainResult, RunContext, UserError, rng_state, set_rng_state
+from domains.base import PretrainResult
+from domains.context import RunContext, rng_state, set_rng_state
+from domains.errors import UserError
 from domains.graphed import Backend, GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
 from domains.vision.config import VisionConfig

@@ -49,7 +49,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from domains.base import UserError, write_atomic
+from domains.errors import UserError
+from domains.files import write_atomic
 from harness import stats
 from harness.compare.report import VERDICTS, Row, error_report, report
 from harness.compare.sides import Side, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text

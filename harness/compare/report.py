@@ -8,7 +8,8 @@ import argparse
 import math
 from dataclasses import dataclass, field
 
-from domains.base import UserError, hash_jsonable
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness import stats
 from harness.compare.sides import Side, group_name
 from harness.groups import Group, decimals, fmt

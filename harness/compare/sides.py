@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from domains.base import UserError, hash_jsonable
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_records
 from harness.records import RunRecord, load_record_files
 from harness.version import resolve_commit

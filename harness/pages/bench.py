@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domains.base import UserError, write_atomic
+from domains.errors import UserError
+from domains.files import write_atomic
 from harness.pages import generated
 from harness.tables import markdown
 

@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from domains.base import write_atomic  # noqa: E402
+from domains.files import write_atomic  # noqa: E402
 
 PLAIN = FuncFormatter(lambda v, _: f"{v:g}")  # tick labels as numbers (2, 30, -10), not powers of ten
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 
 # An image link; its alt text as alt_text escapes it, or with balanced brackets (a page written before it did)
 IMAGE = re.compile(r"!\[(?:\\.|[^\[\]\\]|\[[^\[\]]*\])*\]\(([^)\s]+\.png)\)")

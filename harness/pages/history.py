@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domains.base import UserError, write_atomic
+from domains.errors import UserError
+from domains.files import write_atomic
 from harness import stats
 from harness.groups import Group, cell, command_key, decimals, fmt, group_records
 from harness.pages import figures, generated

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from domains.base import Domain, refuse_link, write_atomic
+from domains.base import Domain
+from domains.files import refuse_link, write_atomic
 from harness.groups import Group, baseline_for, best, cell, completed_groups, decimals, domain_or_none
 from harness.pages import bench, curves, generated
 from harness.pages.tables import (

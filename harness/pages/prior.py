@@ -20,7 +20,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from domains.base import UserError, refuse_link, write_atomic
+from domains.errors import UserError
+from domains.files import refuse_link, write_atomic
 from harness.pages import generated
 from harness.pages.prior_runs import LOSSES, MEASURED, SYNTHETIC, Run, task_label, to_run
 from harness.pages.prior_tables import ALPHA, cost_lines, estimation_lines, gain_lines

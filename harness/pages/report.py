@@ -24,7 +24,8 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
-from domains.base import UserError, refuse_link, write_atomic
+from domains.errors import UserError
+from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
 from harness.tables import markdown

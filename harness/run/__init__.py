@@ -14,7 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from domains.base import RunStopped
+from domains.errors import RunStopped
 from harness.records import RunRecord
 from harness.run import config as cfg
 from harness.run import stopping, tracking

@@ -19,7 +19,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 import losses
-from domains.base import Domain, UserError, describe_validation, did_you_mean
+from domains.base import Domain, describe_validation, did_you_mean
+from domains.errors import UserError
 
 LOSS_PREFIX = "loss."
 

@@ -25,7 +25,10 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, RunContext, RunSpec, RunStopped, UserError, refuse_link
+from domains.base import Domain, Prepared, RunSpec
+from domains.context import RunContext
+from domains.errors import RunStopped, UserError
+from domains.files import refuse_link
 from harness import records
 from harness.run import config as cfg
 from harness.run import stopping, tracking

@@ -4,7 +4,7 @@
 What asks: SIGTERM (``kill``, ``scancel``, a container's stop), SIGUSR1 (what Slurm sends before a job's time
 limit with ``--signal=USR1@...``), ``--time-limit``, and in a sweep also SIGINT (Ctrl-C; a single ``harness run``
 keeps Python's KeyboardInterrupt there, which stops at once). The signal handler only records the reason; a run
-reads it at each step boundary (:meth:`domains.base.RunContext.progress`) and before each seed. A sweep's jobs
+reads it at each step boundary (:meth:`domains.context.RunContext.progress`) and before each seed. A sweep's jobs
 run in other processes, on other machines under Ray or Slurm: the sweep tells them through a stop file in its
 results folder, which every one of them writes its records into anyway.
 """
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL of sysexits.h: stopped at a checkpoint, to be resumed
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)

@@ -1,7 +1,7 @@
 """Live tracking: a run's scalars go to TensorBoard (the default), W&B or MLflow as it trains.
 
 A domain hands what it already has on the host (a step's loss, a curve point) to
-:meth:`domains.base.RunContext.log_scalars`, which passes it to the trackers the harness opened for the run
+:meth:`domains.context.RunContext.log_scalars`, which passes it to the trackers the harness opened for the run
 (``--tracker``, repeatable; ``none`` for none). The records and progress bars are the same with or without them,
 and the trackers are no part of a run's identity. Each tracker writes beside the records:
 
@@ -36,7 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from domains.base import RunSpec, UserError, refuse_link, require, write_atomic
+from domains.base import RunSpec, require
+from domains.errors import UserError
+from domains.files import refuse_link, write_atomic
 from harness.records import is_completed
 from harness.tables import markdown
 

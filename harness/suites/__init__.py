@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import domains
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run import runner
 from harness.run.config import parse_assignments, parse_seeds, tolerance_value
 

@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.records import load_record_files
 from harness.run.stopping import handled
 from harness.suites import Setting, load_suite, suite_path

@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack

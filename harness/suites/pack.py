@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
-from domains.base import UserError, refuse_link, write_atomic
+from domains.errors import UserError
+from domains.files import refuse_link, write_atomic
 from harness.records import InvalidRecordError, load_record, parse_record, read_record
 
 MANIFEST = "MANIFEST.json"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.suites.pack import MIB
 
 SEND_LIMIT_MIB = 64.0  # one call's working tree plus what it carries (the device tool's limit)

@@ -24,7 +24,8 @@ import torch
 
 import losses
 from domains import get
-from domains.base import UserError, hash_jsonable
+from domains.errors import UserError
+from domains.files import hash_jsonable
 from harness.records import reusable, run_id
 from harness.run import config as cfg
 from harness.run import resume_command, stopping, time_limit, tracking

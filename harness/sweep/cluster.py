@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from domains.base import UserError, refuse_link, require
+from domains.base import require
+from domains.errors import UserError
+from domains.files import refuse_link
 from harness.run import stopping
 from harness.run.runner import RunRequest, default_data_root
 from harness.sweep.jobs import POLL_S, SlurmJob, failed, not_started, progress, report, run_job, stopped

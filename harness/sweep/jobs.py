@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from domains.base import RunStopped, UserError
+from domains.errors import RunStopped, UserError
 from harness.run import stopping, tracking
 from harness.run.runner import RunRequest, error_line, execute
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from domains.base import UserError
+from domains.errors import UserError
 from harness.run import stopping
 from harness.run.output import configure_output
 from harness.run.runner import RunRequest, error_line

@@ -1,0 +1,219 @@
+"""What the harness hands a domain for one run (:class:`RunContext`): progress bars that stop at a step boundary,
+checkpoints saved atomically and restored only by the run that saved them (with every random generator's state,
+:func:`rng_state`), the loss check, and the live trackers its scalars go to."""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+
+from domains.errors import NonFiniteLossError, RunStopped, UserError
+from domains.files import refuse_link, write_atomic
+
+T = TypeVar("T")
+
+
+def _checkpoint_globals() -> list[Any]:
+    """What a checkpoint may hold besides tensors and plain Python: numpy arrays, scalars and dtypes (replay
+    buffers, RNG states). ``torch.load(weights_only=True)`` refuses every other class, so a tampered
+    checkpoint cannot run code."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(code)) for code in "?bBhHiIlLqQefdgFDG"]
+    return [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype, *dtypes]
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every random generator a run draws from: Python's, numpy's global one, torch's on the CPU
+    and, once CUDA is in use, on every CUDA device (an unused CUDA generator keeps the seed it was given)."""
+    import numpy as np
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back what :func:`rng_state` returned (the CUDA devices this machine has, of those saved)."""
+    import numpy as np
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
+
+
+@dataclass
+class RunContext:
+    """What the harness gives a domain for one run."""
+
+    seed: int
+    device: torch.device
+    data_root: Path
+    work_dir: Path  # private to this run: checkpoints live here
+    resume: bool = False
+    quiet: bool = False
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("harness.run"))
+    # the run id (its seed, config, data and code): a checkpoint is resumed only by the run that saved it
+    run_key: str = ""
+    # live trackers (harness.run.tracking: TensorBoard, W&B, MLflow) that log_scalars hands its scalars to
+    trackers: Sequence[Any] = ()
+    # why the run should stop (a signal, a time limit), or None: the harness's; read at each step boundary
+    stop_reason: Callable[[], str | None] = field(default=lambda: None, repr=False, compare=False)
+    # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
+    _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
+    # Wall seconds of the run before this process took it up: its earlier processes' up to their last checkpoint
+    # (what the resumed run keeps of them), read from the checkpoint; the record's timings add them.
+    earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
+
+    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
+        """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop; where a stop is
+        requested it raises :class:`RunStopped` at the first step boundary where the checkpoint holds the run's
+        state: before the loop's first step (the state a loop starts from is the restored checkpoint's, or a
+        fresh start's), or right after a step that called :meth:`save_checkpoint`. A loop that checkpoints
+        every step stops at the next one; one that checkpoints every few steps saves early when
+        :attr:`stop_requested` says so."""
+        from tqdm.auto import tqdm
+
+        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
+
+    def _stoppable(self, bar: Any) -> Iterator[T]:
+        resumable = True
+        for item in bar:
+            reason = self._agreed_stop(resumable)
+            if reason is not None:
+                bar.close()
+                raise RunStopped(reason)
+            self._checkpointed = False
+            yield item
+            resumable = self._checkpointed
+
+    def _agreed_stop(self, resumable: bool) -> str | None:
+        """The stop reason where the run stops at this boundary. Under torch.distributed every rank stops at the
+        same boundary (else the others would wait for it in their next collective): any rank's stop stops all,
+        and rank 0's checkpoint (the only one written) makes the boundary resumable for all."""
+        reason = self.stop_reason()
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized() and \
+            torch.distributed.get_world_size() > 1
+        if not distributed:
+            return reason if resumable else None
+        flags = torch.tensor([reason is not None, resumable], dtype=torch.float32, device=self.device)
+        torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+        return (reason or "another rank's stop") if bool(flags.all()) else None
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether the run is asked to stop: a loop that does not checkpoint every step saves one now."""
+        return self.stop_reason() is not None
+
+    def log(self, message: str) -> None:
+        self.logger.info(message)
+
+    def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
+        """Hand the scalars of training ``step`` (the domain's own unit, increasing: an optimizer step, an
+        environment step) to the run's live trackers (``--tracker``) as the run trains; a no-op without any.
+
+        Pass values already on the host (a loss read with ``.item()``, a curve point): a tensor is refused, since
+        reading it would wait for the device. Whatever is not a number (None, a list, text) is left out, so a curve
+        point goes as it is. On CUDA the memory the caching allocator holds for tensors is added (host counters,
+        no synchronisation)."""
+        if not self.trackers:
+            return
+        values = {}
+        for key, value in scalars.items():
+            if isinstance(value, torch.Tensor):
+                raise TypeError(f"log_scalars: '{key}' is a tensor; pass a number already on the host")
+            if isinstance(value, numbers.Real) and not isinstance(value, bool):
+                values[key] = float(value)
+        if not values:
+            return
+        if self.device.type == "cuda":
+            values["gpu_memory_gib"] = torch.cuda.memory_allocated(self.device) / 2**30
+            values["gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        for tracker in self.trackers:
+            tracker.log(step, values)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.work_dir / "checkpoint.pt"
+
+    def save_checkpoint(self, objects: dict[str, Any], **extra: Any) -> None:
+        """Atomically save (a kill never leaves half a file) what resuming needs to go on as if never stopped:
+        the ``state_dict()`` of each of ``objects`` (model, optimizer, scheduler, the bound loss, a replay
+        buffer; a None is skipped, e.g. a method without a loss), the state of every random generator
+        (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
+        state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
+                 "rng": rng_state(), "extra": extra, "run": self.run_key,
+                 "elapsed_s": self.earlier_s + time.perf_counter() - self._clock}
+        write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
+        self._checkpointed = True
+
+    def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
+        """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
+        random generators and return the extras; None on a fresh start. Call it once the objects are built:
+        building them draws random numbers, and the saved state must be what the next step draws from."""
+        state, self._pending = self._pending or self._saved(), None
+        if state is None:
+            return None
+        given = {name: obj for name, obj in objects.items() if obj is not None}
+        missing = sorted(set(given) - set(state["objects"]))
+        if missing:
+            raise UserError(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
+                            "--resume to start over")
+        for name, obj in given.items():
+            obj.load_state_dict(state["objects"][name])
+        set_rng_state(state["rng"])
+        return state["extra"]
+
+    def saved_extras(self) -> dict[str, Any] | None:
+        """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
+        objects are built from (the text domain's vocabulary); None on a fresh start. The checkpoint is kept for
+        :meth:`restore_checkpoint`, which then does not read the file again."""
+        self._pending = self._saved()
+        return None if self._pending is None else self._pending["extra"]
+
+    def _saved(self) -> dict[str, Any] | None:
+        """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types
+        of :func:`_checkpoint_globals` load; any other class (a tampered file) is refused, never run."""
+        path = self.checkpoint_path
+        if not self.resume or not (path.exists() or path.is_symlink()):
+            return None
+        refuse_link(path, self.work_dir.parent)
+        start_over = "rerun without --resume to start over"
+        try:
+            with torch.serialization.safe_globals(_checkpoint_globals()):
+                state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, or a class that is refused
+            kind = type(exc).__name__
+            raise UserError(f"the checkpoint {path} cannot be read ({kind}: it is damaged or not a checkpoint the "
+                            f"harness wrote); {start_over}") from None
+        # elapsed_s: absent from checkpoints written before records timed a resumed run whole
+        if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
+                {"objects", "rng", "extra", "run", "elapsed_s"}:
+            raise UserError(f"{path} is not a checkpoint of this version of the harness; {start_over}")
+        if state["run"] != self.run_key:
+            raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
+                            f"{start_over}")
+        self.earlier_s = float(state.get("elapsed_s", 0.0))
+        return state
+
+    def check_loss(self, value: float, step: int, hint: str = "") -> None:
+        """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
+        record saying so. ``hint`` names what to change (default: a lower learning rate)."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
+                                     f"{hint or 'try a lower learning rate (--set lr=...)'}")
