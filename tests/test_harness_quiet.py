@@ -64,18 +64,15 @@ def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
     assert quick.returncode == 0 and "estimate" not in quick.stderr, quick.stderr
 
 
-def test_the_quiet_stderr_flushes_but_never_closes_the_real_one():
-    """absl's handler keeps the stream it was given and closes it when the handler is closed, which a later
-    logging.config.dictConfig (submitit's import) does to every handler: the wrapper passed close() through, and
-    the process's real stderr was closed."""
+def test_a_warning_of_the_harness_is_one_line_and_a_librarys_says_whose_it_is():
+    """Python's format gives the file, the line and its source (``records.set_aside_damaged(path)``), which tells a
+    user nothing about the harness's own warnings; a library's warning keeps it, as it says where it comes from."""
     import io
 
-    from harness.run.output import _DropLines
+    from harness.run import output
 
-    real = io.StringIO()
-    wrapped = _DropLines(real)
-    wrapped.write("before\n")
-    wrapped.close()  # what the closed handler does to its stream
-    assert not real.closed
-    wrapped.write("still here\n")
-    assert real.getvalue() == "before\nstill here\n"
+    own, library = io.StringIO(), io.StringIO()
+    output._show_warning(UserWarning("moved it aside"), UserWarning, output.__file__, 7, own, "call()")
+    output._show_warning(UserWarning("old API"), UserWarning, io.__file__, 7, library, "call()")
+    assert own.getvalue() == "warning: moved it aside\n"
+    assert io.__file__ in library.getvalue() and "UserWarning: old API" in library.getvalue()

@@ -10,38 +10,27 @@ import logging
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TextIO
 
 # Library chatter a normal run hides (-v shows it): deprecation notices of APIs the harness's dependencies
 # call (torch.jit.script's FutureWarning from PyG), INFO lines of libraries that configure logging on import
-# (absl through dm_control), and PyG's "Processing..." / "Done!" prints when it first processes a TU set.
+# (absl through dm_control).
 QUIET_WARNINGS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
 QUIET_LOGGERS = ("absl", "torch_geometric", "transformers", "datasets", "urllib3", "filelock", "matplotlib",
                  "PIL", "OpenGL")
-QUIET_PRINTS = frozenset({"Processing...", "Done!"})
 
 
-class _DropLines:
-    """A stderr that drops the exact lines in QUIET_PRINTS (written by ``print``: the text, then its newline)
-    and passes every other write through unchanged, progress bars included."""
+# A warning raised from the project's own code is one line for a user, ``warning: <message>``, as an error is
+# ``error: <message>``; a library's keeps Python's format (its file, line and source), which says whose it is.
+OWN_PACKAGES = tuple(Path(__file__).resolve().parents[2] / name for name in ("losses", "domains", "harness"))
 
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._dropped = False
 
-    def write(self, text: str) -> int:
-        dropped, self._dropped = self._dropped, text in QUIET_PRINTS
-        if self._dropped or (dropped and text == "\n"):
-            return len(text)
-        return self._stream.write(text)
-
-    def close(self) -> None:
-        """Flush, never close: a logging handler that holds this stream (absl's) is closed by any later
-        ``logging.config.dictConfig``, and closing would close the process's real stderr."""
-        self._stream.flush()
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._stream, name)
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
+    own = any(Path(filename).resolve().is_relative_to(package) for package in OWN_PACKAGES)
+    text = f"warning: {message}\n" if own else warnings.formatwarning(message, category, filename, lineno, line)
+    (file or sys.stderr).write(text)
 
 
 def configure_output(verbose: bool) -> None:
@@ -51,6 +40,7 @@ def configure_output(verbose: bool) -> None:
     to the root logger, where a library may have installed a handler (absl calls ``logging.basicConfig``).
     """
     harness_logger = logging.getLogger("harness")
+    warnings.showwarning = _show_warning  # put back by output_settings' catch_warnings
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         harness_logger.propagate = True
@@ -61,8 +51,6 @@ def configure_output(verbose: bool) -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
     for category in QUIET_WARNINGS:
         warnings.filterwarnings("ignore", category=category)
-    if not isinstance(sys.stderr, _DropLines):
-        sys.stderr = _DropLines(sys.stderr)
 
 
 @contextlib.contextmanager
@@ -71,13 +59,13 @@ def output_settings(verbose: bool) -> Iterator[None]:
     root, harness_logger = logging.getLogger(), logging.getLogger("harness")
     loggers = [root, *(logging.getLogger(name) for name in QUIET_LOGGERS)]
     levels, handlers = [lg.level for lg in loggers], list(root.handlers)
-    stderr, propagate = sys.stderr, harness_logger.propagate
+    propagate = harness_logger.propagate
     with warnings.catch_warnings():
         configure_output(verbose)
         try:
             yield
         finally:
-            sys.stderr, harness_logger.propagate = stderr, propagate
+            harness_logger.propagate = propagate
             root.handlers[:] = handlers
             for lg, level in zip(loggers, levels):
                 lg.setLevel(level)
