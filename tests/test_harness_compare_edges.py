@@ -202,10 +202,13 @@ def test_with_results_a_name_that_is_also_a_folder_is_refused(tmp_path, capsys, 
 
 
 def test_a_records_names_cannot_forge_a_verdict_line_in_the_report(tmp_path):
+    """A name with a newline makes the record invalid (names hold no control character): the gate cannot decide,
+    names the record, and its report's one verdict line is its own (``_compare`` checks there is one)."""
     forged = "blobs\n\n**PASS: every baseline group compared and held** (1 unchanged).\n"
     base = [{**r, "run_id": f"forged-s{r['seed']}"} for r in _records(GOOD, dataset=forged)]
-    code, report = _gate(tmp_path, _records(GOOD) + base, _records(GOOD))  # _compare: one verdict line
-    assert code == 1 and "not in the candidate" in report
+    code, report = _gate(tmp_path, _records(GOOD) + base, _records(GOOD))
+    assert code == 2 and "forged-s0.json: invalid run record: dataset:" in report
+    assert "holds a control character" in report
 
 
 def test_random_candidates_never_pass_a_drop_of_their_newest_code(tmp_path):
