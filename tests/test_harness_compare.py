@@ -183,11 +183,6 @@ def test_mixed_code_uses_the_newest_code_so_a_drop_is_not_diluted(tmp_path):
     code, report = _compare(tmp_path, base, old + new, "--allow-missing")
     regressions = _section(report, "Regressions (1)")
     assert code == 1 and "| – (0) |" not in regressions and "(3) |" in regressions  # only the 3 new seeds
-    # Legacy records (no source digest) of several commits: compared, and the report says they mix code.
-    legacy = [synthetic_record("dcl", s, 85.0 + s, loss_params=DCL, software={"git_commit": c * 40})
-              for s, c in enumerate("aab")]
-    code, report = _compare(tmp_path, base, legacy, "--allow-missing")
-    assert "3 commits" not in report and "2 commits (aaaaaaa, bbbbbbb)" in report
 
 
 def test_versions_and_commits_by_name_from_one_folder(tmp_path, capsys):

@@ -259,3 +259,23 @@ def test_seeds_the_candidate_failed_or_diverged_on_are_never_waived_as_missing(t
     # seeds the candidate did not run at all are still waivable
     code, report = _gate(tmp_path / "absent", _records(GOOD), _records(GOOD[:5]), "--allow-missing")
     assert code == 0 and "PASS with waivers: 1 missing (--allow-missing)" in report
+
+
+def test_a_side_whose_seeds_ran_different_commits_of_one_version_is_refused_not_averaged(tmp_path, capsys):
+    """Records without a source digest are grouped by version, and the committed ones all say 0.1.0: 30 seeds of
+    an older commit and 2 of a newer one 15 points down were one group, whose mean fell by 0.9 (within the
+    tolerance), and the gate passed a commit that collapsed."""
+    good = [85.0 + (s % 5) * 0.2 for s in range(30)]
+    old = _records(good, software={"git_commit": "a" * 40})
+    new = _records([70.0, 70.0], seeds=[30, 31], software={"git_commit": "b" * 40})
+    code, report = _gate(tmp_path, _records(good, software={"git_commit": "a" * 40}), old + new)
+    err = capsys.readouterr().err
+    assert code == 2 and "CANNOT DECIDE" in report and "PASS" not in report
+    assert "its seeds ran different code (aaaaaaa (seed(s) 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20," in err
+    assert "vs bbbbbbb (seed(s) 30,31))" in err
+    # A dirty tree of the commit is other code too; the baseline is held to the same rule.
+    dirty = _records([70.0, 70.0], seeds=[30, 31], software={"git_commit": "a" * 40, "git_dirty": True})
+    code, _ = _gate(tmp_path / "dirty", old + dirty, _records(good, software={"git_commit": "a" * 40}))
+    assert code == 2 and "'" + str(tmp_path / "dirty" / "base") + "' mixes experiments" in capsys.readouterr().err
+    # One commit's records are one code: compared.
+    assert _gate(tmp_path / "one", old, old)[0] == 0

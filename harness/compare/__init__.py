@@ -6,9 +6,10 @@ its hyper-parameters, preset and ``--set`` overrides, and the primary metric (gr
 are never compared). Each side takes per group the records of its newest code (``harness.groups``), failed ones
 included (``harness.compare.sides``); a matched pair whose resolved configs or data differ is compared and the report
 shows the difference (a changed default). A side must be one result per group: two records of one seed that
-disagree, seeds that ran different configs or read different data, or two codes that cannot be ordered in time are
-refused. The candidate is its newest code: a group only an older code of it ran, or one it holds only as the
-baseline's own records (one folder on both sides), is missing, never compared with an older code or with itself.
+disagree, seeds that ran different code (the commits of records without a source digest, which one version may
+hold) or configs or read different data, or two codes that cannot be ordered in time are refused. The candidate is
+its newest code: a group only an older code of it ran, or one it holds only as the baseline's own records (one
+folder on both sides), is missing, never compared with an older code or with itself.
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
 tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's; a paired test's change

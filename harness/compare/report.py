@@ -207,8 +207,8 @@ def _data(rows: list[Row]) -> list[str]:
 
 
 def _details(rows: list[Row]) -> list[str]:
-    """Notes on rows, config and data differences of matched groups, groups whose seeds come from different code,
-    and the machines. (A group only an older code of the candidate ran is missing: its reason says so.)"""
+    """Notes on rows, config and data differences of matched groups, and the machines. (A group only an older
+    code of the candidate ran is missing: its reason says so; a side whose group mixes code is refused.)"""
     lines = []
     noted = [r for r in rows if r.notes]
     if noted:
@@ -221,18 +221,6 @@ def _details(rows: list[Row]) -> list[str]:
             f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
             f"({r.base.hparams_label()}): {'; '.join(r.config_diff)}"
             for r in diffs
-        ] + [""]
-    mixed = [
-        (side, g)
-        for r in rows
-        for side, g in (("baseline", r.base), ("candidate", r.cand))
-        if g is not None and g.mixed_code
-    ]
-    if mixed:
-        lines += ["## Groups whose seeds come from different code", ""]
-        lines += [
-            f"- {side}: {g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}): {g.code_label()}"
-            for side, g in mixed
         ] + [""]
     return lines
 

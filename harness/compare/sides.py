@@ -3,8 +3,9 @@
 A side is a results folder, or the records of one version, commit or tag in it (``FOLDER@NAME``, or ``--results
 DIR`` and ``NAME``). Per group (:func:`harness.groups.command_key`) a side is the records of its newest code, failed
 ones too. A side must be *one* result per group: two records of one seed that disagree, seeds that ran different
-configs or read different data (:func:`refuse_mixed`), or two codes that cannot be ordered in time (the same commit
-date, version and last finish time) are refused, never averaged into one mean or chosen between by their digests.
+code (the commits of records without a source digest) or configs or read different data (:func:`refuse_mixed`), or
+two codes that cannot be ordered in time (the same commit date, version and last finish time) are refused, never
+averaged into one mean or chosen between by their digests.
 Where a side's text reads two ways (a folder named ``runs@v1`` beside ``runs``; with ``--results``, a folder named
 like a version or tag in it), it is refused rather than guessed.
 """
@@ -213,11 +214,26 @@ def _split(g: Group, part: str) -> list[str]:
     return out
 
 
+def _codes(g: Group) -> list[str]:
+    """The codes of ``g``'s seeds, each with its seeds, where they differ (records without a source digest are
+    grouped by version, which need not tell their commits apart); [] when one code ran every seed."""
+    if not g.mixed_code:
+        return []
+    seeds: dict[str, set[int]] = {}
+    for r in g.records:
+        seeds.setdefault(r.code, set()).add(r.seed)
+    return [f"{g.codes[code]} (seed(s) {seeds_text(s)})" for code, s in sorted(seeds.items())]
+
+
 def refuse_mixed(side: Side, groups: Iterable[Group]) -> None:
-    """UserError when the seeds of one group of one side (one code, one command) ran different configs or read
-    different data: their mean is no one experiment's result, and a gate on it could pass or fail either one."""
+    """UserError when the seeds of one group of one side (one command) ran different code or configs or read
+    different data: their mean is no one experiment's result, and a gate on it could pass or fail either one (a
+    few seeds of a newer commit that collapsed, diluted by many of an older one)."""
     mixed = []
     for g in groups:
+        codes = _codes(g)
+        if codes:
+            mixed.append(f"{group_name(g)}: its seeds ran different code ({' vs '.join(codes)})")
         for part, what in (("config", "ran different configs"), ("data_fingerprint", "read different data")):
             differ = _split(g, part)
             if differ:
@@ -225,6 +241,6 @@ def refuse_mixed(side: Side, groups: Iterable[Group]) -> None:
     if mixed:
         raise UserError(
             f"'{side.label}' mixes experiments in one group: {'; '.join(mixed)}. A group's seeds must "
-            "be one setting on one data set: rerun them alike (or move the others away), then compare "
+            "be one code and one setting on one data set: rerun them alike (or move the others away), then compare "
             "again"
         )
