@@ -128,20 +128,29 @@ def code_class(record: RunRecord) -> str:
 
 def code_order(records: Iterable[RunRecord]) -> dict[str, tuple]:
     """Each code class of ``records`` and the key that orders it (:func:`code_classes`); two classes with equal
-    keys cannot be told apart in time."""
+    keys cannot be told apart in time. A class's time is its commit date where one of its records knows it, its
+    records' finish time only where none does: a copy of a commit's tree without ``.git`` (as the GPU machine
+    runs) records no date, and its later runs must not make that code newer than a commit made after it."""
+    records = list(records)
+    dated: dict[str, str] = {}
+    for record in records:
+        if record.commit_date:
+            cls = code_class(record)
+            dated[cls] = max(dated.get(cls, ""), record.code_time())
     newest: dict[str, tuple] = {}
     for record in records:
         cls = code_class(record)
-        key = (cls.startswith("src:"), record.code_time(), version_key(record.version), utc_iso(record.finished_at))
+        key = (cls.startswith("src:"), dated.get(cls, record.code_time()), version_key(record.version),
+               utc_iso(record.finished_at))
         newest[cls] = max(newest.get(cls, key), key)
     return newest
 
 
 def code_classes(records: Iterable[RunRecord]) -> list[str]:
     """The code classes of ``records``, newest last: digests after versions without one, then by the newest
-    commit date (else finish time; both in UTC) among their records, then by version, then by the last finish
-    time (two edited trees of one commit share its date and version: the one run last is the newer), then by
-    the class itself (a page must pick one; ``harness compare`` refuses such a tie)."""
+    commit date among their records (else, where none knows it, finish time; both in UTC), then by version, then
+    by the last finish time (two edited trees of one commit share its date and version: the one run last is the
+    newer), then by the class itself (a page must pick one; ``harness compare`` refuses such a tie)."""
     newest = code_order(records)
     return sorted(newest, key=lambda c: (newest[c], c))
 

@@ -161,11 +161,16 @@ class RunRecord(BaseModel):
             return f"{self.commit[:7]}{dirty}" + (f" (src {digest[:7]})" if dirty and digest else "")
         return f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
 
+    @property
+    def commit_date(self) -> str | None:
+        """When the code's commit was made, as git gave it (None outside a checkout)."""
+        date = self.software.get("git_commit_date")
+        return date if isinstance(date, str) and date else None
+
     def code_time(self) -> str:
         """When the code was committed, else when the record was written: the order of code versions. ISO 8601 in
         UTC, so that times compare as text (git gives a commit's date in its committer's own UTC offset)."""
-        date = self.software.get("git_commit_date")
-        return utc_iso(date if isinstance(date, str) and date else self.finished_at)
+        return utc_iso(self.commit_date or self.finished_at)
 
     def to_json(self) -> dict[str, Any]:
         """The record as the JSON object written to its file."""

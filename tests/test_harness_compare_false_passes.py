@@ -66,6 +66,17 @@ def test_the_newest_code_is_ordered_by_utc_commit_time(tmp_path):
     assert code == 1 and "Regressions (1)" in report
 
 
+def test_an_older_code_rerun_later_from_a_copied_tree_is_not_newer_than_a_later_commit(tmp_path):
+    """A copy of OLD's tree without .git (as the GPU machine runs) records OLD's digest and no commit date; its
+    finish time, a day after NEW was committed, outranked NEW's commit date, and the gate passed OLD's good seeds
+    while NEW was 20 points down."""
+    copied = _records([84.0], seeds=[5], software={"source_digest": OLD["source_digest"]},
+                      finished_at="2026-11-27T09:00:00+00:00")
+    cand = _records(GOOD, software=OLD) + copied + _records([v - 20 for v in GOOD], software=NEW)
+    code, report = _gate(tmp_path, cand)
+    assert code == 1 and "Regressions (1)" in report and "| 63.41 (5) |" in report
+
+
 def test_two_edited_trees_of_one_commit_the_one_run_last_is_newer(tmp_path, capsys):
     tree = {"git_commit": "c" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00", "git_dirty": True}
     first = _records(GOOD, version="0.2.dev1+gccc.d20261126", software={**tree, "source_digest": "f" * 64},
