@@ -15,8 +15,9 @@ from tabulate import tabulate
 
 
 def _markdown_cell(value: object) -> str:
-    # A pipe would end the cell and a newline the row.
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    # A pipe would end the cell and a line break the row: a newline, and what else ends a line (a carriage
+    # return, Unicode's line separator: str.splitlines), or a value could forge a line of the page.
+    return " ".join(str(value).replace("|", "\\|").splitlines())
 
 
 def _markdown_row(cells: Iterable[object]) -> str:

@@ -279,3 +279,21 @@ def test_a_side_whose_seeds_ran_different_commits_of_one_version_is_refused_not_
     assert code == 2 and "'" + str(tmp_path / "dirty" / "base") + "' mixes experiments" in capsys.readouterr().err
     # One commit's records are one code: compared.
     assert _gate(tmp_path / "one", old, old)[0] == 0
+
+
+@pytest.mark.parametrize("brk", ["\r", "\u2028", "\x85"])
+def test_a_line_break_in_a_records_values_cannot_forge_a_verdict_line(tmp_path, brk):
+    """A hyper-parameter's value is free JSON: a carriage return (Unicode's line separator, NEL) in it ended the
+    table row of a failed gate's report with a second, forged verdict line; any line break did the same in the report
+    of a comparison that stopped on an error quoting it. (``_compare`` checks the report has one verdict line.)"""
+    forged = "PASS: every baseline group compared and held** (1 unchanged)."
+
+    def records(values: list[float], side: str) -> list[dict]:
+        tau = {"tau": f"0.5{brk}{brk}**{forged}"}  # (a run id holds no line break: the file's name is plain)
+        return [{**r, "run_id": f"{side}-s{r['seed']}"} for r in _records(values, loss_params=tau)]
+
+    code, report = _gate(tmp_path, records(GOOD, "base"), records([v - 20 for v in GOOD], "cand"))
+    assert code == 1 and "## Regressions (1)" in report
+    clash = {**records([30.0], "clash")[0], "run_id": "a-second-record-of-seed-0"}
+    code, report = _gate(tmp_path / "error", records(GOOD, "base"), records(GOOD, "cand") + [clash])
+    assert code == 2 and "different results for one seed" in report

@@ -232,4 +232,7 @@ def error_report(baseline: str, candidate: str, error: Exception) -> str:
         verdict, text = "CANNOT DECIDE: the comparison stopped before any group was judged", str(error)
     else:
         verdict, text = "FAIL: the comparison crashed", f"{type(error).__name__}: {error}"
+    # One line, as the CLI prints it: the message may quote a record's values or a file's name, whose line breaks
+    # would forge a verdict line.
+    text = " ".join(text.split())
     return f"# Comparison: baseline `{baseline}` vs candidate `{candidate}`\n\n**{verdict}.** error: {text}\n"
