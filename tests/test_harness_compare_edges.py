@@ -297,3 +297,26 @@ def test_a_line_break_in_a_records_values_cannot_forge_a_verdict_line(tmp_path, 
     clash = {**records([30.0], "clash")[0], "run_id": "a-second-record-of-seed-0"}
     code, report = _gate(tmp_path / "error", records(GOOD, "base"), records(GOOD, "cand") + [clash])
     assert code == 2 and "different results for one seed" in report
+
+
+def test_a_report_file_that_cannot_be_written_shows_no_verdict(tmp_path, monkeypatch, capsys):
+    """The report was printed, with its PASS line, before ``--out`` was written: a write that then failed (a full
+    disk) exited 2 under a screen that said PASS."""
+    import errno
+    import os
+
+    import harness.compare
+    from domains.errors import UnwritableFileError
+
+    def full_disk(path, data):
+        raise UnwritableFileError(path, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+
+    write_records(tmp_path / "base", _records(GOOD))
+    write_records(tmp_path / "cand", _records(GOOD))
+    monkeypatch.setattr(harness.compare, "write_atomic", full_disk)
+    out = tmp_path / "report.md"
+    code = main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"),
+                 "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2 and f"cannot write {out}: No space left on device" in captured.err
+    assert "PASS" not in captured.out

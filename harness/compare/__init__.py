@@ -291,9 +291,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.out:
             write_atomic(Path(args.out), error_report(args.baseline, args.candidate, exc))
         raise
-    print(text)
-    if args.out:
+    if args.out:  # before the report is shown: a report whose file then fails must not have said PASS
         write_atomic(Path(args.out), text)
+    print(text)
     if code == 2:
         raise UserError(verdict.split(": ", 1)[1] + " (see the report above)")
     return code
