@@ -2,7 +2,8 @@
 
 A *setting* is what a command asks for (``harness.groups.command_key``: domain, dataset, method, loss and its
 hyper-parameters, preset, overrides, primary metric); a *version* is one code (``RunRecord.code``: a source digest,
-or for records written before the digest was recorded, a commit), ordered by its commit date. The page
+or for records written before the digest was recorded, a commit), ordered by its commit date, then by when it
+last ran (an edited tree after the commit it edits). The page
 ``history.md`` gives, for each setting that more than one version ran, a row per version (seeds, mean ± std,
 the change from the version before it) and marks a **step**: a change whose two-sided test (``harness.stats``,
 paired where the later version's seeds are among the earlier's, else Welch) has a p below ``--alpha`` after
@@ -22,7 +23,7 @@ from pathlib import Path
 from domains.errors import UserError
 from domains.files import write_atomic
 from harness import stats
-from harness.groups import Group, cell, command_key, decimals, fmt, group_records
+from harness.groups import Group, cell, code_order, command_key, decimals, fmt, group_records
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
@@ -46,8 +47,11 @@ class Point:
         return self.p_adjusted < ALPHA
 
 
-def version_order(record: RunRecord) -> tuple[str, str]:
-    return (record.code_time(), record.code)
+def version_order(group: Group) -> tuple:
+    """Where a version goes among a setting's versions: the order of :func:`harness.groups.code_order` (commit date,
+    then version, then its last run, so that an edited tree comes after the commit it edits, whatever the digests),
+    then the code itself (some order for a tie)."""
+    return (max(code_order(group.records).values()), group.records[-1].code)
 
 
 def settings(records: list[RunRecord]) -> list[list[Point]]:
@@ -59,7 +63,7 @@ def settings(records: list[RunRecord]) -> list[list[Point]]:
     for members in by_setting.values():
         versions = group_records(members, key=lambda r: r.code, keep_empty=True)
         if len(versions) > 1:
-            out.append([Point(g) for g in sorted(versions, key=lambda g: max(map(version_order, g.records)))])
+            out.append([Point(g) for g in sorted(versions, key=version_order)])
     out.sort(key=lambda points: points[-1].group.sort_key())
     return out
 
@@ -79,8 +83,7 @@ def test_steps(history: list[list[Point]]) -> None:
 
 
 def version_label(group: Group) -> str:
-    newest = max(group.records, key=version_order)
-    return f"{group.code_label()} ({newest.code_time()[:10]})"
+    return f"{group.code_label()} ({max(r.code_time() for r in group.records)[:10]})"
 
 
 def version_row(point: Point) -> list[str]:
