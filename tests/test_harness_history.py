@@ -50,6 +50,21 @@ def test_an_edited_tree_comes_after_the_commit_it_edits_whatever_the_digests(tmp
                     ["| ccccccc+dirty (src 0000000) (2026-01-01)", "3", "75.07 ± 0.31", "-10.00"]]
 
 
+def test_a_version_whose_seeds_read_different_data_is_refused_not_averaged(tmp_path, capsys):
+    """Version b ran seeds 0-2 on the data as it was and seeds 3-5 on changed files (same code): one mean of the
+    six would show a step that no code made; the page refuses it and writes nothing."""
+    changed = _version("dcl", [70.0, 70.4, 69.8, 0, 0, 0], "b", "2026-02-01T00:00:00+00:00")[3:]
+    for record in changed:
+        record["data_fingerprint"] = {"dataset": "blobs", "files": "v2"}
+        record["run_id"] += "-v2"
+    write_records(tmp_path / "results", _version("dcl", [85.0, 85.4, 84.8], "a", "2026-01-01T00:00:00+00:00")
+                  + _version("dcl", [85.0, 85.4, 84.8], "b", "2026-02-01T00:00:00+00:00") + changed)
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "version bbbbbbb (2026-02-01): its seeds read different data" in err and "seed(s) 3,4,5" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_history_with_nothing_to_show_fails_loudly(tmp_path, capsys):
     write_records(tmp_path, _version("dcl", [85.0, 85.4], "a", "2026-01-01T00:00:00+00:00"))
     assert main(["history", "--results", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
