@@ -189,6 +189,19 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
 
 
 
+def test_an_update_whose_run_diverged_keeps_the_old_baseline(tmp_path):
+    """A seed that diverged completes (exit 0), but a baseline of it would fail every gate after it: refused."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0-1 1\n")
+    base = tmp_path / "baseline"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard", version="0.0.1")])
+    before = {path.name: path.read_bytes() for path in base.iterdir()}
+    out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline", TINY_DOMAIN_DIVERGE="1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "2 diverged (a non-finite metric" in out.stderr and f"the baseline {base} is unchanged" in out.stderr
+    assert {path.name: path.read_bytes() for path in base.iterdir()} == before
+
+
 @pytest.mark.slow  # 6 interpreters that import torch: about 20 s of CPU
 def test_one_domains_update_keeps_the_other_domains_baseline(tmp_path):
     suite = tmp_path / "tiny.txt"

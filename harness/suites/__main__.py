@@ -12,9 +12,10 @@ does a baseline with no completed record, or ``--results`` that is the baseline 
 ``--update-baseline`` runs the suite into a new folder beside the baseline (``.<name>-new-XXXXXX``, on the same
 file system) instead (no comparison), and only when every run completed swaps it in: the new records and logs
 move into the baseline folder and the old ones go. For a change that moves the numbers on purpose; commit the new
-records. A run that failed, or a stop (Ctrl-C, SIGTERM), leaves the old baseline as it was and the new runs in
-their folder, which it names. It refuses to start when the baseline folder holds anything but run records, their
-logs and the runs' scratch (hidden files, tracking folders): a wrong ``--baseline`` loses nothing. With ``--domain
+records. A run that failed or diverged (a non-finite metric), or a stop (Ctrl-C, SIGTERM), leaves the old
+baseline as it was and the new runs in their folder, which it names. It refuses to start when the baseline folder
+holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders): a wrong
+``--baseline`` loses nothing. With ``--domain
 D`` it runs only D's settings and replaces only D's records (those whose ``domain`` is D, and their logs): the
 other domains' baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
 
@@ -176,6 +177,13 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
         print(f"{done}: the baseline {baseline} is unchanged; the new runs are in {new} (remove it when done)",
               file=sys.stderr)
         return 2 if 2 in codes else 1
+    # A seed that diverged completes (exit 0) but is no baseline: the gate would fail on it after every change.
+    diverged = [record.run_id for _, record in load_record_files(new)
+                if record.metrics.get(record.primary_metric) is None]
+    if diverged:
+        print(f"{done}, but {len(diverged)} diverged (a non-finite metric: {', '.join(diverged)}): the baseline "
+              f"{baseline} is unchanged; the new runs are in {new} (remove it when done)", file=sys.stderr)
+        return 1
     moved = swap_baseline(baseline, new, old)
     what = f"of domain {domain} " if domain else ""
     print(f"{done}; removed {len(old)} old baseline files {what}(records and logs) from {baseline} and moved the "
