@@ -7,8 +7,10 @@ from tiny_domain import synthetic_record, write_records
 from harness.cli import main
 
 
-def _version(loss: str, values: list[float], digest: str, date: str, **kw) -> list[dict]:
-    software = {"source_digest": digest * 64, "git_commit": digest * 40, "git_commit_date": date}
+def _version(loss: str, values: list[float], digest: str, date: str, commit: str | None = None, dirty: bool = False,
+             **kw) -> list[dict]:
+    software = {"source_digest": digest * 64, "git_commit": commit or digest * 40, "git_commit_date": date,
+                "git_dirty": dirty}
     return [synthetic_record(loss, seed, v, software=software, **kw) for seed, v in enumerate(values)]
 
 
@@ -31,6 +33,36 @@ def test_history_marks_a_real_step_and_only_it(tmp_path, capsys):
     first = page
     assert main(["history", "--results", str(tmp_path / "results"), "--out", str(out)]) == 0
     assert (out / "history.md").read_text() == first
+
+
+def test_an_edited_tree_comes_after_the_commit_it_edits_whatever_the_digests(tmp_path, capsys):
+    """Commit c ran clean, then an edit of it (dirty, a digest that sorts first) ran later and lost 10 points: the
+    page shows the drop from c to the edit, not a rise from the edit to c."""
+    date = "2026-01-01T00:00:00+00:00"
+    records = (_version("dcl", [85.0, 85.4, 84.8], "f", date, commit="c" * 40, finished_at="2026-01-02T00:00:00+00:00")
+               + _version("dcl", [75.0, 75.4, 74.8], "0", date, commit="c" * 40, dirty=True,
+                          finished_at="2026-01-05T00:00:00+00:00"))
+    write_records(tmp_path / "results", records)
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 0
+    rows = [line.split(" | ")[:4] for line in (tmp_path / "out" / "history.md").read_text().splitlines()
+            if line.startswith("| ccccccc")]
+    assert rows == [["| ccccccc (2026-01-01)", "3", "85.07 ± 0.31", "–"],
+                    ["| ccccccc+dirty (src 0000000) (2026-01-01)", "3", "75.07 ± 0.31", "-10.00"]]
+
+
+def test_a_version_whose_seeds_read_different_data_is_refused_not_averaged(tmp_path, capsys):
+    """Version b ran seeds 0-2 on the data as it was and seeds 3-5 on changed files (same code): one mean of the
+    six would show a step that no code made; the page refuses it and writes nothing."""
+    changed = _version("dcl", [70.0, 70.4, 69.8, 0, 0, 0], "b", "2026-02-01T00:00:00+00:00")[3:]
+    for record in changed:
+        record["data_fingerprint"] = {"dataset": "blobs", "files": "v2"}
+        record["run_id"] += "-v2"
+    write_records(tmp_path / "results", _version("dcl", [85.0, 85.4, 84.8], "a", "2026-01-01T00:00:00+00:00")
+                  + _version("dcl", [85.0, 85.4, 84.8], "b", "2026-02-01T00:00:00+00:00") + changed)
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "version bbbbbbb (2026-02-01): its seeds read different data" in err and "seed(s) 3,4,5" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_history_with_nothing_to_show_fails_loudly(tmp_path, capsys):

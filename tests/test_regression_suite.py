@@ -131,6 +131,24 @@ def test_bad_arguments_exit_2_before_any_run(args, message):
     assert out.returncode == 2 and message in out.stderr and out.stdout == ""
 
 
+def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(tmp_path):
+    """No baseline folder, one without a completed record, or --results that is the baseline folder (however
+    spelt): refused before the suite runs, not after minutes of runs (nor with runs written among the baseline)."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 1\n")
+    base = tmp_path / "baseline"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
+    (tmp_path / "empty").mkdir()
+    before = sorted(base.iterdir())
+    for args, message in ((["--baseline", str(tmp_path / "absent")], "is not a folder of run records"),
+                          (["--baseline", str(tmp_path / "empty")], "holds no completed run record"),
+                          (["--baseline", str(base), "--results", str(tmp_path / "empty" / ".." / "baseline")],
+                           "is the baseline folder")):
+        out = script("--suite", str(suite), *args)
+        assert out.returncode == 2 and message in out.stderr and out.stdout == "", out.stdout + out.stderr
+    assert sorted(base.iterdir()) == before
+
+
 def _records(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.json"))
 
@@ -169,6 +187,19 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
     assert out.returncode == 1, out.stdout + out.stderr
     assert "[exit 1] tiny linear blobs_hard infonce quick seed 0" in out.stdout and "planted failure" in out.stdout
 
+
+
+def test_an_update_whose_run_diverged_keeps_the_old_baseline(tmp_path):
+    """A seed that diverged completes (exit 0), but a baseline of it would fail every gate after it: refused."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0-1 1\n")
+    base = tmp_path / "baseline"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard", version="0.0.1")])
+    before = {path.name: path.read_bytes() for path in base.iterdir()}
+    out = script("--suite", str(suite), "--baseline", str(base), "--update-baseline", TINY_DOMAIN_DIVERGE="1")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "2 diverged (a non-finite metric" in out.stderr and f"the baseline {base} is unchanged" in out.stderr
+    assert {path.name: path.read_bytes() for path in base.iterdir()} == before
 
 
 @pytest.mark.slow  # 6 interpreters that import torch: about 20 s of CPU

@@ -156,6 +156,7 @@ def test_ctrl_c_stops_an_update_at_once_and_keeps_the_old_baseline(tmp_path):
 
 def test_sigterm_stops_the_gate_and_ends_its_running_runs(tmp_path):
     results = tmp_path / "results"
+    old_baseline(tmp_path / "baseline")  # one to gate against: without, the suite refuses to start
     proc = start("--suite", str(tiny_suite(tmp_path, SLEEPY)), "--baseline", str(tmp_path / "baseline"),
                  "--results", str(results), "--jobs", "2")
     wait_for_runs(results, 2, proc)

@@ -4,13 +4,15 @@ A linear encoder on a synthetic Gaussian mixture, pretrained for a few epochs wi
 ``pair_scores`` of two noisy views (or the domain's own objective ``ce``, supervised cross-entropy), and
 evaluated by nearest-centroid accuracy (percent) on a held-out half. Seconds per run. It checkpoints every
 epoch and can sleep per epoch (``sleep_s``) so a test can kill it mid-run; ``info["start_epoch"]`` says
-where a run started, so resuming is observable. ``fail=true`` (or the env var TINY_DOMAIN_FAIL) makes pretraining raise.
+where a run started, so resuming is observable. ``fail=true`` (or the env var TINY_DOMAIN_FAIL) makes pretraining raise;
+the env var TINY_DOMAIN_DIVERGE makes the accuracy NaN (a run that diverged).
 Also the helpers that call the CLI in a subprocess with this domain plugged in.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -146,6 +148,8 @@ class TinyDomain(Domain):
         centroids = torch.stack([z[train][y[train] == k].mean(0) for k in range(spec.config.classes)])
         pred = torch.cdist(z[test], centroids).argmin(1)
         accuracy = 100.0 * float((pred == y[test]).float().mean())
+        if os.environ.get("TINY_DOMAIN_DIVERGE"):  # a run that completes with a non-finite metric, as a diverged one
+            accuracy = math.nan
         return EvalResult({"accuracy": accuracy, "n_test": float(len(test))}, {"per_class_n": [40, 40, 40]})
 
     def benchmark(self, device: torch.device, data_root, quick: bool) -> list[BenchPart]:

@@ -2,14 +2,16 @@
 
 A *setting* is what a command asks for (``harness.groups.command_key``: domain, dataset, method, loss and its
 hyper-parameters, preset, overrides, primary metric); a *version* is one code (``RunRecord.code``: a source digest,
-or for records written before the digest was recorded, a commit), ordered by its commit date. The page
+or for records written before the digest was recorded, a commit), ordered by its commit date, then by when it
+last ran (an edited tree after the commit it edits). The page
 ``history.md`` gives, for each setting that more than one version ran, a row per version (seeds, mean ± std,
 the change from the version before it) and marks a **step**: a change whose two-sided test (``harness.stats``,
 paired where the later version's seeds are among the earlier's, else Welch) has a p below ``--alpha`` after
 Holm's correction over every step on the page. The figure ``history.png`` draws each such setting's mean over
 the versions with its seed spread (± one std) and the steps marked. Settings run by one version only are
 counted, not drawn. A version that diverged on every seed (a non-finite primary metric) is a row that says so,
-with no change measured to or from it, and a gap in the figure.
+with no change measured to or from it, and a gap in the figure. A version whose seeds ran different configs or
+read different data is refused (UserError), never averaged.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domains.errors import UserError
-from domains.files import write_atomic
+from domains.files import hash_jsonable, write_atomic
 from harness import stats
-from harness.groups import Group, cell, command_key, decimals, fmt, group_records
+from harness.compare.sides import group_name, seeds_text
+from harness.groups import Group, cell, code_order, command_key, decimals, fmt, group_records
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
 from harness.tables import markdown
@@ -46,12 +49,30 @@ class Point:
         return self.p_adjusted < ALPHA
 
 
-def version_order(record: RunRecord) -> tuple[str, str]:
-    return (record.code_time(), record.code)
+def version_order(group: Group) -> tuple:
+    """Where a version goes among a setting's versions: the order of :func:`harness.groups.code_order` (commit date,
+    then version, then its last run, so that an edited tree comes after the commit it edits, whatever the digests),
+    then the code itself (some order for a tie)."""
+    return (max(code_order(group.records).values()), group.records[-1].code)
+
+
+def refuse_mixed(version: Group) -> None:
+    """UserError when one version's seeds of a setting ran different configs or read different data (a data set
+    changed under the same code): their mean is no one experiment's, and a step to or from it means nothing."""
+    for part, what in (("config", "ran different configs"), ("data_fingerprint", "read different data")):
+        seeds: dict[str, list[int]] = {}
+        for record in version.records:
+            seeds.setdefault(hash_jsonable(getattr(record, part))[:12], []).append(record.seed)
+        if len(seeds) > 1:
+            raise UserError(f"{group_name(version)}, version {version_label(version)}: its seeds {what} ("
+                            + "; ".join(f"{h}: seed(s) {seeds_text(s)}" for h, s in sorted(seeds.items()))
+                            + "); a version's seeds must be one experiment: rerun them alike or move the others "
+                            "away; nothing was written")
 
 
 def settings(records: list[RunRecord]) -> list[list[Point]]:
-    """Per setting run by at least two versions, its versions in order (oldest first)."""
+    """Per setting run by at least two versions, its versions in order (oldest first); UserError where a version
+    mixes experiments (:func:`refuse_mixed`)."""
     by_setting: dict[str, list[RunRecord]] = {}
     for record in records:
         by_setting.setdefault(command_key(record), []).append(record)
@@ -59,7 +80,9 @@ def settings(records: list[RunRecord]) -> list[list[Point]]:
     for members in by_setting.values():
         versions = group_records(members, key=lambda r: r.code, keep_empty=True)
         if len(versions) > 1:
-            out.append([Point(g) for g in sorted(versions, key=lambda g: max(map(version_order, g.records)))])
+            for version in versions:
+                refuse_mixed(version)
+            out.append([Point(g) for g in sorted(versions, key=version_order)])
     out.sort(key=lambda points: points[-1].group.sort_key())
     return out
 
@@ -79,8 +102,7 @@ def test_steps(history: list[list[Point]]) -> None:
 
 
 def version_label(group: Group) -> str:
-    newest = max(group.records, key=version_order)
-    return f"{group.code_label()} ({newest.code_time()[:10]})"
+    return f"{group.code_label()} ({max(r.code_time() for r in group.records)[:10]})"
 
 
 def version_row(point: Point) -> list[str]:

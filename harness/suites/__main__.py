@@ -6,14 +6,16 @@ in the suite file's order, into a results folder (a fresh temporary one unless `
 (``--tolerance domain/dataset=VALUE``), decides. Exit status: compare's
 (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
 that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
-the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts.
+the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts (so
+does a baseline with no completed record, or ``--results`` that is the baseline folder).
 
 ``--update-baseline`` runs the suite into a new folder beside the baseline (``.<name>-new-XXXXXX``, on the same
 file system) instead (no comparison), and only when every run completed swaps it in: the new records and logs
 move into the baseline folder and the old ones go. For a change that moves the numbers on purpose; commit the new
-records. A run that failed, or a stop (Ctrl-C, SIGTERM), leaves the old baseline as it was and the new runs in
-their folder, which it names. It refuses to start when the baseline folder holds anything but run records, their
-logs and the runs' scratch (hidden files, tracking folders): a wrong ``--baseline`` loses nothing. With ``--domain
+records. A run that failed or diverged (a non-finite metric), or a stop (Ctrl-C, SIGTERM), leaves the old
+baseline as it was and the new runs in their folder, which it names. It refuses to start when the baseline folder
+holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders): a wrong
+``--baseline`` loses nothing. With ``--domain
 D`` it runs only D's settings and replaces only D's records (those whose ``domain`` is D, and their logs): the
 other domains' baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
 
@@ -108,6 +110,21 @@ def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
     return sorted([*chosen, *(log for path in chosen if (log := path.with_suffix(".log")).is_file())])
 
 
+def check_gate_baseline(baseline: Path, results: Path | None) -> None:
+    """UserError, before any run, when the gate could not compare: the baseline is no folder of completed records
+    (compare would refuse it only after the whole suite ran), or ``results`` is the baseline folder itself (the
+    runs would be written among the baseline's records, and compare then refuses a side compared with itself)."""
+    if not baseline.is_dir():
+        raise UserError(f"--baseline {baseline} is not a folder of run records; nothing to compare with (make one "
+                        "with --update-baseline)")
+    if not load_record_files(baseline):
+        raise UserError(f"--baseline {baseline} holds no completed run record; nothing to compare with (make one "
+                        "with --update-baseline)")
+    if results is not None and results.resolve() == baseline.resolve():
+        raise UserError(f"--results {results} is the baseline folder: the runs would be written among the baseline's "
+                        "records; give --results another folder (or none: a fresh temporary one)")
+
+
 def new_baseline_folder(baseline: Path, dry_run: bool = False) -> Path:
     """A fresh folder beside ``baseline`` for the new one, on the same file system so that the swap is renames; a
     dry run names it and makes none."""
@@ -160,6 +177,13 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
         print(f"{done}: the baseline {baseline} is unchanged; the new runs are in {new} (remove it when done)",
               file=sys.stderr)
         return 2 if 2 in codes else 1
+    # A seed that diverged completes (exit 0) but is no baseline: the gate would fail on it after every change.
+    diverged = [record.run_id for _, record in load_record_files(new)
+                if record.metrics.get(record.primary_metric) is None]
+    if diverged:
+        print(f"{done}, but {len(diverged)} diverged (a non-finite metric: {', '.join(diverged)}): the baseline "
+              f"{baseline} is unchanged; the new runs are in {new} (remove it when done)", file=sys.stderr)
+        return 1
     moved = swap_baseline(baseline, new, old)
     what = f"of domain {domain} " if domain else ""
     print(f"{done}; removed {len(old)} old baseline files {what}(records and logs) from {baseline} and moved the "
@@ -202,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             settings = only_domain(settings, args.domain)
         baseline = Path(args.baseline)
         old = baseline_files(baseline, args.domain) if args.update_baseline and not args.dry_run else []
+        if not args.update_baseline:
+            check_gate_baseline(baseline, Path(args.results) if args.results else None)
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
