@@ -215,3 +215,18 @@ def test_one_domains_update_keeps_the_other_domains_baseline(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "removed 6 old baseline files of domain tiny" in out.stdout and "3 of 3 runs completed" in out.stdout
     assert (base / other.name).read_bytes() == other.read_bytes() and len(_records(base)) == 4
+
+
+def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed(tmp_path):
+    """compare lists a candidate group the baseline lacks as added and passes: a setting added to the suite without
+    its baseline was gated by nothing, and CI passed."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 100\n"
+                     "tiny linear blobs_hard dcl quick 0 100 loss.tau_plus=0.1\n")
+    base = tmp_path / "baseline"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])  # infonce's only
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(tmp_path / "cand"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "PASS" in (tmp_path / "cand" / "regression-report.md").read_text()  # compare alone passed it
+    assert "1 setting(s) of the suite have no baseline record" in out.stderr
+    assert "tiny linear blobs_hard dcl loss.tau_plus=0.1 (quick)" in out.stderr and "infonce" not in out.stderr

@@ -6,8 +6,9 @@ in the suite file's order, into a results folder (a fresh temporary one unless `
 (``--tolerance domain/dataset=VALUE``), decides. Exit status: compare's
 (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
 that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
-the comparison says (its report is still written); a bad suite or argument gives 2 before any run starts (so
-does a baseline with no completed record, or ``--results`` that is the baseline folder).
+the comparison says (its report is still written), and that a setting of the suite the baseline holds no record
+of turns a pass into 2 (compare lists it as added; it was judged by nothing); a bad suite or argument gives 2
+before any run starts (so does a baseline with no completed record, or ``--results`` that is the baseline folder).
 
 ``--update-baseline`` runs the suite into a new folder beside the baseline (``.<name>-new-XXXXXX``, on the same
 file system) instead (no comparison), and only when every run completed swaps it in: the new records and logs
@@ -36,6 +37,7 @@ import tempfile
 from pathlib import Path
 
 from domains.errors import UserError
+from harness.groups import command_key
 from harness.records import load_record_files
 from harness.run.stopping import handled
 from harness.suites import Setting, load_suite, suite_path
@@ -191,7 +193,19 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
     return 0
 
 
-def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compare: list[str], report: Path) -> int:
+def unjudged(baseline: Path, results: Path) -> list[str]:
+    """The settings the suite ran into ``results`` that the baseline holds no completed record of: compare lists
+    them as added and passes, so a setting added to the suite without its baseline would never be gated."""
+    judged = {command_key(record) for _, record in load_record_files(baseline)}
+    left = {command_key(r): r for _, r in load_record_files(results) if command_key(r) not in judged}
+    return sorted(f"{r.domain} {r.method} {r.dataset} {r.loss}"
+                  + "".join(f" loss.{k}={v}" for k, v in sorted(r.loss_params.items()))
+                  + f" ({r.preset}" + "".join(f", {k}={v}" for k, v in sorted(r.overrides.items())) + ")"
+                  for r in left.values())
+
+
+def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compare: list[str], report: Path,
+         baseline: Path) -> int:
     """Run ``commands`` into ``results``, then compare; the exit status of the module's docstring."""
     try:
         codes = run_all(commands, jobs)
@@ -208,6 +222,12 @@ def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compar
     if any(codes):
         print("a run failed (above): the gate does not pass", file=sys.stderr)
         return 1
+    missing = unjudged(baseline, results)
+    if missing:
+        print(f"error: {len(missing)} setting(s) of the suite have no baseline record, so the gate judged nothing of "
+              f"them: {'; '.join(missing)}. Record their baseline with --update-baseline (--domain D for one "
+              "domain) and commit it", file=sys.stderr)
+        return code or 2
     return code
 
 
@@ -249,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.update_baseline:
         return update_baseline(commands, args.jobs, baseline, results, old, args.domain)
-    return gate(commands, args.jobs, results, compare, report)
+    return gate(commands, args.jobs, results, compare, report, baseline)
 
 
 if __name__ == "__main__":
