@@ -76,7 +76,8 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
     settings = load_suite(suite_path("regression"))
     assert len(lines) == sum(len(s.seeds) for s in settings) + 1
     first = settings[0]
-    assert lines[0] == (f"{sys.executable} -m harness run --domain {first.domain} --method {first.method} --dataset "
+    assert lines[0] == (f"OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 {sys.executable} -m harness run "
+                        f"--domain {first.domain} --method {first.method} --dataset "
                         f"{first.dataset} --loss {first.loss} --preset regression --seeds {first.seeds[0]} "
                         f"--device cpu --results {tmp_path / 'r'} --quiet")
     tolerances = " ".join(f"--tolerance {s.domain}/{s.dataset}={s.tolerance:g}" for s in settings)

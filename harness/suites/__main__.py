@@ -41,7 +41,7 @@ from harness.groups import command_key
 from harness.records import load_record_files
 from harness.run.stopping import handled
 from harness.suites import Setting, load_suite, suite_path
-from harness.suites.pool import Interrupted, run_all
+from harness.suites.pool import Interrupted, run_all, thread_env
 
 BASELINE = "leaderboards/regression"
 # What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py).
@@ -263,9 +263,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = run_commands(settings, results)
     compare = harness_command("compare", "--baseline", str(baseline), "--candidate", str(results),
                               "--out", str(report), *tolerances)
-    if args.dry_run:
-        for command in [c for _, c in commands] + ([] if args.update_baseline else [compare]):
-            print(shlex.join(command))
+    if args.dry_run:  # each run as the pool starts it: its thread settings lead, so that a copied line runs alike
+        threads = " ".join(f"{name}={value}" for name, value in thread_env(1).items())
+        for _, command in commands:
+            print(f"{threads} {shlex.join(command)}")
+        if not args.update_baseline:
+            print(shlex.join(compare))
         return 0
     if args.update_baseline:
         return update_baseline(commands, args.jobs, baseline, results, old, args.domain)

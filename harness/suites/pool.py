@@ -81,11 +81,17 @@ class Children:
                 proc.send_signal(sig)  # does nothing to one already reaped
 
 
+def thread_env(threads: int) -> dict[str, str]:
+    """What a run's environment sets: its threads (one, so that a seed's numbers do not depend on the machine's
+    cores)."""
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
 def run_one(command: list[str], threads: int = 1, kill_at: float | None = None,
             children: Children | None = None) -> tuple[int, float, str] | None:
     """One run in a subprocess with ``threads`` threads: exit status, seconds, its output; None when ``children``
     is stopping and it did not start. Killed when it is still going at ``kill_at`` (``time.monotonic()``)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, **thread_env(threads)}
     children = children or Children()
     start = time.perf_counter()
     proc = children.start(command, env)
