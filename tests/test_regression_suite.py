@@ -231,3 +231,20 @@ def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed
     assert "PASS" in (tmp_path / "cand" / "regression-report.md").read_text()  # compare alone passed it
     assert "1 setting(s) of the suite have no baseline record" in out.stderr
     assert "tiny linear blobs_hard dcl loss.tau_plus=0.1 (quick)" in out.stderr and "infonce" not in out.stderr
+
+
+def test_a_run_busy_in_another_process_is_not_a_failure_and_not_a_pass(tmp_path):
+    """A seed another process holds exits 75 (not finished): the gate said "a run failed", exit 1."""
+    from filelock import FileLock
+
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 100\n")
+    base, cand = tmp_path / "baseline", tmp_path / "cand"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
+    assert script("--suite", str(suite), "--baseline", str(base), "--results", str(cand)).returncode == 0
+    [record] = _records(cand)
+    record.unlink()  # to be run again, while another process holds its lock
+    with FileLock(str(cand / ".work" / f"{record.stem}.lock"), timeout=0):
+        out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "a run is not finished" in out.stderr and "a run failed" not in out.stderr

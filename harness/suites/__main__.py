@@ -6,7 +6,8 @@ in the suite file's order, into a results folder (a fresh temporary one unless `
 (``--tolerance domain/dataset=VALUE``), decides. Exit status: compare's
 (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
 that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
-the comparison says (its report is still written), and that a setting of the suite the baseline holds no record
+the comparison says (its report is still written), a run not finished (busy in another process) gives 2, and
+that a setting of the suite the baseline holds no record
 of turns a pass into 2 (compare lists it as added; it was judged by nothing); a bad suite or argument gives 2
 before any run starts (so does a baseline with no completed record, or ``--results`` that is the baseline folder).
 
@@ -39,7 +40,7 @@ from pathlib import Path
 from domains.errors import UserError
 from harness.groups import command_key
 from harness.records import load_record_files
-from harness.run.stopping import handled
+from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import Interrupted, run_all, thread_env
 
@@ -218,6 +219,10 @@ def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compar
     print(f"report: {report}")
     if 2 in codes:
         print("a run was refused as bad input (above): the suite could not run as written", file=sys.stderr)
+        return 2
+    if EXIT_STOPPED in codes:  # a seed that another process is running (or that stopped): not done, not failed
+        print("a run is not finished (above: busy in another process, or stopped): the gate cannot decide; run the "
+              f"suite again with --results {results} once it is done (completed records are reused)", file=sys.stderr)
         return 2
     if any(codes):
         print("a run failed (above): the gate does not pass", file=sys.stderr)
