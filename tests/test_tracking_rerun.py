@@ -61,3 +61,29 @@ def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earli
     logged = _scalars(tmp_path / "tb" / rid)
     assert logged["loss"] == [(p["epoch"], p["loss"]) for p in record["curve"]]
     assert [step for step, _ in logged["final/accuracy"]] == [6]
+
+
+def test_a_rerun_whose_log_cannot_take_its_place_keeps_its_written_record(tmp_path, monkeypatch, capsys):
+    """The record is written before the rerun's log replaces the earlier one: a failure of that move said "cannot
+    write the record ... rerun with --resume", exit 2, of a record that was written."""
+    import errno
+
+    from harness.cli import main
+    from harness.run import tracking
+
+    args = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=2", "--quiet",
+            "--results", str(tmp_path)]
+    assert main(args) == 0
+    [record] = tmp_path.glob("*.json")
+    first = json.loads(record.read_text())["started_at"]
+
+    def refused(trackers):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(tracking, "publish", refused)
+    capsys.readouterr()
+    assert main([*args, "--force"]) == 0
+    assert json.loads(record.read_text())["started_at"] != first  # the rerun's record replaced the earlier one
+    [said] = [line for line in capsys.readouterr().err.splitlines() if "TensorBoard log" in line]
+    assert said.startswith("warning: ") and "its record is written" in said
+    assert f"it stays in {tmp_path / 'tb' / (record.stem + tracking.RERUN)}" in said

@@ -392,12 +392,17 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         elif write:
             try:
                 records.write_json_atomic(path, outcome.record.to_json())
-                tracking.publish(trackers)  # a --force rerun's TensorBoard log replaces the earlier run's
             except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
                 kept = f"the run's checkpoint is kept in {work_dir}" if ctx.checkpoint_path.exists() else \
                     "the run saved no checkpoint"
                 raise UserError(f"cannot write the record {path}: {exc.strerror or exc}; {kept}: free the space or "
                                 "fix the permission, then rerun with --resume") from None
+            try:
+                tracking.publish(trackers)  # a --force rerun's TensorBoard log replaces the earlier run's
+            except OSError as exc:  # the record is written: only the live log is not where it should be
+                staged = path.parent / "tb" / (rid + tracking.RERUN)
+                warnings.warn(f"{rid}: its record is written, but its TensorBoard log could not replace the earlier "
+                              f"run's ({exc.strerror or exc}); it stays in {staged}", UserWarning, stacklevel=2)
     finally:
         tracking.close(trackers)  # after an interruption too: what was logged stays readable
         LOGGER.removeHandler(handler)
