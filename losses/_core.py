@@ -1,18 +1,20 @@
 """Shared, vectorised building blocks of the losses: positive pairs, masked log-sum-exps, the
-debiased negative term, and the reduction over anchors.
+debiased negative term, and the reduction over anchors. Its parts live beside it: the masks in
+``losses._masks``, the masked row reductions in ``losses._row_reductions``, the cached layouts in
+``losses._layouts``.
 
 Nothing here synchronises the host with a CUDA device: no ``nonzero``, no boolean indexing, no
 ``.item()``, every shape known from the inputs' shapes alone, and value checks queued (``checks``).
 Positives are a list of (anchor, candidate) pairs where it is known without reading data (the
 constructors give it; on the CPU ``nonzero`` is free), so the work on them is O(P); otherwise
 (``label_scores`` or hand-built Scores on CUDA) the per-pair terms are computed on the whole
-matrix and read through ``pos_mask``. One autograd function (:class:`_RowReductions`) reads the
+matrix and read through ``pos_mask``. One autograd function (``losses._row_reductions``) reads the
 logits for the masked log-sum-exps and the positive logits, and writes one gradient matrix.
 
 At the batch sizes of training (B = 512) a step on a GPU is bound by kernel launches, not by arithmetic,
 so the core launches as few kernels as it can (``losses.benchmark`` counts them): what depends on the
 layout alone (the constructors' index lists, the counts of positives and negatives, the anchors that
-qualify) is built once per layout and kept (:func:`layout_of`), a layout whose anchors all have the
+qualify) is built once per layout and kept (``losses._layouts``), a layout whose anchors all have the
 same number of positives listed in order (``Scores.positives_per_anchor``) reaches its pairs by
 reshapes, and the value checks of a step are folded into one queued assertion.
 """
@@ -20,214 +22,23 @@ reshapes, and the value checks of a step are folded into one queued assertion.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from losses import checks
+from losses._layouts import Layout, layout_of
+from losses._masks import Mask, per_row, true_entries
+from losses._row_reductions import EXP_LIMIT, row_logsumexps
 from losses.checks import NonFiniteError, reads_values_now, require
-from losses.scores import Entries, Scores, kept_tensors
+from losses.scores import Entries, Scores
 
 T = TypeVar("T")
-
-EXP_LIMIT = 40.0
-"""Where every ``|s·logit|`` is known to stay below this, ``exp(s·logit)`` is taken without a shift:
-e^40 times 10^9 entries is far below float32's range, e^-40 far above its smallest normal number."""
-
-
-def true_entries(mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Row and column of every True entry of a bool matrix, in row-major order: ``mask.nonzero``.
-
-    Positives are sparse, and ``nonzero`` over a large bool matrix is slow on the CPU; reading the
-    mask as 64-bit words (8 entries each), finding the nonzero words, and expanding only those is
-    several times faster."""
-    flat = mask.reshape(-1)
-    if mask.device.type != "cpu" or flat.numel() % 8 or flat.storage_offset() % 8:
-        return mask.nonzero(as_tuple=True)
-    words = flat.view(torch.int64).nonzero().squeeze(1)
-    cells = (words[:, None] * 8 + torch.arange(8)).reshape(-1)
-    index = cells[flat[cells]]
-    return index // mask.shape[1], index % mask.shape[1]
-
-
-@dataclass(frozen=True)
-class Mask:
-    """A set of entries of an ``[A, K]`` matrix: a bool matrix (``dense``), or the entries left out of
-    it (``outside_rows`` and their flat indices ``a·K + k``), when those are few and known. The
-    second form costs no pass over a bool matrix."""
-
-    shape: tuple[int, int]
-    dense: Tensor | None = None
-    outside_rows: Tensor | None = None
-    outside_flat: Tensor | None = None
-
-    @staticmethod
-    def excluding(shape: tuple[int, int], *parts: Entries) -> Mask:
-        rows = torch.cat([r for r, _ in parts])
-        cols = torch.cat([c for _, c in parts])
-        return Mask(shape, outside_rows=rows, outside_flat=rows * shape[1] + cols)
-
-    def count(self) -> Tensor:
-        """Entries per row, float [A]."""
-        if self.dense is not None:
-            return self.dense.sum(dim=1, dtype=torch.float32)  # exact below 2^24 entries a row
-        return self.shape[1] - per_row(self.outside_rows, self.shape[0])
-
-    def fill_outside(self, x: Tensor, value: float) -> Tensor:
-        """A copy of ``x`` with ``value`` outside the mask (differentiable)."""
-        if self.dense is not None:
-            return torch.where(self.dense, x, value)
-        return x.reshape(-1).index_fill(0, self.outside_flat, value).view(self.shape)
-
-    def zero_outside_(self, x: Tensor) -> Tensor:
-        """``x`` (contiguous, not needing grad) with 0 outside the mask, in place."""
-        if self.dense is not None:
-            return x.mul_(self.dense)
-        x.view(-1).index_fill_(0, self.outside_flat, 0.0)
-        return x
-
-
-def per_row(rows: Tensor, n_rows: int) -> Tensor:
-    """How many of the entries listed by their ``rows`` lie in each of ``n_rows`` rows: float [n_rows]."""
-    return torch.zeros(n_rows, device=rows.device).index_add_(0, rows, torch.ones(rows.shape, device=rows.device))
-
-
-class _RowReductions(torch.autograd.Function):
-    """From one read of ``x``: for each ``s > 0`` of ``scales`` the row-wise
-    ``log Σ_{k∈mask} exp(s·x)`` (one ``[A]`` output per scale; -inf for an empty row), and ``x`` at the
-    flat indices ``pos_flat`` (the positive logits). The backward writes a single gradient matrix: the
-    softmax over the mask of each scale times its incoming gradient (from the forward's saved
-    exponentials, exactly 0 outside the mask), plus the positives' gradients added at their indices.
-
-    ``bounded``: every ``|s·x|`` is below EXP_LIMIT, so ``exp(s·x)`` needs no shift (no row maximum,
-    no masked copy). Otherwise each row is shifted by its maximum over the mask. Under
-    ``create_graph=True`` the backward recomputes the same gradient from differentiable operations,
-    so that higher-order gradients stay right."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, mask: Mask, scales: tuple[float, ...], pos_flat: Tensor | None,  # type: ignore[override]
-                bounded: bool) -> tuple[Tensor, ...]:
-        results, saved = [], []
-        if bounded and scales:
-            # Only the smallest scale's exponentials are kept for the backward (see there): one [A, K] matrix,
-            # whatever the number of scales. The other scales' sums read it too, as exp(s·x) = exp(s0·x)·exp((s -
-            # s0)·x): it holds the mask's zeros already, so they need no scatter of their own, and a compiled step
-            # fuses each product into its sum instead of writing one more [A, K] matrix.
-            smallest = min(scales)
-            kept = mask.zero_outside_(torch.exp(x) if smallest == 1.0 else (x * smallest).exp_())
-            for scale in scales:
-                step = scale - smallest
-                if step == 0.0:
-                    total = kept.sum(dim=1)
-                elif step == smallest:  # exp(step·x) is the kept matrix itself
-                    total = (kept * kept).sum(dim=1)
-                else:
-                    total = (torch.exp(x) if step == 1.0 else (x * step).exp_()).mul_(kept).sum(dim=1)
-                results.append(total.log())
-                saved += [kept if step == 0.0 else None, total]
-        elif scales:
-            masked = mask.fill_outside(x, float("-inf"))
-            row_max = masked.amax(dim=1, keepdim=True)
-            row_max.masked_fill_(~torch.isfinite(row_max), 0.0)  # a row with no entry stays all -inf
-            centred = masked.sub_(row_max)  # <= 0 on the mask, so s·centred is shifted by its row max too
-            for i, scale in enumerate(scales):
-                last = i == len(scales) - 1  # the last scale may overwrite the centred matrix
-                if scale == 1.0:
-                    exps = centred.exp_() if last else centred.exp()
-                else:
-                    exps = (centred.mul_(scale) if last else centred * scale).exp_()
-                total = exps.sum(dim=1)
-                results.append(total.log() + scale * row_max.squeeze(1))
-                saved += [exps, total]
-        pos = x.reshape(-1).index_select(0, pos_flat) if pos_flat is not None else x.new_zeros(0)
-        ctx.mask, ctx.scales, ctx.pos_flat, ctx.bounded = mask, scales, pos_flat, bounded
-        ctx.save_for_backward(x, *results, *saved)
-        ctx.set_materialize_grads(False)
-        return (*results, pos)
-
-    @staticmethod
-    def backward(ctx, *grads: Tensor | None):  # type: ignore[override]
-        x, *rest = ctx.saved_tensors
-        n_scales = len(ctx.scales)
-        lses, saved = rest[:n_scales], rest[n_scales:]
-        *grad_lses, grad_pos = grads
-        differentiable = torch.is_grad_enabled()  # create_graph
-        grad_x = None
-        coefs: list[tuple[float, Tensor, Tensor | None]] = []  # (scale, coefficient [A], kept exponentials)
-        for i, (scale, grad_lse) in enumerate(zip(ctx.scales, grad_lses)):
-            if grad_lse is None:
-                continue
-            if differentiable:  # softmax over the mask, recomputed from the inputs
-                row = torch.where(torch.isfinite(lses[i]), lses[i], torch.zeros_like(lses[i]))
-                term = ctx.mask.fill_outside(scale * x - row[:, None], float("-inf")).exp() \
-                    * (scale * grad_lse)[:, None]
-                grad_x = term if grad_x is None else grad_x + term
-                continue
-            exps, total = saved[2 * i], saved[2 * i + 1]
-            # A row with an entry sums to at least e^-EXP_LIMIT (bounded) or 1 (shifted), far above the
-            # smallest normal number; an empty row holds only zeros, which the clamp keeps from 0/0.
-            coef = (grad_lse if scale == 1.0 else grad_lse * scale) / total.clamp_min(torch.finfo(total.dtype).tiny)
-            coefs.append((scale, coef, exps))
-        if coefs and ctx.bounded:
-            grad_x = _bounded_softmax_sum(x, ctx.scales, saved, coefs)
-        else:  # every scale's exponentials were kept
-            for _, coef, exps in coefs:
-                grad_x = exps * coef[:, None] if grad_x is None else grad_x.addcmul_(exps, coef[:, None])
-        if grad_pos is not None and ctx.pos_flat is not None:
-            if grad_x is None:
-                grad_x = torch.zeros(x.shape, dtype=x.dtype, device=x.device)
-            if differentiable:
-                grad_x = grad_x.reshape(-1).index_add(0, ctx.pos_flat, grad_pos).view(x.shape)
-            else:
-                grad_x.view(-1).index_add_(0, ctx.pos_flat, grad_pos)
-        return grad_x, None, None, None, None
-
-
-def _bounded_softmax_sum(x: Tensor, scales: tuple[float, ...], saved: list[Tensor | None],
-                         coefs: list[tuple[float, Tensor, Tensor | None]]) -> Tensor:
-    """``Σ_s c_s·exp(s·x)`` over the mask from the one matrix the bounded forward kept, that of the smallest scale
-    s0: ``exp(s0·x)·(c_s0 + Σ_{s > s0} c_s·exp((s - s0)·x))``. Every exponent stays below EXP_LIMIT, and the
-    product is 0 outside the mask, as the kept matrix is. For HCL's two scales: one [A, K] matrix fewer held from
-    the forward to the backward (4 GiB at B = 16384), for two more elementwise passes."""
-    smallest = min(scales)
-    kept = saved[2 * scales.index(smallest)]
-    own = [coef for scale, coef, _ in coefs if scale == smallest]  # the smallest scale's coefficient, if any
-    factor = None
-    for scale, coef, _ in coefs:
-        if scale != smallest:
-            step = scale - smallest
-            term = (torch.exp(x) if step == 1.0 else (x * step).exp_()).mul_(coef[:, None])
-            factor = term if factor is None else factor.add_(term)
-    if factor is None:
-        return kept * own[0][:, None]
-    if own:
-        factor.add_(own[0][:, None])
-    return factor.mul_(kept)
-
-
-def _bounded(scores: Scores, scales: tuple[float, ...]) -> bool:
-    if scores.min_logit is None or scores.max_logit is None:
-        return False
-    extent = max(abs(scores.min_logit), abs(scores.max_logit))
-    return all(s * extent < EXP_LIMIT for s in scales)
-
-
-def row_logsumexps(logits: Tensor, mask: Mask, scales: tuple[float, ...], *, bounded: bool = False,
-                   pos_flat: Tensor | None = None, count: Tensor | None = None) -> tuple[list[Tensor], Tensor]:
-    """Row-wise ``log Σ_{k∈mask} exp(s·logits)`` for each ``s >= 0`` of ``scales`` ([A] each; -inf
-    for an empty row), and the logits at ``pos_flat``, in one pass (see :class:`_RowReductions`).
-    ``count``: the mask's entries per row, where already known."""
-    positive = tuple(s for s in scales if s != 0.0)
-    *lses, pos = _RowReductions.apply(logits, mask, positive, pos_flat, bounded)
-    rows = iter(lses)
-    # With s = 0 every entry of the mask contributes exp(0) = 1: the log of the count.
-    return [next(rows) if s != 0.0 else torch.log(mask.count() if count is None else count) for s in scales], pos
 
 
 PAIRS_FROM_MASK_ON = frozenset({"cpu"})
@@ -280,64 +91,6 @@ def positives_or_negatives(scores: Scores) -> Mask:
     if scores.ignored is not None:
         return Mask.excluding(shape, scores.ignored)
     return Mask(shape, dense=scores.pos_mask | scores.neg_mask)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a loss needs of a layout given by the constructors' index lists, built once per layout: the
-    masks of the negatives and of every kept entry, the positives' flat indices, the counts, and the
-    constants the losses derive from them (:meth:`Prepared.constant`)."""
-
-    pins: tuple[Tensor, ...]  # the index tensors of the key: held, so that no other tensor takes their id
-    neg: Mask
-    kept: Mask
-    pos_flat: Tensor
-    n_pos: Tensor
-    n_neg: Tensor
-    constants: dict[str, Any] = field(default_factory=dict)
-
-    def constant(self, name: str, make: Callable[[], T]) -> T:
-        """``make()``, which must depend on this layout alone (``name`` says what it is), computed once."""
-        if name not in self.constants:
-            with kept_tensors():
-                self.constants[name] = make()
-        return self.constants[name]
-
-
-_LAYOUTS: OrderedDict[tuple, Layout] = OrderedDict()
-_MAX_LAYOUTS = 8  # a run uses one or two layouts (training, evaluation); the last batch of an epoch may add one
-
-
-def layout_of(scores: Scores) -> Layout | None:
-    """The :class:`Layout` of Scores whose positives and ignored entries are index lists (the constructors'),
-    from a small cache keyed by those tensors' identity and version (a change in place is a new layout);
-    None for masks alone. The constructors share the same index tensors between the steps of one size, so
-    a step finds its layout built; index lists made afresh each step only cost the building."""
-    if scores.positives is None or scores.ignored is None:
-        return None
-    tensors = (*scores.positives, *scores.ignored)
-    # Built each call: while torch.compile traces (the layout is built in the graph and its kernels fuse with
-    # the loss's), and for inference tensors (no version counter to key on).
-    if torch.compiler.is_compiling() or any(t.is_inference() for t in tensors):
-        return _build_layout(scores, tensors)
-    key = (tuple(scores.logits.shape), *((id(t), t._version) for t in tensors))
-    layout = _LAYOUTS.get(key)
-    if layout is None:
-        layout = _LAYOUTS[key] = _build_layout(scores, tensors)
-        if len(_LAYOUTS) > _MAX_LAYOUTS:
-            _LAYOUTS.popitem(last=False)
-    else:
-        _LAYOUTS.move_to_end(key)
-    return layout
-
-
-def _build_layout(scores: Scores, tensors: tuple[Tensor, ...]) -> Layout:
-    shape = tuple(scores.logits.shape)
-    anchor, cand = scores.positives
-    with kept_tensors():
-        neg = Mask.excluding(shape, scores.positives, scores.ignored)
-        return Layout(pins=tensors, neg=neg, kept=Mask.excluding(shape, scores.ignored),
-                      pos_flat=anchor * shape[1] + cand, n_pos=per_row(anchor, shape[0]), n_neg=neg.count())
 
 
 @dataclass(frozen=True)
@@ -439,6 +192,13 @@ class Prepared:
             n_valid = valid.sum()
         return _reduce(per_anchor, valid, n_valid, self.n_neg, loss, needs,
                        self.constant("gate", lambda: _gate(self.n_neg)))
+
+
+def _bounded(scores: Scores, scales: tuple[float, ...]) -> bool:
+    if scores.min_logit is None or scores.max_logit is None:
+        return False
+    extent = max(abs(scores.min_logit), abs(scores.max_logit))
+    return all(s * extent < EXP_LIMIT for s in scales)
 
 
 def prepare(scores: Scores, scales: tuple[float, ...] = (1.0,), mask: Mask | None = None) -> Prepared:

@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from losses import _core
-from losses._core import LOG2, Mask
+from losses._core import LOG2
+from losses._layouts import layout_of
+from losses._masks import Mask
 from losses.checks import require
 from losses.registry import LOGITS, register_loss
 from losses.scores import Scores
@@ -72,7 +74,7 @@ class _SoftplusSums(torch.autograd.Function):
 def jsd(scores: Scores) -> Tensor:
     logits = scores.logits.float().contiguous()
     message = "jsd: the batch needs at least one positive and one negative pair"
-    layout = _core.layout_of(scores)
+    layout = layout_of(scores)
     if layout is not None:  # the counts and their check depend on the layout alone
         n_pos: Tensor | float = float(scores.positives[0].shape[0])
         n_neg = layout.constant("n_neg total", lambda: layout.n_neg.sum())

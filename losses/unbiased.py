@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from losses._core import Mask, contrast_with_negative_term, prepare
+from losses._core import contrast_with_negative_term, prepare
+from losses._masks import Mask
 from losses.registry import register_loss
 from losses.scores import Scores
 from losses.supcon import require_labels

@@ -148,7 +148,8 @@ def test_fused_kernels_have_right_second_order_gradients(sparse):
     """The row reductions (masked log-sum-exps with the positive logits, shifted or not) and the masked
     softplus sums are custom autograd functions; under create_graph their backward is differentiable
     (gradgradcheck, exact in float64). The mask is given as a bool matrix or as its left-out entries."""
-    from losses._core import Mask, row_logsumexps
+    from losses._masks import Mask
+    from losses._row_reductions import row_logsumexps
     from losses.jsd import _SoftplusSums
 
     x = _logits(8)

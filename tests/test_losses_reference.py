@@ -13,7 +13,7 @@ import reference_losses as ref
 import torch
 
 import losses
-from losses._core import true_entries
+from losses._masks import true_entries
 
 
 def _g(seed: int) -> torch.Generator:
