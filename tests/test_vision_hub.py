@@ -21,7 +21,7 @@ import domains
 from domains.base import RunSpec
 from domains.errors import DatasetMissingError, UserError
 from domains.files import hash_files
-from domains.vision import augment, data, hub
+from domains.vision import augment, data, hub, image_decoding
 from domains.vision.config import PRESETS, VisionConfig, resolved
 from domains.vision.images import FolderImages
 
@@ -149,9 +149,9 @@ def test_parallel_decoding_equals_serial_and_resizes_as_image_folders_do(tmp_pat
         blobs.append(buf.getvalue())
         paths.append(tmp_path / f"{i}.png")
         img.save(paths[-1])
-    monkeypatch.setattr(hub, "CHUNK", 16)
-    serial = hub.decode(blobs, 7, workers=1)
-    assert torch.equal(hub.decode(blobs, 7, workers=2), serial)
+    monkeypatch.setattr(image_decoding, "CHUNK", 16)
+    serial = image_decoding.decode(blobs, 7, workers=1)
+    assert torch.equal(image_decoding.decode(blobs, 7, workers=2), serial)
     folder = FolderImages(paths, 7)  # the image-folder sets' rule: shorter side, antialiased, centre crop
     assert all(torch.equal(serial[i], folder[i]) for i in range(len(paths)))
 
@@ -209,8 +209,8 @@ def test_undecodable_image_is_named_by_split_and_row(tmp_path, digits):
         Image.fromarray(p).save(buf, format="PNG")
     damaged = [b.getvalue() for b in blobs]
     damaged[1] = damaged[1][:20]
-    with pytest.raises(hub.UndecodableImage, match="image 1 of the test split cannot be decoded"):
-        hub.decode(damaged, 8, "test")
+    with pytest.raises(image_decoding.UndecodableImage, match="image 1 of the test split cannot be decoded"):
+        image_decoding.decode(damaged, 8, "test")
 
 
 def test_missing_test_split_takes_a_seeded_stratified_split_and_says_so(tmp_path, digits):
