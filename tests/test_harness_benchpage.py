@@ -246,7 +246,8 @@ def test_the_simclr_and_curl_targets_notes_count_the_flops_they_quote():
     import losses
     from domains.rl.bench import filled_buffer
     from domains.rl.config import CurlConfig
-    from domains.rl.curl import CurlSac, GraphedUpdates
+    from domains.rl.curl import CurlSac
+    from domains.rl.graphed_updates import GraphedUpdates
     from domains.vision.bench import _random_data, step_tflop
     from domains.vision.config import VisionConfig, resolved
     from domains.vision.simclr import SimCLR

@@ -21,7 +21,8 @@ import losses
 from domains.base import RunSpec
 from domains.context import RunContext
 from domains.rl.config import CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates
+from domains.rl.curl import CurlSac
+from domains.rl.graphed_updates import GraphedUpdates
 from domains.rl.replay import ReplayBuffer
 
 pytestmark = pytest.mark.gpu

@@ -17,7 +17,8 @@ import losses.scores
 from domains.base import runtime_fields
 from domains.graphed import ReplayBackend
 from domains.rl.config import CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates
+from domains.rl.curl import CurlSac
+from domains.rl.graphed_updates import GraphedUpdates
 from domains.rl.replay import ReplayBuffer
 
 # Ops that read a tensor's value on the host: each one waits for the device, and a CUDA graph refuses it.

@@ -23,7 +23,7 @@ from tiny_domain import harness, resume_args
 from domains.base import RunSpec
 from domains.context import RunContext
 from domains.errors import UserError
-from domains.rl.curl import _means_since
+from domains.rl.update_stats import means_since
 from harness.run import tracking
 from harness.run.stopping import EXIT_STOPPED
 
@@ -107,9 +107,9 @@ def test_a_resumed_run_keeps_one_value_per_step_and_a_fresh_start_clears_the_log
 
 def test_curl_logs_each_episodes_mean_update_statistics_once():
     recent = {"critic_loss": [torch.tensor(1.0), torch.tensor(3.0), torch.tensor(5.0)], "alpha": [torch.tensor(2.0)]}
-    assert _means_since(recent, {}) == {"critic_loss": 3.0, "alpha": 2.0}
-    assert _means_since(recent, {"critic_loss": 1, "alpha": 1}) == {"critic_loss": 4.0}
-    assert _means_since(recent, {"critic_loss": 3, "alpha": 1}) == {}
+    assert means_since(recent, {}) == {"critic_loss": 3.0, "alpha": 2.0}
+    assert means_since(recent, {"critic_loss": 1, "alpha": 1}) == {"critic_loss": 4.0}
+    assert means_since(recent, {"critic_loss": 3, "alpha": 1}) == {}
 
 
 class _Recorder:

@@ -21,8 +21,9 @@ import torch
 import losses
 from domains.base import BenchPart
 from domains.rl.config import TASKS, CurlConfig
-from domains.rl.curl import CurlSac, GraphedUpdates
+from domains.rl.curl import CurlSac
 from domains.rl.env import DMCEnv, rendering_backend
+from domains.rl.graphed_updates import GraphedUpdates
 from domains.rl.replay import ReplayBuffer
 
 

@@ -3,7 +3,8 @@ with any unsupervised loss of the core as the contrastive objective (Chuang et a
 
 The algorithm, top to bottom, as in CURL's public code. Its parts live beside it: the replay buffer and the
 crops in ``domains.rl.replay``, the encoder, actor and critic in ``domains.rl.models``, the evaluation of the
-policy in ``domains.rl.evaluate``.
+policy in ``domains.rl.evaluate``, the updates' CUDA graphs in ``domains.rl.graphed_updates``, and the update
+statistics of the learning curve and the live trackers in ``domains.rl.update_stats``.
 
 - Networks: actor and critic share the encoder's convolutions; each has its own linear + LayerNorm head.
   The actor never trains the convolutions (its gradient is cut after them); the critic and the contrastive
@@ -30,7 +31,7 @@ import copy
 import functools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -41,11 +42,12 @@ from torch import Tensor, nn
 
 import losses
 from domains.context import RunContext
-from domains.graphed import Backend, CudaGraphBackend, GraphedStep, learning_rates, make_capturable
 from domains.rl.config import CurlConfig, TaskSpec
 from domains.rl.evaluate import eval_seed, evaluate_agent, make_env
+from domains.rl.graphed_updates import GraphedUpdates
 from domains.rl.models import Actor, Critic, Encoder, ema_update, weight_init
 from domains.rl.replay import Batch, ReplayBuffer, center_crop
+from domains.rl.update_stats import curve_point, means_since, tracker_tags
 
 # ------------------------------------------------------------------------------------------ the contrastive objective
 
@@ -94,7 +96,7 @@ class CurlSac:
 
     On a GPU nothing in an update reads a device value on the host: losses come back as tensors, the schedule
     follows the step number, the core loss queues its checks on the device (tests/test_rl_graphs.py checks
-    it op by op), so :class:`GraphedUpdates` can capture it."""
+    it op by op), so :class:`domains.rl.graphed_updates.GraphedUpdates` can capture it."""
 
     def __init__(self, cfg: CurlConfig, action_dim: int, lr: float, loss_fn, device: torch.device):
         self.cfg, self.device, self.loss_fn = cfg, torch.device(device), loss_fn
@@ -255,56 +257,6 @@ class CurlSac:
 _OPTIMISERS = ("actor_opt", "critic_opt", "alpha_opt", "encoder_opt", "curl_opt")
 
 
-class GraphedUpdates:
-    """Replay sampling and one update per call, each kind of update (its :class:`Schedule`: with or without
-    the actor and EMA parts) replayed from its own CUDA graph after a few eager warm-up updates
-    (``domains.graphed``). An update's hundreds of small kernels then cost one launch: launching them one by
-    one is most of an eager update's time at batch 128 (the bench's rows give each way).
-
-    The graphs read the replay buffer in place, sampling from its device-side size, and draw their random
-    numbers from the default CUDA generator, whose state a replay advances as the eager update would: a
-    seed gives the same run again. Where capture fails, a one-line warning goes to ``log`` and the updates
-    run eagerly. On the CPU, or with ``enabled=False``, every update is eager. ``backend``: a stand-in for
-    CUDA graphs (tests)."""
-
-    def __init__(self, agent: CurlSac, buffer: ReplayBuffer, *, enabled: bool,
-                 log: Callable[[str], None] | None = None, backend: Backend | None = None):
-        self.agent, self.buffer, self.log = agent, buffer, log
-        graphed_here = enabled and agent.device.type == "cuda" and torch.cuda.is_available()
-        if backend is None and graphed_here:
-            # One memory pool for the graphs of both kinds: they never run at once, and none reads what
-            # another left in the pool (every buffer of a graph is written in it before it is read).
-            backend = CudaGraphBackend(agent.device)
-        for opt in agent.optimisers():  # after a restored checkpoint, whose groups may say otherwise
-            make_capturable(opt, graphed_here)
-        self.backend = backend if enabled else None
-        self.runs: dict[Schedule, GraphedStep] = {}
-
-    @property
-    def replays(self) -> int:
-        """How many updates were replayed from a graph."""
-        return sum(run.replays for run in self.runs.values())
-
-    def __call__(self, step: int) -> dict[str, Tensor]:
-        """Sample a batch and update at agent step ``step``; the statistics as in :meth:`CurlSac.update`."""
-        parts = self.agent.schedule(step)
-        run = self.runs.get(parts)
-        if run is None:
-            run = self.runs[parts] = GraphedStep(
-                functools.partial(self._sample_and_update, parts), self.agent.device,
-                enabled=self.backend is not None, key=lambda: learning_rates(*self.agent.optimisers()),
-                name=f"CURL update ({', '.join(parts.stats)})", log=self.log, backend=self.backend)
-        values = run()
-        if run.captured:
-            values = values.clone()  # the graph's output: its next replay overwrites it
-        return dict(zip(parts.stats, values.unbind()))
-
-    def _sample_and_update(self, parts: Schedule) -> Tensor:
-        cfg = self.agent.cfg
-        batch = self.buffer.sample(cfg.batch_size, cfg.crop_size, cfg.num_positives)
-        return torch.stack(list(self.agent.update_parts(batch, parts).values()))
-
-
 # --------------------------------------------------------------------------------------------- training
 
 
@@ -383,12 +335,13 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             continue
         episode_returns.append(episode_return)
         if ctx.trackers:  # the episode's return and mean update statistics: one wait for the device an episode
-            ctx.log_scalars(env.env_steps, _tags({"train_return": episode_return, **_means_since(recent, tracked)}))
+            ctx.log_scalars(env.env_steps,
+                            tracker_tags({"train_return": episode_return, **means_since(recent, tracked)}))
             tracked = {key: len(values) for key, values in recent.items()}
         episode_return = 0.0
         if env.env_steps >= next_eval and env.env_steps < cfg.num_env_steps:
             returns = evaluate_agent(agent, eval_env, cfg.eval_episodes, eval_seed(ctx.seed, env.env_steps))
-            curve.append(_curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
+            curve.append(curve_point(env.env_steps, step + 1, updates, returns, episode_returns, recent))
             # The evaluation's own scalars: this episode's return and update statistics are logged just above.
             evaluated = {k: v for k, v in curve[-1].items() if k not in recent and k != "train_return"}
             ctx.log_scalars(env.env_steps, {**evaluated, "env_steps_per_s": env.env_steps / max(env_time, 1e-9),
@@ -421,31 +374,3 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     trained = Trained(agent, task_name, repeat, env.env_steps, total_agent_steps, updates,
                       eval_seed(ctx.seed, env.env_steps))
     return trained, {"curve": curve, "throughput": throughput, "info": info}
-
-
-def _curve_point(env_steps: int, agent_steps: int, updates: int, returns: list[float],
-                 train_returns: list[float], recent: dict[str, list[Tensor]]) -> dict[str, Any]:
-    point = {"env_steps": env_steps, "agent_steps": agent_steps, "updates": updates,
-             "eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
-             "eval_episode_returns": [float(r) for r in returns],
-             "train_return": float(train_returns[-1]) if train_returns else None}
-    point.update({key: float(np.mean(torch.stack(values).tolist())) for key, values in recent.items()})
-    return point
-
-
-# The live trackers' tag of an update statistic named otherwise in the record's curve: the contrastive loss is
-# ``loss`` in every domain's log, so that one TensorBoard chart compares them (SAC's losses keep their names).
-TAGS = {"curl_loss": "loss"}
-
-
-def _tags(scalars: dict[str, Any]) -> dict[str, Any]:
-    return {TAGS.get(key, key): value for key, value in scalars.items()}
-
-
-def _means_since(recent: dict[str, list[Tensor]], done: dict[str, int]) -> dict[str, float]:
-    """The mean of each update statistic over its values past the first ``done[key]``, read in one transfer."""
-    keys = [key for key, values in recent.items() if len(values) > done.get(key, 0)]
-    if not keys:
-        return {}
-    means = torch.stack([torch.stack(recent[key][done.get(key, 0):]).float().mean() for key in keys]).tolist()
-    return dict(zip(keys, means))
