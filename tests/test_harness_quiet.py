@@ -9,7 +9,7 @@ import pytest
 from support import toy_tu  # a TU set of 24 small graphs, written in the test's folder
 from tiny_domain import harness
 
-from harness.run import runner
+from harness.run import estimate
 
 GRAPH_RUN = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
              "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--set", "download=false"]
@@ -48,7 +48,7 @@ def test_verbose_shows_the_log_lines(tmp_path, monkeypatch):
 def test_the_estimate_leaves_out_a_cheap_first_phase():
     """Three steps of 0.1 s (CURL's random-action steps), then steps of 10 s: the latest half of the time
     gives 10 s a step, where the mean over all steps would say 5."""
-    assert runner._recent_step_time([0.0, 0.1, 0.2, 0.3, 10.3, 20.3, 30.3]) == pytest.approx(10.0)
+    assert estimate.recent_step_time([0.0, 0.1, 0.2, 0.3, 10.3, 20.3, 30.3]) == pytest.approx(10.0)
 
 
 def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):

@@ -6,19 +6,17 @@ The same code path serves ``harness run`` and every ``harness sweep`` job.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import random
 import shutil
-import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,13 +30,10 @@ from domains.files import refuse_link
 from harness import records
 from harness.run import config as cfg
 from harness.run import stopping, tracking
+from harness.run.estimate import EstimatingContext
 from harness.version import software_info
 
 LOGGER = logging.getLogger("harness")
-T = TypeVar("T")
-# A run's estimate is printed once its first steps took this long, or once this fraction of them is done.
-ESTIMATE_AFTER_S = 30.0
-ESTIMATE_AFTER_FRACTION = 0.1
 
 
 @dataclass
@@ -78,53 +73,6 @@ class Plan:
     domain: Domain
     specs: list[RunSpec]
     overrides: dict[str, Any]
-
-
-@dataclass
-class EstimatingContext(RunContext):
-    """A RunContext whose first progress loop (every domain's pretraining loop) prints once how long the
-    pretraining should take: the recent time per step times the steps left, over the seeds left."""
-
-    seeds: int = 1
-
-    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
-        items = super().progress(iterable, desc, total=total, **kw)
-        if total is None or self.seeds < 1:
-            return items
-        seeds, self.seeds = self.seeds, 0  # later loops (evaluation) print nothing
-        return _estimating(items, desc, total - kw.get("initial", 0), seeds, kw.get("unit", "step"))
-
-
-def _estimating(items: Iterator[T], desc: str, steps: int, seeds: int, unit: str = "step") -> Iterator[T]:
-    """Yield ``items``; after 30 s or a tenth of the steps, print once the time the pretraining has left."""
-    from tqdm.auto import tqdm  # its write() keeps the progress bar intact
-
-    starts: list[float] = []  # when each step started
-    for done, item in enumerate(items):
-        if seeds:
-            starts.append(time.perf_counter())
-            if done and (starts[-1] - starts[0] >= ESTIMATE_AFTER_S or done >= ESTIMATE_AFTER_FRACTION * steps):
-                per_step = _recent_step_time(starts)
-                left = per_step * (steps - done) + per_step * steps * (seeds - 1)
-                tqdm.write(f"estimate: {desc}: {_duration(per_step)} per {unit}; about {_duration(left)} of "
-                           f"pretraining left over {seeds} seed{'s' * (seeds > 1)}, plus each seed's evaluation",
-                           file=sys.stderr)
-                seeds = 0
-        yield item
-
-
-def _recent_step_time(starts: list[float]) -> float:
-    """The time per step over the latest half of the elapsed time: past the warm-up, and past a cheap first
-    phase such as the random-action steps that fill CURL's replay buffer before any update."""
-    half = (starts[0] + starts[-1]) / 2
-    first = min(bisect.bisect_left(starts, half), len(starts) - 2)
-    return (starts[-1] - starts[first]) / (len(starts) - 1 - first)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def default_data_root(cli_value: str | None) -> Path:
