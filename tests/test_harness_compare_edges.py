@@ -178,6 +178,19 @@ def test_a_group_both_sides_only_failed_fails_the_gate(tmp_path):
     assert code == 1 and "the candidate: non-finite accuracy on seed(s) 0,1,2" in report
 
 
+def test_an_added_group_the_candidate_failed_or_diverged_on_is_listed_as_such(tmp_path):
+    """Added groups gate nothing, but one whose every seed failed holds no completed record: it vanished from the
+    report ("Added (0)"), and one that diverged was listed like a new result."""
+    crashed = [synthetic_record("dcl", s, 0.0, status="failed") for s in range(2)]
+    diverged = _records([0.0, 0.0], dataset="rings")
+    diverged[1]["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path, _records(GOOD), _records(GOOD) + crashed + diverged)
+    added = _section(report, "Added in the candidate")
+    assert code == 0 and "## Added in the candidate, not in the baseline (2)" in report
+    assert "- tiny / blobs / linear / dcl (–, quick): failed on seed(s) 0,1 (no baseline: not gated)" in added
+    assert "- tiny / rings / linear / infonce (–, quick): non-finite accuracy on seed(s) 1 (no baseline" in added
+
+
 def test_a_folder_whose_name_holds_an_at_sign_is_that_folder(tmp_path, capsys):
     write_records(tmp_path / "runs@v1", _records(GOOD))
     write_records(tmp_path / "cand", _records([v - 5 for v in GOOD]))

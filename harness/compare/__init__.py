@@ -86,15 +86,18 @@ def _baseline_failed(base: Group, failed: set[int]) -> str:
             f"{' and '.join(h for h in how if h)}; nothing to compare with")
 
 
+def _broke(cand: Group, failed: set[int]) -> list[str]:
+    """The seeds of a candidate's group that its code ran and failed (``failed``) or diverged on."""
+    return [f"failed on seed(s) {seeds_text(failed)}"] * bool(failed) + [
+        f"non-finite {cand.primary_metric} on seed(s) {seeds_text(cand.nonfinite)}"
+    ] * bool(cand.nonfinite)
+
+
 def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
     """What the candidate lacks of a baseline group: absent, failed or non-finite seeds, seeds it did not run."""
-    problems: list[str] = []
     if cand is None:
         return [f"failed on seed(s) {seeds_text(failed)}" if failed else "not in the candidate"]
-    if failed:
-        problems.append(f"failed on seed(s) {seeds_text(failed)}")
-    if cand.nonfinite:
-        problems.append(f"non-finite {cand.primary_metric} on seed(s) {seeds_text(cand.nonfinite)}")
+    problems = _broke(cand, failed)
     lost = set(base.values) - set(cand.values) - failed - cand.nonfinite
     if lost:
         problems.append(f"seed(s) {seeds_text(lost)} of the baseline not run")
@@ -242,7 +245,13 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             row.seen = "unchanged" if id(row) in decided else "untested"
         # Seeds missing on the candidate's side: a regression on the others is still one.
         row.verdict = "missing" if row.problems and row.seen != "regression" else row.seen
-    rows += [Row(None, g, "added") for key, g in cand_groups.items() if key not in base_groups]
+    # Added groups gate nothing, but one the candidate's code failed or diverged on is said to have failed: a crash
+    # must not read as a new result, nor (a group that only failed holds no completed record) vanish.
+    rows += [
+        Row(None, g, "added", problems=_broke(g, failed.get(key, set())))
+        for key, g in {**cand.failed_groups(), **cand_groups}.items()
+        if key not in base_groups
+    ]
     return rows
 
 

@@ -156,6 +156,9 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         if added
         else ["none", ""]
     )
+    broke = [r for r in rows if r.verdict == "added" and r.problems]
+    if broke:  # not gated (no baseline), but a crash must not read as a new result
+        lines += [f"- {group_name(r.cand)}: {'; '.join(r.problems)} (no baseline: not gated)" for r in broke] + [""]
     lines += _details(rows)
     # A bullet is one line whatever a record's names hold: a newline there could forge a verdict line.
     return "\n".join(" ".join(line.split()) if line.startswith("- ") else line for line in lines)
