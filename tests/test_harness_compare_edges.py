@@ -178,6 +178,16 @@ def test_a_group_both_sides_only_failed_fails_the_gate(tmp_path):
     assert code == 1 and "the candidate: non-finite accuracy on seed(s) 0,1,2" in report
 
 
+def test_the_report_names_the_seeds_a_baseline_failed_or_diverged_on(tmp_path):
+    """A baseline that failed on some seeds was compared on the others with no word of why its n was short."""
+    base = _records(GOOD[:3]) + [synthetic_record("infonce", s, 0.0, status="failed") for s in (3, 4)]
+    base[2]["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path, base, _records(GOOD[:5]))
+    assert code == 0 and "| 84.18 (2) |" in report
+    assert "- tiny / blobs / linear / infonce (–, quick): the baseline: its code 0.1.0 failed on seed(s) 3,4 and " \
+        "gave a non-finite accuracy on seed(s) 2; compared on its other seed(s) 0,1" in _section(report, "Notes")
+
+
 def test_an_added_group_the_candidate_failed_or_diverged_on_is_listed_as_such(tmp_path):
     """Added groups gate nothing, but one whose every seed failed holds no completed record: it vanished from the
     report ("Added (0)"), and one that diverged was listed like a new result."""

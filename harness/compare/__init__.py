@@ -75,15 +75,19 @@ def _config_diff(base: Group, cand: Group) -> list[str]:
     ]
 
 
+def _baseline_broke(base: Group, failed: set[int]) -> str:
+    """Which seeds the baseline's code failed or diverged on, naming the code; "" when none."""
+    how = [f"failed on seed(s) {seeds_text(failed)}" if failed else "",
+           f"gave a non-finite {base.primary_metric} on seed(s) {seeds_text(base.nonfinite)}" if base.nonfinite else ""]
+    return f"its code {base.code_label()} {' and '.join(h for h in how if h)}" if failed or base.nonfinite else ""
+
+
 def _baseline_failed(base: Group, failed: set[int]) -> str:
     """Why the baseline has nothing to compare with, naming the seeds and the code that failed or diverged; "" when
     it has a finite value."""
     if base.values:
         return ""
-    how = [f"failed on seed(s) {seeds_text(failed)}" if failed else "",
-           f"gave a non-finite {base.primary_metric} on seed(s) {seeds_text(base.nonfinite)}" if base.nonfinite else ""]
-    return (f"the baseline has no finite {base.primary_metric}: its code {base.code_label()} "
-            f"{' and '.join(h for h in how if h)}; nothing to compare with")
+    return f"the baseline has no finite {base.primary_metric}: {_baseline_broke(base, failed)}; nothing to compare with"
 
 
 def _broke(cand: Group, failed: set[int]) -> list[str]:
@@ -204,6 +208,9 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             matched=c is not None or key in failed,
             ran_and_failed=ran_and_failed,
         )
+        broke = _baseline_broke(b, base_failed.get(key, set()))
+        if b.values and broke:  # its n alone would not say why the baseline has fewer seeds than it ran
+            row.notes.append(f"the baseline: {broke}; compared on its other seed(s) {seeds_text(b.values)}")
         if c is not None and b.values and c.values:
             try:
                 row.change = stats.compare_values(b.values, c.values, args.test)
