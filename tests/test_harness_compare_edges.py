@@ -125,12 +125,80 @@ def test_rank_tests_at_many_seeds():
         assert change.change == pytest.approx(-0.5) and change.p < 0.05 and change.min_p < 1e-80
 
 
-def test_a_baseline_group_without_a_finite_value_says_why_it_is_missing(tmp_path):
+def _section(report: str, title: str) -> str:
+    return report.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_a_baseline_group_without_a_finite_value_judges_nothing_so_the_gate_cannot_decide(tmp_path):
+    """A baseline that diverged on every seed was "missing" (1), and --allow-missing passed it: it is the baseline
+    that lacks a value, and a gate with nothing to judge the candidate by cannot decide, waived or not."""
     base = _records(GOOD)
     for record in base:
         record["metrics"]["accuracy"] = None
-    code, report = _gate(tmp_path, base, _records(GOOD))
-    assert code == 1 and "the baseline has no finite accuracy (non-finite on seed(s) 0,1,2,3,4,5)" in report
+    for n, extra in enumerate([[], ["--allow-missing", "--allow-untestable"]]):
+        code, report = _gate(tmp_path / str(n), base, _records(GOOD), *extra)
+        assert code == 2, extra
+        assert "its code 0.1.0 gave a non-finite accuracy on seed(s) 0,1,2,3,4,5; nothing to compare with" in _section(
+            report, "Unjudged")
+
+
+def test_a_baseline_group_that_only_failed_is_named_and_judges_nothing(tmp_path, capsys):
+    """A group whose newest baseline code only failed has no completed record: it vanished from the baseline, the
+    candidate's group was listed as added, and the gate passed with nothing compared to it."""
+    held = [synthetic_record("dcl", s, v) for s, v in enumerate(GOOD)]  # another group, compared and held
+    crashed = [synthetic_record("infonce", s, 0.0, status="failed", software=NEW) for s in range(3)]
+    base = _records(GOOD, software=OLD) + crashed + held  # an older code completed it, the newest failed
+    code, report = _gate(tmp_path, base, _records([v - 30 for v in GOOD]) + held)
+    assert code == 2 and "PASS" not in report and "## Added in the candidate, not in the baseline (0)" in report
+    assert "tiny / blobs / linear / infonce (–, quick): the baseline has no finite accuracy: its code bbbbbbb " \
+        "failed on seed(s) 0,1,2; nothing to compare with" in _section(report, "Unjudged")
+    assert "the baseline failed or diverged on every seed of 1 group(s)" in capsys.readouterr().err
+    code, _ = _gate(tmp_path / "waived", base, _records([v - 30 for v in GOOD]) + held, "--allow-missing",
+                    "--allow-untestable")
+    assert code == 2
+    # A failure elsewhere still fails: the gate cannot decide this group, and knows another regressed.
+    dropped = [synthetic_record("dcl", s, v - 40) for s, v in enumerate(GOOD)]
+    code, report = _gate(tmp_path / "other", base, _records(GOOD) + dropped)
+    assert code == 1 and "Regressions (1)" in report and "Unjudged: " in report
+
+
+def test_a_group_both_sides_only_failed_fails_the_gate(tmp_path):
+    """Failed on both sides, the group vanished from both: the gate passed while the candidate's code crashed."""
+    held = [synthetic_record("dcl", s, v) for s, v in enumerate(GOOD)]
+    crashed = [synthetic_record("infonce", s, 0.0, status="failed") for s in range(3)]
+    for n, extra in enumerate([[], ["--allow-missing"]]):
+        code, report = _gate(tmp_path / str(n), crashed + held, crashed + held, *extra)
+        assert code == 1 and "1 with seeds the candidate failed or diverged on: never waived" in report, extra
+        assert "its code 0.1.0 failed on seed(s) 0,1,2; nothing to compare with; the candidate: failed on seed(s) " \
+            "0,1,2" in _section(report, "Missing")
+    diverged = [synthetic_record("infonce", s, 0.0) for s in range(3)]
+    for record in diverged:
+        record["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path / "nan", crashed + held, diverged + held, "--allow-missing")
+    assert code == 1 and "the candidate: non-finite accuracy on seed(s) 0,1,2" in report
+
+
+def test_the_report_names_the_seeds_a_baseline_failed_or_diverged_on(tmp_path):
+    """A baseline that failed on some seeds was compared on the others with no word of why its n was short."""
+    base = _records(GOOD[:3]) + [synthetic_record("infonce", s, 0.0, status="failed") for s in (3, 4)]
+    base[2]["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path, base, _records(GOOD[:5]))
+    assert code == 0 and "| 84.18 (2) |" in report
+    assert "- tiny / blobs / linear / infonce (–, quick): the baseline: its code 0.1.0 failed on seed(s) 3,4 and " \
+        "gave a non-finite accuracy on seed(s) 2; compared on its other seed(s) 0,1" in _section(report, "Notes")
+
+
+def test_an_added_group_the_candidate_failed_or_diverged_on_is_listed_as_such(tmp_path):
+    """Added groups gate nothing, but one whose every seed failed holds no completed record: it vanished from the
+    report ("Added (0)"), and one that diverged was listed like a new result."""
+    crashed = [synthetic_record("dcl", s, 0.0, status="failed") for s in range(2)]
+    diverged = _records([0.0, 0.0], dataset="rings")
+    diverged[1]["metrics"]["accuracy"] = None
+    code, report = _gate(tmp_path, _records(GOOD), _records(GOOD) + crashed + diverged)
+    added = _section(report, "Added in the candidate")
+    assert code == 0 and "## Added in the candidate, not in the baseline (2)" in report
+    assert "- tiny / blobs / linear / dcl (–, quick): failed on seed(s) 0,1 (no baseline: not gated)" in added
+    assert "- tiny / rings / linear / infonce (–, quick): non-finite accuracy on seed(s) 1 (no baseline" in added
 
 
 def test_a_folder_whose_name_holds_an_at_sign_is_that_folder(tmp_path, capsys):

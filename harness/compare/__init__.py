@@ -28,7 +28,12 @@ domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads diff
   group within the tolerance is listed as **untested**;
 - is **missing** when the baseline has it and the candidate does not, or has it only failed, with a non-finite
   metric, or without some of the baseline's seeds (a seed the candidate ran and failed or diverged on is never
-  waived by ``--allow-missing``).
+  waived by ``--allow-missing``, whatever the baseline did);
+- is **unjudged** when the baseline's newest code of it failed or diverged on every seed (no finite value) and the
+  candidate ran it and lacks nothing: there is nothing to judge the candidate by, so the report names the
+  baseline's code and seeds and the gate cannot decide, as the regression suite treats a setting without a
+  baseline record (a baseline group that only failed holds no completed record, yet must not vanish: the
+  candidate's group would be listed as added, judged by nothing).
 
 Each row also gives the **detectable** change: the smallest change its t-test could have called significant at the
 level a lone group needs after the correction, from its seeds and spread. Honest noise can show drops beyond a
@@ -37,10 +42,11 @@ tolerance well below it: choose the tolerance (and the seeds) from it.
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
 untestable drop on their remaining seeds, nor a seed the candidate ran and failed or diverged on); 2 when the gate
-cannot decide: an untestable drop (``--allow-untestable`` lets it pass), or bad input; 0 only when every baseline
-group was compared and held, or was let through by an ``--allow-*`` option, which the verdict line then names. The
-report (``harness.compare.report``) ends with that verdict; when bad input stops the comparison first, ``--out``
-gets a report that says so, never an earlier verdict.
+cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unjudged group (no option lets it pass:
+record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
+through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
+with that verdict; when bad input stops the comparison first, ``--out`` gets a report that says so, never an earlier
+verdict.
 """
 
 from __future__ import annotations
@@ -69,19 +75,33 @@ def _config_diff(base: Group, cand: Group) -> list[str]:
     ]
 
 
+def _baseline_broke(base: Group, failed: set[int]) -> str:
+    """Which seeds the baseline's code failed or diverged on, naming the code; "" when none."""
+    how = [f"failed on seed(s) {seeds_text(failed)}" if failed else "",
+           f"gave a non-finite {base.primary_metric} on seed(s) {seeds_text(base.nonfinite)}" if base.nonfinite else ""]
+    return f"its code {base.code_label()} {' and '.join(h for h in how if h)}" if failed or base.nonfinite else ""
+
+
+def _baseline_failed(base: Group, failed: set[int]) -> str:
+    """Why the baseline has nothing to compare with, naming the seeds and the code that failed or diverged; "" when
+    it has a finite value."""
+    if base.values:
+        return ""
+    return f"the baseline has no finite {base.primary_metric}: {_baseline_broke(base, failed)}; nothing to compare with"
+
+
+def _broke(cand: Group, failed: set[int]) -> list[str]:
+    """The seeds of a candidate's group that its code ran and failed (``failed``) or diverged on."""
+    return [f"failed on seed(s) {seeds_text(failed)}"] * bool(failed) + [
+        f"non-finite {cand.primary_metric} on seed(s) {seeds_text(cand.nonfinite)}"
+    ] * bool(cand.nonfinite)
+
+
 def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
-    problems = []
-    if not base.values:  # nothing to compare with: say so, not an empty reason
-        problems.append(
-            f"the baseline has no finite {base.primary_metric} (non-finite on seed(s) "
-            f"{seeds_text(base.nonfinite)}): nothing to compare with"
-        )
+    """What the candidate lacks of a baseline group: absent, failed or non-finite seeds, seeds it did not run."""
     if cand is None:
-        return [*problems, f"failed on seed(s) {seeds_text(failed)}" if failed else "not in the candidate"]
-    if failed:
-        problems.append(f"failed on seed(s) {seeds_text(failed)}")
-    if cand.nonfinite:
-        problems.append(f"non-finite {cand.primary_metric} on seed(s) {seeds_text(cand.nonfinite)}")
+        return [f"failed on seed(s) {seeds_text(failed)}" if failed else "not in the candidate"]
+    problems = _broke(cand, failed)
     lost = set(base.values) - set(cand.values) - failed - cand.nonfinite
     if lost:
         problems.append(f"seed(s) {seeds_text(lost)} of the baseline not run")
@@ -137,14 +157,17 @@ def parse_tolerances(items: list[str] | None) -> Tolerances:
 def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     """Every baseline group's row (and the candidate's added groups), with the verdicts of the rule above."""
     base_groups, cand_groups, failed, older = base.groups(), cand.groups(), cand.failed(), cand.older_code()
+    for side, groups in ((base, base_groups), (cand, cand_groups)):
+        refuse_conflicts(side, groups.values())
+        refuse_mixed(side, groups.values())
+    # A baseline group whose newest code only failed holds no completed record, yet must not vanish: the candidate's
+    # group would be listed as added and pass, judged by nothing.
+    base_failed, base_groups = base.failed(), {**base.failed_groups(), **base_groups}
     unused = set(args.tolerances.by_selector) - {
         s for g in base_groups.values() for s in (g.domain, f"{g.domain}/{g.dataset}")
     }
     if unused:  # a misspelt selector would leave its groups at the default tolerance without a word
         raise UserError(f"--tolerance names no baseline group: {', '.join(sorted(unused))}")
-    for side, groups in ((base, base_groups), (cand, cand_groups)):
-        refuse_conflicts(side, groups.values())
-        refuse_mixed(side, groups.values())
     rows, tested = [], []
     for key, b in base_groups.items():
         c = cand_groups.get(key)
@@ -164,23 +187,30 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             )
             continue
         problems = _missing(b, c, failed.get(key, set()))
-        ran_and_failed = bool(failed.get(key)) or (c is not None and bool(c.nonfinite) and bool(b.values))
+        # The candidate's code failed or diverged: its failure, whatever the baseline did (both failed is no pass).
+        ran_and_failed = bool(failed.get(key)) or (c is not None and bool(c.nonfinite))
         if key in older:  # the candidate is its newest code: an older one never stands in for it
             problems.insert(
                 0,
                 f"only an older code of the candidate ran it ({older[key]}); its newest code "
                 f"({cand.newest_label()}) did not",
             )
+        unjudged = _baseline_failed(b, base_failed.get(key, set()))
         row = Row(
             b,
             c,
-            "missing",
+            # A candidate that ran it and lacks nothing, against a baseline without a value: nothing judged it.
+            "missing" if problems or not unjudged else "unjudged",
+            unjudged=unjudged,
             problems=problems,
             config_diff=_config_diff(b, c) if c else [],
             tolerance=args.tolerances.of(b),
             matched=c is not None or key in failed,
             ran_and_failed=ran_and_failed,
         )
+        broke = _baseline_broke(b, base_failed.get(key, set()))
+        if b.values and broke:  # its n alone would not say why the baseline has fewer seeds than it ran
+            row.notes.append(f"the baseline: {broke}; compared on its other seed(s) {seeds_text(b.values)}")
         if c is not None and b.values and c.values:
             try:
                 row.change = stats.compare_values(b.values, c.values, args.test)
@@ -222,7 +252,13 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             row.seen = "unchanged" if id(row) in decided else "untested"
         # Seeds missing on the candidate's side: a regression on the others is still one.
         row.verdict = "missing" if row.problems and row.seen != "regression" else row.seen
-    rows += [Row(None, g, "added") for key, g in cand_groups.items() if key not in base_groups]
+    # Added groups gate nothing, but one the candidate's code failed or diverged on is said to have failed: a crash
+    # must not read as a new result, nor (a group that only failed holds no completed record) vanish.
+    rows += [
+        Row(None, g, "added", problems=_broke(g, failed.get(key, set())))
+        for key, g in {**cand.failed_groups(), **cand_groups}.items()
+        if key not in base_groups
+    ]
     return rows
 
 
@@ -273,8 +309,12 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
     elif failing:
         code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing" + (
             f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "")
-    elif undecided:
-        code, verdict = 2, f"CANNOT DECIDE: {undecided} untestable change(s) worse than the tolerance"
+    elif undecided or count["unjudged"]:  # no option waives a baseline without a value: record one that ran
+        unjudged = [group_name(r.base) for r in rows if r.verdict == "unjudged"]
+        code, verdict = 2, "CANNOT DECIDE: " + "; ".join(
+            ([f"{undecided} untestable change(s) worse than the tolerance"] if undecided else [])
+            + ([f"the baseline failed or diverged on every seed of {len(unjudged)} group(s), so nothing judged the "
+                f"candidate there: {'; '.join(unjudged)}"] if unjudged else []))
     elif any(waived):
         code, verdict = 0, f"PASS with waivers: {', '.join(w for w in waived if w)} let through"
     else:

@@ -15,7 +15,7 @@ from harness.compare.sides import Side, group_name
 from harness.groups import Group, decimals, fmt
 from harness.tables import markdown
 
-VERDICTS = ("regression", "missing", "untestable", "improvement", "unchanged", "untested")
+VERDICTS = ("regression", "missing", "unjudged", "untestable", "improvement", "unchanged", "untested")
 
 
 @dataclass
@@ -28,6 +28,7 @@ class Row:
     change: stats.Change | None = None
     p_adjusted: float = math.nan
     problems: list[str] = field(default_factory=list)  # why a group is missing
+    unjudged: str = ""  # why the baseline has nothing to compare with (its every seed failed or diverged)
     seen: str = ""  # the verdict on the seeds the candidate has (a missing group's too: it may hide a drop)
     notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
     matched: bool = False  # the candidate has the group, completed or only failed
@@ -94,6 +95,7 @@ def _row(row: Row) -> list[str]:
 TITLES = {
     "regression": "Regressions",
     "missing": "Missing, failed or non-finite in the candidate",
+    "unjudged": "Unjudged: the baseline failed or diverged on every seed, so nothing judged the candidate",
     "untestable": "Untestable: drops worse than the tolerance that the test did not confirm",
     "improvement": "Improvements",
     "unchanged": "Unchanged",
@@ -115,7 +117,9 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         "seeds' spread left it short of significance; the gate never passes it as unchanged. Within the tolerance a "
         "group is **unchanged**, or **untested** where its test cannot decide. A "
         "baseline group absent from the candidate, failed, non-finite or short of seeds, run only by an older code "
-        "of the candidate, or held by it only as the baseline's own records, is **missing**. Groups are "
+        "of the candidate, or held by it only as the baseline's own records, is **missing**. A baseline group that "
+        "failed or diverged on every seed is **unjudged** where the candidate ran it: nothing judged the candidate, "
+        "so the gate cannot decide. Groups are "
         "matched on domain, dataset, method, loss, hyper-parameters, preset, overrides and primary metric; each side "
         "uses per group the records of its newest code. Change: mean difference (paired: mean of the per-seed "
         "differences) with its 95% t interval; effect: standardised (paired d_z, else Cohen's d); detectable: the "
@@ -127,9 +131,11 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         chosen = [r for r in rows if r.verdict == verdict]
         lines += [f"## {TITLES[verdict]} ({len(chosen)})", ""]
         lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
-        if verdict == "missing" and chosen:
+        if verdict in ("missing", "unjudged") and chosen:
             lines += [
-                f"- {group_name(r.base)}: {'; '.join(r.problems)}"
+                f"- {group_name(r.base)}: "
+                + (f"{r.unjudged}; the candidate: " if r.unjudged and r.problems else r.unjudged)
+                + "; ".join(r.problems)
                 + (
                     "; the seeds it has show a drop worse than the tolerance that the test did not confirm"
                     if r.seen == "untestable"
@@ -150,6 +156,9 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         if added
         else ["none", ""]
     )
+    broke = [r for r in rows if r.verdict == "added" and r.problems]
+    if broke:  # not gated (no baseline), but a crash must not read as a new result
+        lines += [f"- {group_name(r.cand)}: {'; '.join(r.problems)} (no baseline: not gated)" for r in broke] + [""]
     lines += _details(rows)
     # A bullet is one line whatever a record's names hold: a newline there could forge a verdict line.
     return "\n".join(" ".join(line.split()) if line.startswith("- ") else line for line in lines)
@@ -188,7 +197,7 @@ def _data(rows: list[Row]) -> list[str]:
     side read the same, :func:`harness.compare.sides.refuse_mixed`)."""
     lines = []
     for r in rows:
-        if r.base is None or r.cand is None:
+        if r.base is None or r.cand is None or not r.base.values:  # (a baseline that only failed compared nothing)
             continue
         base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
         if base != cand:

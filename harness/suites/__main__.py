@@ -3,13 +3,14 @@
 Each setting of the suite runs as one ``harness run`` per seed, on the CPU with one thread, ``--jobs`` at a time,
 in the suite file's order, into a results folder (a fresh temporary one unless ``--results``). Then
 ``harness compare --baseline <baseline> --candidate <results> --out <report>``, with each setting's tolerance
-(``--tolerance domain/dataset=VALUE``), decides. Exit status: compare's
-(0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot decide), except
-that a run that crashed gives 1 and a run refused as bad input (a missing extra or data set) gives 2, whatever
-the comparison says (its report is still written), a run not finished (busy in another process) gives 2, and
-that a setting of the suite the baseline holds no record
-of turns a pass into 2 (compare lists it as added; it was judged by nothing); a bad suite or argument gives 2
-before any run starts (so does a baseline with no completed record, or ``--results`` that is the baseline folder).
+(``--tolerance domain/dataset=VALUE``), decides.
+
+Exit status: compare's (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot
+decide), with three exceptions. Whatever the comparison says (its report is still written), a run that crashed
+gives 1, and a run refused as bad input (a missing extra or data set) or not finished (busy in another process)
+gives 2. A pass becomes 2 when a setting of the suite has no completed record in the baseline: compare lists it as
+added, so nothing judged it. And a bad suite or argument gives 2 before any run starts (so does a baseline with no
+completed record, or ``--results`` that is the baseline folder).
 
 ``--update-baseline`` runs the suite into a new folder beside the baseline (``.<name>-new-XXXXXX``, on the same
 file system) instead (no comparison), and only when every run completed swaps it in: the new records and logs
@@ -17,9 +18,9 @@ move into the baseline folder and the old ones go. For a change that moves the n
 records. A run that failed or diverged (a non-finite metric), or a stop (Ctrl-C, SIGTERM), leaves the old
 baseline as it was and the new runs in their folder, which it names. It refuses to start when the baseline folder
 holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders): a wrong
-``--baseline`` loses nothing. With ``--domain
-D`` it runs only D's settings and replaces only D's records (those whose ``domain`` is D, and their logs): the
-other domains' baseline stays as it is, so a change to one domain's ``regression`` preset reruns that domain alone.
+``--baseline`` loses nothing. With ``--domain D`` it runs only D's settings and replaces only D's records (those
+whose ``domain`` is D, and their logs): the other domains' baseline stays as it is, so a change to one domain's
+``regression`` preset reruns that domain alone.
 
 Ctrl-C or SIGTERM stops the suite: no further run starts, the running ones are stopped, and one line says what
 was stopped and how to go on; exit 130 (SIGINT) or 75 (SIGTERM).
@@ -38,7 +39,8 @@ import tempfile
 from pathlib import Path
 
 from domains.errors import UserError
-from harness.groups import command_key
+from harness.compare.sides import group_name
+from harness.groups import command_key, group_records
 from harness.records import load_record_files
 from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
@@ -195,14 +197,12 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
 
 
 def unjudged(baseline: Path, results: Path) -> list[str]:
-    """The settings the suite ran into ``results`` that the baseline holds no completed record of: compare lists
-    them as added and passes, so a setting added to the suite without its baseline would never be gated."""
+    """The settings the suite ran into ``results`` that the baseline holds no completed record of, named as compare's
+    report names them: compare lists them as added and passes, so a setting added to the suite without its baseline
+    would never be gated. Groups on compare's match key (:func:`command_key`), diverged ones too."""
     judged = {command_key(record) for _, record in load_record_files(baseline)}
-    left = {command_key(r): r for _, r in load_record_files(results) if command_key(r) not in judged}
-    return sorted(f"{r.domain} {r.method} {r.dataset} {r.loss}"
-                  + "".join(f" loss.{k}={v}" for k, v in sorted(r.loss_params.items()))
-                  + f" ({r.preset}" + "".join(f", {k}={v}" for k, v in sorted(r.overrides.items())) + ")"
-                  for r in left.values())
+    ran = group_records((record for _, record in load_record_files(results)), key=command_key, keep_empty=True)
+    return sorted(group_name(g) for g in ran if command_key(g.records[-1]) not in judged)
 
 
 def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compare: list[str], report: Path,
