@@ -53,7 +53,8 @@ def _add_tracker(p: argparse.ArgumentParser) -> None:
 def _add_time_limit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", metavar="DURATION",
                    help="e.g. 90m, 2h, 3600s: stop before then (a run at a checkpoint, a benchmark between two "
-                        "parts), as on SIGTERM or SIGUSR1; exit 75 and print the command that resumes")
+                        "parts), as on SIGTERM or SIGUSR1; exit 75 and print the command that resumes (default: "
+                        "no limit)")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -73,19 +74,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to list (default: all four)")
 
     p = sub.add_parser("sweep", help="run a grid of domains x datasets x losses x hyper-parameters x seeds")
-    p.add_argument("--domains", required=True, help="comma-separated domains")
+    p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")
     p.add_argument("--datasets", help="comma-separated datasets (default: each domain's default)")
     p.add_argument("--methods", help="comma-separated methods (default: each domain's default)")
     p.add_argument("--losses", help="comma-separated losses (default: every loss the domain accepts)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a swept key (config field or loss.NAME; the latter only for losses that have it)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="a fixed override")
+                   help="a swept key and its values, e.g. loss.alpha=0.1,0.5: a config field, or loss.NAME for "
+                        "the losses that have it (repeatable)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="a value every job takes: a config field, or loss.NAME for the losses that have it "
+                        "(repeatable)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
     p.add_argument("--preset", default="quick", help="the preset of every job (harness list presets; default: quick)")
     p.add_argument("--executor", default="local", choices=["local", "slurm", "ray"],
                    help="local: a pool of --workers processes; slurm: a job array through submitit (local when no "
                    "Slurm cluster is found); ray: ray tasks (default: local)")
-    p.add_argument("--workers", type=int, default=1, help="parallel jobs (local pool size / Slurm array width)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="parallel jobs (local pool size / Slurm array width; default: 1)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
@@ -93,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every job again, even those with a completed record; with --resume, go on with an "
                         "interrupted --force sweep: redo only the jobs it had not redone yet")
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
-    p.add_argument("--slurm-partition", help="Slurm partition")
-    p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes")
+    p.add_argument("--slurm-partition", help="Slurm partition (default: the cluster's default partition)")
+    p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes (default: 240)")
     p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
     p.add_argument("--cpus-per-job", type=int,
                    help="CPUs (torch threads) a Ray or Slurm job asks for (default: this machine's over --workers)")

@@ -8,9 +8,10 @@ same sources. The digest is used rather than the commit because it also holds fo
 changes only records, pages or documentation changes no result. Domains loaded from plugins are not covered.
 
 The commit, its date and the dirty flag are recorded beside it for people (``compare --baseline <commit>``,
-``harness history``). The version comes from git through setuptools-scm where the code is a checkout
-(``0.1.devN+g<commit>``, with ``.dYYYYMMDD`` on a dirty tree, until the first release tag); an installed copy
-reports its own version, and a copied tree that is neither ``0+unknown``.
+``harness history``). The version is setuptools-scm's for a checkout (``0.1.devN+g<commit>``, with ``.dYYYYMMDD``
+on a dirty tree, until the first release tag): the git facts are read here and setuptools-scm's default schemes
+format them (:func:`checkout_version`); an installed copy reports its own version, and a copied tree that is
+neither ``0+unknown``. No call here writes the user's git index.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -25,6 +27,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("losses", "domains", "harness")
+
+# setuptools-scm's default describe, without its --dirty: `git describe --dirty` refreshes and rewrites the index
+# under .git/index.lock even with GIT_OPTIONAL_LOCKS=0 (git 2.39); the dirty flag is read with `git status` instead.
+_DESCRIBE = ("describe", "--tags", "--long", "--abbrev=40", "--match", "*[0-9]*")
+_DESCRIBED = re.compile(r"^(?P<tag>.+)-(?P<distance>\d+)-g(?P<node>[0-9a-f]+)$")
 
 
 def _git(*args: str) -> str | None:
@@ -42,14 +49,45 @@ def _is_checkout() -> bool:
     return (ROOT / ".git").exists()
 
 
+def checkout_version() -> str:
+    """The version setuptools-scm's ``get_version`` gives the checkout at ``ROOT``, read without writing its index.
+
+    setuptools-scm runs ``git describe --dirty`` and ``git status`` itself with every ``GIT_*`` variable removed,
+    so GIT_OPTIONAL_LOCKS=0 cannot reach them and a run rewrote the user's index (taking .git/index.lock, which
+    fails the user's own git at that moment). Here git answers the same questions (``_git``: no optional locks,
+    no --dirty) and setuptools-scm's default version and local schemes format the answer, so the string is
+    the one ``get_version`` returns (tests/test_version_git.py compares both on tag-less, tagged and dirty
+    trees). Raises where setuptools-scm is missing or git is unusable.
+    """
+    if os.environ.get("SETUPTOOLS_SCM_PRETEND_VERSION"):  # setuptools-scm then answers without running git
+        from setuptools_scm import get_version
+
+        return get_version(root=str(ROOT))
+    from setuptools_scm import Configuration
+    from setuptools_scm.version import format_version, meta
+
+    if _git("rev-parse", "--git-dir") is None:
+        raise RuntimeError(f"git cannot read {ROOT}")
+    config = Configuration(root=str(ROOT))
+    head = _git("rev-parse", "--verify", "--quiet", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    described = _DESCRIBED.match(_git(*_DESCRIBE) or "") if head else None
+    if described:
+        tag, distance, node = described["tag"], int(described["distance"]), "g" + described["node"]
+    else:  # no tag yet: setuptools-scm counts every commit from its fallback 0.0
+        tag, node = "0.0", None if head is None else "g" + head
+        distance = int(_git("rev-list", "--count", "HEAD") or 0) if head else 0
+        dirty = dirty or head is None
+    return format_version(meta(tag, distance=distance, dirty=dirty, node=node, config=config))
+
+
 @functools.cache
 def package_version() -> str:
-    """The version from git (setuptools-scm) in a checkout, else the installed version, else ``0+unknown``."""
+    """The version from git (as setuptools-scm gives it) in a checkout, else the installed version, else
+    ``0+unknown``."""
     if _is_checkout():
         try:
-            from setuptools_scm import get_version
-
-            return get_version(root=str(ROOT))
+            return checkout_version()
         except Exception:  # noqa: BLE001 - no git, no setuptools-scm: fall back to the installed metadata
             pass
     try:

@@ -186,7 +186,10 @@ def parse_seeds(text: str) -> list[int]:
     """``"0,1,2"`` or a range ``"0-4"`` -> a list of seeds (0..:data:`MAX_SEED`, duplicates dropped)."""
     seeds: list[int] = []
     usage = f"--seeds expects comma-separated integers in 0..{MAX_SEED} like 0,1,2 or a range like 0-9"
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts = [p.strip() for p in text.split(",")]
+    if "" in parts and any(parts):  # '0,,1' or '0,1,': a seed left out by mistake would go unnoticed
+        raise UserError(f"{usage}, got an empty item in '{text}'")
+    for part in filter(None, parts):
         low, dash, high = part.partition("-")
         try:
             first, last = int(low), int(high if dash else low)

@@ -70,7 +70,7 @@ class Tracker(Protocol):
 
     name: str  # as --tracker names it
     location: str  # where the run's log is: a path relative to the results folder, or the library's URI
-    hint: str  # the command that shows or uploads it
+    hint: str | None  # the command that shows or uploads it; None where nothing is kept (W&B disabled)
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
         """Log ``scalars`` (plain floats) at training ``step``."""
@@ -114,6 +114,38 @@ def check(names: Sequence[str]) -> None:
         if name not in KINDS:
             raise UserError(f"unknown tracker '{name}'; choose from {', '.join(TRACKERS)}")
         _library(name)
+
+
+def _mlflow_uri(results: Path) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"file:{(results / 'mlruns').resolve()}"
+
+
+def _wandb_mode() -> str:
+    """The mode W&B runs in: ``offline`` unless ``WANDB_MODE`` names another (its aliases read as W&B reads
+    them)."""
+    mode = os.environ.get("WANDB_MODE", "offline").strip().lower() or "offline"
+    return {"dryrun": "offline", "run": "online"}.get(mode, mode)
+
+
+def view_hint(name: str, results: Path) -> str | None:
+    """The command that shows or uploads what tracker ``name`` logs in the results folder ``results``: every run
+    there (a run's seeds, a sweep's jobs), so that a sweep can print it before any job has opened its tracker.
+    None where the tracker keeps nothing (``WANDB_MODE=disabled``). TensorBoard's and MLflow's are also each
+    run's own; a W&B run names its own offline folder or page (:class:`WandbTracker`)."""
+    if name == "tensorboard":
+        # every run of the folder, each seed a run; quoted, so that a folder with a space pastes as one argument
+        return f"tensorboard --logdir {shlex.quote(str(results / 'tb'))}"
+    if name == "mlflow":
+        return f"mlflow ui --backend-store-uri {shlex.quote(_mlflow_uri(results))}"
+    if name != "wandb":
+        raise UserError(f"unknown tracker '{name}'; choose from {', '.join(TRACKERS)}")
+    mode = _wandb_mode()
+    if mode == "disabled":
+        return None
+    if mode == "offline":  # the runs not yet uploaded, each attempt of a resumed run in order (their time)
+        return f"wandb sync {shlex.quote(str(results / 'wandb'))}/offline-run-*"
+    project = os.environ.get("WANDB_PROJECT", PROJECT)
+    return f"W&B project {shlex.quote(project)} ({mode}): each run's page is named by its run id"
 
 
 def _identity_text(spec: RunSpec) -> str:
@@ -174,8 +206,7 @@ class TensorBoardTracker(_SummaryAtLastStep):
         # a rerun of a completed run writes beside the earlier run's log, which stays with its record till then
         self.folder = staged if is_completed(results, run_id) else self._published
         self.location = f"tb/{run_id}"  # where the log is once the record is written
-        # every run of the folder, each seed a run; quoted, so that a folder with a space pastes as one argument
-        self.hint = f"tensorboard --logdir {shlex.quote(str(self.folder.parent))}"
+        self.hint = view_hint(self.name, results)
         if not resume:
             shutil.rmtree(self.folder, ignore_errors=True)
         self._resume, self._writer, self._step, self._closed = resume, None, 0, False
@@ -241,8 +272,9 @@ class WandbTracker:
         folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>[-<attempt>]/files
         self.location = os.path.relpath(folder, results)
         every = f"{shlex.quote(str(folder.parent))}/offline-run-*-{self._id}*"  # each attempt's, in order
-        self.hint = (f"wandb sync {every if saved else shlex.quote(str(folder))}"
-                     if self._run.settings.mode == "offline" else str(self._run.url))
+        mode, url = self._run.settings.mode, getattr(self._run, "url", None)
+        self.hint = (f"wandb sync {every if saved else shlex.quote(str(folder))}" if mode == "offline"
+                     else None if mode == "disabled" else str(url) if url else view_hint(self.name, results))
         self._closed = False
 
     def log(self, step: int, scalars: dict[str, float]) -> None:
@@ -279,7 +311,7 @@ class MlflowTracker(_SummaryAtLastStep):
         mlflow = _library("mlflow")
         from mlflow.entities import Param
 
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or f"file:{(results / 'mlruns').resolve()}"
+        uri = _mlflow_uri(results)
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self._client = mlflow.tracking.MlflowClient(tracking_uri=uri)
@@ -303,7 +335,7 @@ class MlflowTracker(_SummaryAtLastStep):
         local = uri.removeprefix("file:")
         self.location = (os.path.relpath(Path(local) / experiment / self._run_id, results)
                          if uri.startswith("file:") else f"{uri} run {self._run_id}")
-        self.hint = f"mlflow ui --backend-store-uri {shlex.quote(uri)}"
+        self.hint = view_hint(self.name, results)
         # the evaluation's metrics go at the last step logged, also where the resumed run logs no new step
         self._step, self._closed = max(self._last, 0), False
 
@@ -377,7 +409,7 @@ def open_trackers(names: Sequence[str], results: Path, run_id: str, spec: RunSpe
         close(trackers)
         raise
     for tracker in trackers if announce else []:
-        if tracker.hint not in _ANNOUNCED:  # once per command: the seeds of a run share TensorBoard's folder
+        if tracker.hint and tracker.hint not in _ANNOUNCED:  # once per command: a run's seeds share TensorBoard's
             _ANNOUNCED.add(tracker.hint)
             print(f"tracking: {tracker.hint}", file=sys.stderr, flush=True)
     return trackers

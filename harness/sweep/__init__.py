@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shlex
 import signal
 import uuid
 from pathlib import Path
@@ -193,8 +192,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               + (f"; {len(invalid)} invalid combination(s) not run (listed above)" if invalid else ""))
         return 1 if invalid else 0
     tracking.check(todo[0].trackers)
-    if "tensorboard" in todo[0].trackers:
-        print(f"tracking: tensorboard --logdir {shlex.quote(str(Path(args.results) / 'tb'))}")
+    for name in todo[0].trackers:  # once for the sweep: its jobs open their trackers quietly, in other processes
+        hint = tracking.view_hint(name, Path(args.results))
+        if hint:
+            print(f"tracking: {hint}")
     stop_file = results_folder(args.results).resolve() / ".work" / f"sweep-{uuid.uuid4().hex[:12]}.stop"
     try:
         with stopping.graceful((*stopping.STOP_SIGNALS, signal.SIGINT), limit):

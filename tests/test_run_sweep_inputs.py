@@ -1,0 +1,60 @@
+"""``harness run`` and ``harness sweep`` as a new user meets them: ``--help`` gives each option's default, and
+input that would silently run something else than asked is one error line (exit 2) before any work."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+
+from domains.errors import UserError
+from harness.cli import build_parser, main
+from harness.run.config import parse_seeds
+
+
+def _command(name: str) -> argparse.ArgumentParser:
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices[name]
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_every_option_with_a_default_names_it_in_its_help(command):
+    unnamed = []
+    for action in _command(command)._actions:
+        if action.default in (None, False, [], argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
+            continue
+        if f"default: {action.default}" not in " ".join((action.help or "").split()):
+            unnamed.append(f"{'/'.join(action.option_strings)} (default {action.default!r})")
+    assert not unnamed, f"harness {command}: the help does not give the default of {', '.join(unnamed)}"
+
+
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_an_option_without_a_value_says_what_happens_without_it(command):
+    """An option whose parser default is None (not given) says what the command does then, unless required."""
+    silent = [a.option_strings[0] for a in _command(command)._actions
+              if a.option_strings and a.default is None and not a.required and a.nargs != 0
+              and "default" not in (a.help or "")]
+    assert not silent, f"harness {command}: {', '.join(silent)} do not say what happens when left out"
+
+
+@pytest.mark.parametrize("seeds", ["0,,1", "0,1,", ",0"])
+def test_an_empty_seed_between_commas_is_refused(tmp_path, capsys, seeds):
+    """'0,,1' ran seeds 0 and 1 without a word: a seed left out by a typo went unnoticed."""
+    with pytest.raises(UserError, match="got an empty item in"):
+        parse_seeds(seeds)
+    run = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", seeds, "--results", str(tmp_path)]
+    sweep = ["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", seeds, "--results", str(tmp_path),
+             "--dry-run"]
+    for argv in (run, sweep):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --seeds expects comma-separated integers") and err.count("\n") == 1, err
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_seeds_still_read_as_before():
+    assert parse_seeds("0,1,2") == [0, 1, 2] and parse_seeds(" 3 , 0-1 ") == [3, 0, 1] and parse_seeds("2,2") == [2]
+    for bad, message in (("", "got nothing"), (",", "got nothing"), ("-1", "got '-1'"), ("3-1", "write 1-3")):
+        with pytest.raises(UserError, match=message):
+            parse_seeds(bad)
