@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=OUT, help=f"folder for history.md and history.png (default: {OUT})")
 
     p = sub.add_parser("compare", help="regression gate between two result sets: exit 0 held, 1 regression or "
-                       "missing, 2 cannot decide")
+                       "missing, 2 cannot decide (a drop too few seeds can test, or a baseline that failed "
+                       "on every seed: unjudged)")
     side = ("a results folder, FOLDER@NAME, or with --results a NAME: a version, a commit (or its first digits), "
             "a tag or a branch")
     p.add_argument("--baseline", required=True, help=side)

@@ -229,7 +229,7 @@ def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed
     out = script("--suite", str(suite), "--baseline", str(base), "--results", str(tmp_path / "cand"))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "PASS" in (tmp_path / "cand" / "regression-report.md").read_text()  # compare alone passed it
-    assert "1 setting(s) of the suite have no baseline record" in out.stderr
+    assert "1 setting(s) of the suite have no completed baseline record" in out.stderr
     assert "tiny / blobs_hard / linear / dcl (tau_plus=0.1, quick)" in out.stderr and "infonce" not in out.stderr
 
 

@@ -229,9 +229,9 @@ def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compar
         return 1
     missing = unjudged(baseline, results)
     if missing:
-        print(f"error: {len(missing)} setting(s) of the suite have no baseline record, so the gate judged nothing of "
-              f"them: {'; '.join(missing)}. Record their baseline with --update-baseline (--domain D for one "
-              "domain) and commit it", file=sys.stderr)
+        print(f"error: {len(missing)} setting(s) of the suite have no completed baseline record, so the gate "
+              f"judged nothing of them: {'; '.join(missing)}. Record their baseline with --update-baseline "
+              "(--domain D for one domain) and commit it", file=sys.stderr)
         return code or 2
     return code
 
