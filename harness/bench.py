@@ -37,8 +37,9 @@ import torch
 import domains
 from domains.base import BenchPart
 from domains.errors import UserError
+from harness.machine import hardware_info
 from harness.pages.bench import PART_KEY, TARGETS, figures
-from harness.records import hardware_info, utc_now, write_json_atomic
+from harness.records import utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit
 from harness.run.runner import default_data_root, resolve_device
 from harness.tables import text

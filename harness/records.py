@@ -1,4 +1,5 @@
-"""Run records: one self-describing JSON file per run, a typed model of it, and the environment it notes.
+"""Run records: one self-describing JSON file per run and a typed model of it (the machine it notes:
+:mod:`harness.machine`; the code: :mod:`harness.version`).
 
 A record is the :class:`RunRecord` model, written atomically (:func:`domains.files.write_atomic`) to
 ``<results>/<run_id>.json`` with the current :data:`SCHEMA_VERSION`. Reading one validates it against the model
@@ -28,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import re
 import warnings
 from collections.abc import Callable, Iterable
@@ -445,30 +445,3 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
 def load_records(results: Iterable[Path] | Path, *, completed_only: bool = True) -> list[RunRecord]:
     """The records of :func:`load_record_files`, without their paths."""
     return [record for _, record in load_record_files(results, completed_only=completed_only)]
-
-
-def cpu_name() -> str:
-    """The CPU model (``platform.processor()`` is empty on most Linux systems, so /proc/cpuinfo first)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def hardware_info(device: torch.device) -> dict[str, Any]:
-    """The machine and libraries a run ran on. A seed reruns bit for bit only on the same ones: the thread count
-    orders float reductions, and the CPU's instruction set picks PyTorch's kernels (``cpu_capability``: rerun
-    with other kernels, the regression suite's graph seeds moved like fresh seeds)."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = platform.processor() or platform.machine()
-    return {
-        "device": str(device), "device_name": name, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
-        "platform": platform.platform(),
-    }

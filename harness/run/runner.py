@@ -28,6 +28,7 @@ from domains.context import RunContext
 from domains.errors import RunStopped, UserError
 from domains.files import refuse_link
 from harness import records
+from harness.machine import hardware_info
 from harness.run import config as cfg
 from harness.run import stopping, tracking
 from harness.run.estimate import EstimatingContext
@@ -316,7 +317,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "config": spec.config_dict(), "runtime": spec.runtime_dict(), "config_hash": records.config_hash(spec),
         "primary_metric": domain.primary_metric, "higher_is_better": domain.higher_is_better,
         "baseline_loss": domain.baseline_loss_for(spec.method),
-        "command": command_for(spec, the_plan.overrides, device), "hardware": records.hardware_info(device),
+        "command": command_for(spec, the_plan.overrides, device), "hardware": hardware_info(device),
         "software": software_info(),
         # Resumed: a checkpoint was there to go on from (a --resume of a seed that never started starts fresh).
         "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),

@@ -1,0 +1,37 @@
+"""The machine a run ran on, as its record and a benchmark's note it: the device, the CPU and the libraries."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+def cpu_name() -> str:
+    """The CPU model (``platform.processor()`` is empty on most Linux systems, so /proc/cpuinfo first)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_info(device: torch.device) -> dict[str, Any]:
+    """The machine and libraries a run ran on. A seed reruns bit for bit only on the same ones: the thread count
+    orders float reductions, and the CPU's instruction set picks PyTorch's kernels (``cpu_capability``: rerun
+    with other kernels, the regression suite's graph seeds moved like fresh seeds)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+    return {
+        "device": str(device), "device_name": name, "cpu": cpu_name(), "cpu_count": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
