@@ -12,12 +12,17 @@ from tiny_domain import synthetic_record, write_records
 
 from domains.errors import UserError
 from harness.cli import main
-from harness.pages.bench import write_bench_page
+from harness.pages.bench import read_benches, write_benches
 
 H100 = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "cpu": "AMD EPYC 9454", "cpu_count": 16,
         "torch_threads": 16, "torch": "2.11.0", "cuda": "13.0", "cudnn": 91000, "python": "3.12.3"}
 A100 = {**H100, "device_name": "NVIDIA A100-SXM4-40GB"}
 SOFTWARE = {"contrastive_harness": "0.1.0", "git_commit": "0123456789abcdef", "git_dirty": True}
+
+
+def write_bench_page(bench_dir: Path, out: Path) -> Path:
+    """``out/bench.md`` from ``bench_dir``'s files, as ``harness leaderboard`` writes it."""
+    return write_benches(read_benches(bench_dir), out)
 
 
 def bench_file(folder: Path, name: str, rows: list[dict], *, device: str = "cuda", hardware: dict = H100,

@@ -317,12 +317,3 @@ def write_benches(benches: dict[str, dict[str, Any]], out: Path) -> Path:
     page = out / PAGE
     write_atomic(page, bench_page(benches))
     return page
-
-
-def write_bench_page(bench_dir: Path, out: Path) -> Path | None:
-    """Render ``bench_dir/*.json`` into ``out/bench.md``; None (and no file touched) when there is none."""
-    benches = read_benches(bench_dir)
-    if not benches:
-        return None
-    generated.refuse_foreign([out / PAGE], "leaderboard")
-    return write_benches(benches, out)
