@@ -28,7 +28,7 @@ from harness.compare.sides import group_name, seeds_text
 from harness.groups import Group, cell, code_order, command_key, decimals, fmt, group_records
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
-from harness.tables import markdown
+from harness.tables import Markup, escape, markdown
 
 MARKER = generated.marker("history")
 FIGURE = "history.png"
@@ -114,7 +114,7 @@ def version_row(point: Point) -> list[str]:
     change = "–" if point.change is None else f"{point.change.change:+.{digits}f}"
     p = "–" if math.isnan(point.p_adjusted) else f"{point.p_adjusted:.3g}"
     return [version_label(g), str(g.n), f"{fmt(g.mean, digits)} ± {fmt(g.std, digits)}", change, p,
-            "**step**" if point.step else ""]
+            Markup("**step**") if point.step else ""]
 
 
 def page(history: list[list[Point]], single: int, figure: str | None) -> str:
@@ -136,8 +136,8 @@ def page(history: list[list[Point]], single: int, figure: str | None) -> str:
         lines += [f"![each setting's metric over versions, ± one std over seeds]({figure})", ""]
     for points in history:
         g = points[-1].group
-        lines += [f"## {g.domain} / {g.dataset} / {g.method} / {g.loss_label()} ({g.hparams_label()}), "
-                  f"{g.setting_label()}", ""]
+        title = f"{g.domain} / {g.dataset} / {g.method} / {g.loss_label()} ({g.hparams_label()}), {g.setting_label()}"
+        lines += [f"## {escape(title)}", ""]
         cells = [version_row(pt) for pt in points]
         lines += [*markdown(["version (date)", "seeds", g.primary_metric, "change", "p (Holm)", ""], cells), ""]
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from harness.pages.tables import (
     runtime_cell,
     setting_cell,
 )
-from harness.tables import markdown
+from harness.tables import Markup, code, escape, markdown
 
 MARKER = generated.marker("leaderboard")
 MANIFEST = "records.txt"
@@ -58,8 +58,8 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     first = groups[0]
     direction = "higher" if first.higher_is_better else "lower"
     lines = [
-        MARKER, "", f"# Leaderboard: {domain}", "",
-        f"Primary metric `{first.primary_metric}` ({direction} is better): mean ± sample std over seeds "
+        MARKER, "", f"# Leaderboard: {escape(domain)}", "",
+        f"Primary metric {code(first.primary_metric)} ({direction} is better): mean ± sample std over seeds "
         f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged and, where the "
         f"table has any, with at least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
         f"Δ: change of the mean against the row of the baseline loss named in its header (the method's own where "
@@ -88,15 +88,15 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
                    "runtime", "device", "record"]
         cells = []
         for g in rows:
-            value = f"**{cell(g)}**" if id(g) in winners else cell(g)
-            value += MIXED if g.mixed_code else ""
+            value = f"**{escape(cell(g))}**" if id(g) in winners else escape(cell(g))
+            value = Markup(value + (MIXED if g.mixed_code else ""))
             cells.append([g.method, g.loss_label(), g.hparams_label(), setting_cell(g, dom), value,
                           delta_cell(g, baseline_for(g, groups)), *(mean_cell(g.secondary.get(m)) for m in extra),
                           runtime_cell(g), device_cell(g), record_cell(g, results, out)])
         published = sorted((r for r in refs if r.dataset == dataset), key=lambda r: (r.source, r.label))
         marks = protocol_marks(published)
         cells += [reference_row(ref, marks, len(columns)) for ref in published]
-        lines += [f"## {dataset}", "", *markdown(columns, cells), "", *protocol_lines(marks)]
+        lines += [f"## {escape(dataset)}", "", *markdown(columns, cells), "", *protocol_lines(marks)]
         note = dom.notes.get(dataset) if dom is not None else None
         if note:
             lines += [f"**Notes.** {' '.join(note.split())}", ""]
@@ -169,7 +169,7 @@ def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group],
     """The index's row of one dataset: its best row among ``rows`` and the gain over that row's baseline."""
     if not finite(rows):
         seeds = sum(g.runs for g in rows)
-        return [f"[{domain}]({domain}.md)", dataset, rows[0].primary_metric, *[NONE] * 4,
+        return [domain_link(domain), dataset, rows[0].primary_metric, *[NONE] * 4,
                 f"no finite result (every row diverged: {seeds} seeds)", NONE, NONE]
     top = best(contenders(rows) or finite(rows))[0]
     base = baseline_for(top, groups)
@@ -179,8 +179,14 @@ def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group],
         baseline = f"{cell(base)} ({base.loss})"
         gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}" if base.values else NONE
     few = "" if top.n >= MIN_SEEDS and not top.nonfinite else f", *fewer than {MIN_SEEDS} seeds*"
-    return [f"[{domain}]({domain}.md)", dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
-            top.method, setting_cell(top, dom), cell(top) + few, baseline, gain]
+    return [domain_link(domain), dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
+            top.method, setting_cell(top, dom), Markup(escape(cell(top)) + few), baseline, gain]
+
+
+def domain_link(domain: str) -> Markup:
+    """The link to a domain's page; the name is a plain one (a record's ``domain`` names a file), so it is a safe
+    link target as it is."""
+    return Markup(f"[{escape(domain)}]({domain}.md)")
 
 
 def manifest_text(paths: Iterable[Path]) -> str:

@@ -28,7 +28,7 @@ from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
-from harness.tables import markdown
+from harness.tables import escape, markdown
 
 MARKER = generated.marker("report")
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
@@ -190,7 +190,8 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
     rows = [g for g in groups if g.loss_used and g.nonfinite]
     if not rows:
         return []
-    items = [f"- {task_label(g)}: {g.loss}{'' if g.hparams_label() == '–' else f' ({g.hparams_label()})'}, "
+    items = [f"- {escape(task_label(g))}: {escape(g.loss)}"
+             f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
              f"{len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
     return [f"**Non-finite seeds.** {sum(len(g.nonfinite) for g in rows)} runs ended with a NaN or infinite primary "
             "metric (diverged). A loss that diverged on every seed of a task (at each of its hyper-parameter "
@@ -207,9 +208,10 @@ def write_report(results: Path, out: Path) -> Path:
         raise UserError(f"no task in '{results}' has records of two losses (one domain, dataset, method and "
                         "setting): nothing to compare; nothing was written")
     domains = sorted({t.domain for t in tasks})
+    names = escape(", ".join(domains)) or "none"
     lines = [
         MARKER, "", "# Cross-modality report", "",
-        f"{len(tasks)} tasks over {len(domains)} domains ({', '.join(domains) or 'none'}). A task is one (domain, "
+        f"{len(tasks)} tasks over {len(domains)} domains ({names}). A task is one (domain, "
         "dataset, method, setting) with at least two losses; each loss enters a task with its best hyper-parameter "
         "setting there, which favours losses that have hyper-parameters. Mean rank: 1 is the best loss of a task "
         "(ties averaged). Win rate and relative improvement are against the baseline loss in the same task (the "
@@ -220,7 +222,7 @@ def write_report(results: Path, out: Path) -> Path:
     lines += ["## Overall", "", *_table(summarise(tasks)), ""]
     lines += ["## Per domain", ""]
     for domain in domains:
-        lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
+        lines += [f"### {escape(domain)}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
     lines += ["## Friedman test and critical difference", ""]
     block_losses, block = friedman_block(tasks)
     per_domain = {d: improvements(tasks, d) for d in domains}
@@ -244,11 +246,11 @@ def write_report(results: Path, out: Path) -> Path:
                                f"records: {covered}")
             left = sorted({t.domain for t in tasks} - {t.domain for t in block})
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
-                      f"({', '.join(block_losses)}) on the {len(block)} tasks where all have records: "
+                      f"({escape(', '.join(block_losses))}) on the {len(block)} tasks where all have records: "
                       f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
                       f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar).", "",
-                      f"**What it covers:** {covered}"
-                      + (f"; no task of {', '.join(left)} has records of all of them."
+                      f"**What it covers:** {escape(covered)}"
+                      + (f"; no task of {escape(', '.join(left))} has records of all of them."
                          if left else ".") + " The tables above rank every task; this test only these.", "",
                       f"![critical difference diagram]({CD_PNG})", ""]
         else:
@@ -264,7 +266,7 @@ def write_report(results: Path, out: Path) -> Path:
                       "percent are both readable.", "", f"![relative improvement per domain]({BARS_PNG})", ""]
         else:
             lines += ["No task has both a baseline and another loss yet.", ""]
-        lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(task_losses(t))}" for t in tasks], ""]
+        lines += ["## Tasks", "", *[f"- {escape(t.label)}: {escape(', '.join(task_losses(t)))}" for t in tasks], ""]
         write_atomic(path, "\n".join(lines))
         generated.remove_stale(previous, drawn)  # once no page shows them
     return path

@@ -20,6 +20,7 @@ from scipy import stats
 from domains.base import Domain, Reference
 from harness.groups import Group, decimals, fmt
 from harness.records import RunRecord
+from harness.tables import Markup
 
 ALPHA = 0.05
 DAGGER = "†"
@@ -113,13 +114,13 @@ def device_cell(group: Group) -> str:
     return ", ".join(f"{n} ({peak[n]:.1f} GiB peak)" if n in peak else n for n in names) or NONE
 
 
-def record_cell(group: Group, results: Path, page_dir: Path) -> str:
+def record_cell(group: Group, results: Path, page_dir: Path) -> Markup:
     """A link, relative to the page, to the record of the row's first seed (the others differ in ``-s<seed>``)."""
     seed, record = next(iter(latest_by_seed(group).items()))
     target = Path(os.path.relpath(results / f"{record.run_id}.json", page_dir)).as_posix()
     if re.search(r"[\s()<>]", target):  # a space or a bracket would end a bare link target
         target = "<" + target.replace("<", "%3C").replace(">", "%3E") + ">"
-    return f"[s{seed}]({target})"
+    return Markup(f"[s{seed}]({target})")
 
 
 def protocol_marks(refs: Iterable[Reference]) -> dict[str, str]:
@@ -135,7 +136,7 @@ def reference_row(ref: Reference, marks: dict[str, str], width: int) -> list[str
     """A published row: its label (with its protocol mark), its source and value; ``width`` cells in all."""
     std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
     label = f"{ref.label} {marks[ref.protocol]}" if ref.protocol else ref.label
-    cells = ["*published*", label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
+    cells: list[str] = [Markup("*published*"), label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
     return cells + [""] * (width - len(cells))
 
 
