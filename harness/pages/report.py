@@ -201,6 +201,30 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
             *items, ""]
 
 
+def data_lines(groups: list[Group], tasks: list[Task]) -> list[str]:
+    """The note on the rows of the tasks that left seeds on other data out (``Group.other_data``) and on the tasks
+    whose losses read different data; nothing where there is neither."""
+    labels = {t.label for t in tasks}
+    rows = [g for g in groups if g.loss_used and task_label(g) in labels]
+    data: dict[str, set[frozenset[str]]] = {}
+    for g in rows:
+        data.setdefault(task_label(g), set()).add(g.data)
+    partial = [g for g in rows if g.mixed_data]
+    mixed = sorted(label for label, digests in data.items() if len(digests) > 1)
+    if not partial and not mixed:
+        return []
+    lines = ["**Seeds on other data.** The seeds of a row that read other data than its newest record (their "
+             "records' data fingerprints differ: another data root, or another copy or version of the data set) "
+             "are left out of its mean, which is over one data set, as `harness compare` and `harness history` "
+             "refuse to average them. Tasks whose losses read different data rank and compare the data's effect "
+             "as well as the losses'.", ""]
+    lines += [f"- {escape(task_label(g))}: {escape(g.loss)}"
+              f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
+              f"{len({r.seed for r in g.other_data})} seeds on other data left out" for g in partial]
+    lines += [f"- {escape(label)}: its losses read different data" for label in mixed]
+    return [*lines, ""]
+
+
 def write_report(results: Path, out: Path) -> Path:
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
@@ -218,6 +242,7 @@ def write_report(results: Path, out: Path) -> Path:
         "method's own where it has one, else the domain's); relative "
         "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
         *nonfinite_lines(groups),
+        *data_lines(groups, tasks),
     ]
     lines += ["## Overall", "", *_table(summarise(tasks)), ""]
     lines += ["## Per domain", ""]

@@ -26,6 +26,7 @@ ALPHA = 0.05
 DAGGER = "†"
 MIXED = "‡"
 PROTOCOL = "§"
+OTHER_DATA = "¶"
 NONE = "–"
 
 
@@ -51,6 +52,26 @@ def paired_p(group: Group, base: Group) -> float:
     return float(result.pvalue)
 
 
+def other_data(group: Group, base: Group | None) -> bool:
+    """Whether a row and its baseline read different data (their records' data fingerprints): a change between
+    their means would be the data's as well as the loss's."""
+    return base is not None and base is not group and group.data != base.data
+
+
+def data_note(rows: Iterable[Group], deltas: bool) -> str:
+    """The legend of :data:`OTHER_DATA` where a row of ``rows`` left seeds out, or (``deltas``) where a change is
+    against a baseline that read other data; "" where neither (a page explains only the marks it shows)."""
+    rows = list(rows)
+    if not any(g.mixed_data for g in rows) and not deltas:
+        return ""
+    return (f"{OTHER_DATA} after a mean marks a row some of whose seeds read other data than its newest record "
+            "(their records' data fingerprints differ: another data root, or another copy or version of the data "
+            "set): the row keeps the seeds that read its newest record's data and leaves the others out of its "
+            "mean, std and change, as `harness compare` and `harness history` refuse to average them. After a "
+            f"change (Δ, gain), {OTHER_DATA} marks one against a baseline row that read other data: the change is "
+            "the data's as well as the loss's.")
+
+
 def delta_cell(group: Group, base: Group | None) -> str:
     if base is None:
         return NONE
@@ -60,7 +81,8 @@ def delta_cell(group: Group, base: Group | None) -> str:
         return NONE
     digits = decimals(base.mean)
     change = group.mean - base.mean
-    return f"{change:+.{digits}f}{DAGGER if paired_p(group, base) < ALPHA else ''}"
+    marks = (DAGGER if paired_p(group, base) < ALPHA else "") + (OTHER_DATA if other_data(group, base) else "")
+    return f"{change:+.{digits}f}{marks}"
 
 
 def delta_header(rows: list[Group]) -> str:
