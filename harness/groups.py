@@ -9,6 +9,12 @@ Code never mixes silently. Of the records of one experiment, a group takes those
 last ran (two edited trees of one commit). Records written
 before the source digest was recorded know only their commit; they form one class per package version, older than
 any digest, and a group of them whose seeds come from several commits says so (``Group.mixed_code``).
+
+Nor does data. A record holds a fingerprint of the data it read (``RunRecord.data_fingerprint``: the files' hashes,
+or a generated set's parameters); seeds of one group that read different data (another data root, another copy or
+version of the data set) are no one experiment. ``harness compare`` and ``harness history`` refuse such a group;
+the pages (:func:`completed_groups`) keep the seeds that read the data its newest record read and say which
+groups left others out (``Group.other_data``).
 """
 
 from __future__ import annotations
@@ -52,11 +58,23 @@ class Group:
     codes: dict[str, str] = field(default_factory=dict)  # RunRecord.code -> its short label, of the members
     conflicts: dict[int, list[RunRecord]] = field(default_factory=dict)  # seed -> its records, where they disagree
     records: list[RunRecord] = field(default_factory=list, repr=False)  # the members, oldest first
+    # Records of the group's code left out because they read other data than its newest record (one_data=True)
+    other_data: list[RunRecord] = field(default_factory=list, repr=False)
 
     @property
     def mixed_code(self) -> bool:
         """Whether the seeds come from different code (only records without a source digest can: by commit)."""
         return len(self.codes) > 1
+
+    @property
+    def mixed_data(self) -> bool:
+        """Whether records of the group's code that read other data were left out of it (``other_data``)."""
+        return bool(self.other_data)
+
+    @property
+    def data(self) -> frozenset[str]:
+        """The digests of the data its members read (:func:`digest`): one, unless its seeds read different data."""
+        return frozenset(digest(r, DATA) for r in self.records)
 
     def code_label(self) -> str:
         labels = sorted(set(self.codes.values()))
@@ -121,6 +139,23 @@ def version_key(version: str) -> tuple:
         return (0, Version("0"), version)
 
 
+DATA = "data_fingerprint"  # the record's field that says what data it read
+
+
+def digest(record: RunRecord, part: str) -> str:
+    """A short digest of a record's ``part``: ``config``, or :data:`DATA` (the data it read). Two records of one
+    group with different digests ran different configs or read different data."""
+    return hash_jsonable(getattr(record, part))[:12]
+
+
+def seeds_by(records: Iterable[RunRecord], part: str) -> dict[str, list[int]]:
+    """The seeds of ``records`` by the :func:`digest` of their ``part``; more than one key where they differ."""
+    seeds: dict[str, list[int]] = {}
+    for record in records:
+        seeds.setdefault(digest(record, part), []).append(record.seed)
+    return seeds
+
+
 def code_class(record: RunRecord) -> str:
     """The code a group may not mix: the source digest, or for a record without one its package version."""
     return record.code if record.code.startswith("src:") else f"version:{record.version}"
@@ -174,12 +209,15 @@ def record_key(record: RunRecord) -> str:
 
 
 def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], str] = record_key,
-                  keep_empty: bool = False) -> list[Group]:
+                  keep_empty: bool = False, one_data: bool = False) -> list[Group]:
     """Completed records grouped on ``key`` (by default everything but seed and code), sorted deterministically.
 
     Per group only the records of the newest code class are kept (:func:`code_classes`). A seed recorded twice
     keeps its latest record; where the two disagree on the primary metric, ``Group.conflicts`` holds both (a gate
     must not choose between them). ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
+    ``one_data`` keeps, of those, the records that read the data the newest one read (:data:`DATA`), the others in
+    ``Group.other_data`` (a page shows one data set's mean and says so); without it a group holds every data its
+    code read, for a gate to refuse.
     The baseline loss is the one the domain's code names now (so records written before a method got its own
     baseline compare like new ones), the record's own field where the domain cannot be loaded.
     """
@@ -193,6 +231,11 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
         newest = code_classes(members)[-1]
         members = sorted((r for r in members if code_class(r) == newest),
                          key=lambda r: (utc_iso(r.finished_at), r.run_id))
+        other: list[RunRecord] = []
+        if one_data:
+            data = digest(members[-1], DATA)
+            other = [r for r in members if digest(r, DATA) != data]
+            members = [r for r in members if digest(r, DATA) == data]
         first = members[-1]
         latest = max((r.version for r in members), key=version_key)
         if first.domain not in loaded:
@@ -203,7 +246,7 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
             domain=first.domain, dataset=first.dataset, method=first.method, loss=first.loss,
             loss_params=first.loss_params, preset=first.preset, overrides=first.overrides, config=first.config,
             primary_metric=first.primary_metric, higher_is_better=first.higher_is_better, baseline_loss=baseline,
-            version=latest, loss_used=first.loss_used, records=members,
+            version=latest, loss_used=first.loss_used, records=members, other_data=other,
             codes={r.code: r.code_label() for r in members},
         )
         seen: dict[int, RunRecord] = {}
@@ -230,14 +273,16 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
 
 
 def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Group], list[Path]]:
-    """The groups of the completed records in the folder ``results``, and the record files read. A group whose
-    every seed is non-finite is kept: a page must show that those runs diverged, not drop them.
+    """The groups of the completed records in the folder ``results``, and the record files read, for the pages. A
+    group whose every seed is non-finite is kept: a page must show that those runs diverged, not drop them. A group
+    holds the seeds that read its newest record's data (``one_data``): a page never averages different data, and
+    marks the groups that left seeds out (``Group.other_data``).
 
     UserError(``empty``) when there is none, by default "no completed records in '<results>'; nothing was
     written" (a page, a report or a gate built on nothing would look like a result); and when no group has a
     finite primary metric, one that says so."""
     files = load_record_files(results)
-    groups = group_records((record for _, record in files), keep_empty=True)
+    groups = group_records((record for _, record in files), keep_empty=True, one_data=True)
     if not groups:
         raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")
     if not any(g.values for g in groups):

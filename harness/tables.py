@@ -5,19 +5,80 @@ latter drawn by ``tabulate``.
 Cells arrive formatted (the pages choose their decimals), so nothing is parsed as a number: a cell is printed as
 given. Markdown tables are written compact (``| a | b |``, no padding): a renderer aligns them, and a changed
 number changes one line of a committed page, not the padding of its whole table.
+
+A markdown cell is text: what a record names (a dataset, a loss, its hyper-parameters, a metric) is free text from
+the user, so a cell is escaped (:func:`escape`) unless the page built it as markdown itself (:class:`Markup`: a
+link to a record, bold), from escaped parts.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from tabulate import tabulate
 
 
+class Markup(str):
+    """Markdown a page wrote itself (a record's link, a bold best mean, *published*), whose record-derived parts it
+    escaped (:func:`escape`): a table prints it as it is. A plain ``str`` is text, escaped; so is what a ``Markup``
+    turns into when concatenated (a plain ``str``), which fails safe: shown with backslashes, never rendered."""
+
+    __slots__ = ()
+
+
+# Where GitHub's markdown (CommonMark with its tables, strikethrough and math) or HTML would act on a run of text;
+# each is matched only where it would act, so that an ordinary name keeps its bytes and a committed page its diff:
+_ACTIVE = (
+    r"[\\`*~$]"  # an escape, a code span, emphasis, strikethrough, math: anywhere
+    r"|<(?=[A-Za-z/!?])"  # an HTML tag, comment or declaration, or an autolink <scheme:...>; "<=" or "< 3" is text
+    r"|&(?=#?\w+;)"  # an entity or character reference ("&lt;" would print "<"); "a & b" is text
+    r"|(?<!\S)#"  # a heading's closing sequence ("## blobs #" prints "blobs"); "C#" is text
+    r"|_+"  # emphasis by underscores, unless inside a word: see _escaped
+)
+# A link or an image, "[x](url)": a page defines no reference ("[x]: url" starts a line, which no name does), so a
+# bracket links only right before "(" ("[-5.00, -5.00]" is text). A page writes no "(" right after escaped text.
+_TEXT = re.compile(_ACTIVE + r"|\](?=\()")
+_ALT = re.compile(_ACTIVE + r"|[\[\]]")  # in an image's alt text, any bracket would end or nest it
+
+
+def _escaped(match: re.Match[str]) -> str:
+    found = match.group()
+    if found[0] == "_":
+        # A run of underscores between two letters or digits can neither open nor close emphasis (CommonMark's
+        # flanking rules, which GitHub follows): eps_supinfonce and tau_plus=0.1 print as they are, unescaped,
+        # as the committed pages have them. Elsewhere (_x_, __init__) each is escaped.
+        text, start, end = match.string, match.start(), match.end()
+        if start > 0 and end < len(text) and text[start - 1].isalnum() and text[end].isalnum():
+            return found
+        return "\\_" * len(found)
+    return "\\" + found
+
+
+def escape(text: object, *, brackets: bool = False) -> str:
+    """``text`` as markdown that prints it literally: every character markdown or HTML would act on is
+    backslash-escaped where it would act (GitHub shows ``\\[`` as ``[``), so that a record named ``[x](http://evil)``,
+    ``<b>x</b>`` or ``*x*`` prints as that, not as a link, bold or emphasis. A bare URL stays one that GitHub links:
+    its text is the address itself, so nothing is hidden. A line break becomes a space: a heading or a bullet is one
+    line, whatever a loss parameter holds (pipes are the table's, :func:`markdown`). ``brackets``: every bracket
+    too (an image's alt text)."""
+    return (_ALT if brackets else _TEXT).sub(_escaped, " ".join(str(text).splitlines()))
+
+
+def code(text: object) -> str:
+    """``text`` as a markdown code span (no escape acts inside one): fenced by one backtick more than its longest
+    run of backticks, so that none inside it ends the span early, and padded where it starts or ends with one."""
+    text = str(text)
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == " " and text[-1:] == " ") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
 def _markdown_cell(value: object) -> str:
+    text = value if isinstance(value, Markup) else escape(value)
     # A pipe would end the cell and a line break the row: a newline, and what else ends a line (a carriage
     # return, Unicode's line separator: str.splitlines), or a value could forge a line of the page.
-    return " ".join(str(value).replace("|", "\\|").splitlines())
+    return " ".join(text.replace("|", "\\|").splitlines())
 
 
 def _markdown_row(cells: Iterable[object]) -> str:
@@ -25,7 +86,8 @@ def _markdown_row(cells: Iterable[object]) -> str:
 
 
 def markdown(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
-    """A GitHub-flavoured markdown table, one string per line: header, separator, rows."""
+    """A GitHub-flavoured markdown table, one string per line: header, separator, rows. A cell is text, escaped
+    (:func:`escape`), unless it is :class:`Markup`."""
     return [_markdown_row(columns), "|" + "---|" * len(columns), *map(_markdown_row, rows)]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from domains.errors import UserError
 from domains.files import write_atomic
 from harness.pages import generated
-from harness.tables import markdown
+from harness.tables import Markup, code, escape, markdown
 
 PAGE = "bench.md"
 MARKER = generated.marker("leaderboard")
@@ -159,11 +159,11 @@ def matches(target: Target, row: Mapping[str, Any]) -> bool:
                for key, want in target.where.items())
 
 
-def threshold_text(target: Target) -> str:
+def threshold_text(target: Target) -> Markup:
     if target.threshold is None:
-        return f"`{target.metric}` reported"
+        return Markup(f"{code(target.metric)} reported")
     total = "sum of " if target.total else ""
-    return f"{total}`{target.metric}` {target.op} {number(float(target.threshold))}"
+    return Markup(f"{total}{code(target.metric)} {escape(target.op)} {number(float(target.threshold))}")
 
 
 def met(target: Target, value: Any) -> str:
@@ -179,7 +179,7 @@ def summary(target: Target, bench: Mapping[str, Any]) -> tuple[str, str]:
     values = [row.get(target.metric) for row in bench["rows"] if matches(target, row)]
     numbers = [v for v in values if _numeric(v)]
     if not numbers:
-        return (f"{NONE} (no matching row)" if not values else f"{NONE} (no `{target.metric}`)"), NONE
+        return (f"{NONE} (no matching row)" if not values else Markup(f"{NONE} (no {code(target.metric)})")), NONE
     if target.total:
         value = sum(numbers)
         return f"{number(float(value))} (sum of {len(numbers)} rows)", met(target, value)
@@ -206,15 +206,20 @@ def row_groups(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def hardware_line(bench: Mapping[str, Any]) -> str:
+    """The machine, software and command of a bench file, in prose; its values are the file's, escaped as text."""
     hw, sw = bench.get("hardware") or {}, bench.get("software") or {}
+
+    def text(value: Any) -> str:
+        return escape(number(value))
+
     commit = sw.get("git_commit")
-    commit = f"{commit[:10]}{' (dirty)' if sw.get('git_dirty') else ''}" if commit else NONE
-    parts = [f"device {number(hw.get('device_name'))} (`{number(bench.get('device'))}`)",
-             f"CPU {number(hw.get('cpu'))}, {number(hw.get('cpu_count'))} cores, "
-             f"torch threads {number(hw.get('torch_threads'))}",
-             f"torch {number(hw.get('torch'))}, CUDA {number(hw.get('cuda'))}, cuDNN {number(hw.get('cudnn'))}, "
-             f"Python {number(hw.get('python'))}",
-             f"harness {number(sw.get('contrastive_harness'))}, commit {commit}", f"date {number(bench.get('date'))}"]
+    commit = f"{text(commit[:10])}{' (dirty)' if sw.get('git_dirty') else ''}" if commit else NONE
+    parts = [f"device {text(hw.get('device_name'))} ({code(number(bench.get('device')))})",
+             f"CPU {text(hw.get('cpu'))}, {text(hw.get('cpu_count'))} cores, "
+             f"torch threads {text(hw.get('torch_threads'))}",
+             f"torch {text(hw.get('torch'))}, CUDA {text(hw.get('cuda'))}, cuDNN {text(hw.get('cudnn'))}, "
+             f"Python {text(hw.get('python'))}",
+             f"harness {text(sw.get('contrastive_harness'))}, commit {commit}", f"date {text(bench.get('date'))}"]
     if bench.get("quick"):
         parts.append("quick run")
     if partial(bench):
@@ -223,11 +228,12 @@ def hardware_line(bench: Mapping[str, Any]) -> str:
     sessions = bench.get("sessions") or []
     if len(sessions) > 1:
         parts.append("parts measured by " + ", ".join(
-            f"{number(s.get('git_commit'))[:10]} on {number(s.get('date'))} ({', '.join(s.get('parts', []))})"
+            f"{text(number(s.get('git_commit'))[:10])} on {text(s.get('date'))} "
+            f"({text(', '.join(s.get('parts', [])))})"
             for s in sessions) + ", with the same source digest")
     command = bench.get("command")
     if command:
-        parts.append(f"command `{' '.join(map(str, command))}`")
+        parts.append(f"command {code(' '.join(map(str, command)))}")
     return "; ".join(parts) + "."
 
 
@@ -245,7 +251,7 @@ def figures(row: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
-    lines = [f"## {stem}", "", hardware_line(bench), ""]
+    lines = [f"## {escape(stem)}", "", hardware_line(bench), ""]
     targets = [t for t in TARGETS if applies_to_file(t, bench) and not t.total]
     shown = [figures(row) for row in bench["rows"]]
     for rows in row_groups(shown):
@@ -257,7 +263,8 @@ def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
         if any(hit):
             columns = [*columns, "target", "met?"]
             for cell, row, ts in zip(cells, rows, hit):
-                cell += ["; ".join(threshold_text(t) for t in ts), "; ".join(met(t, row.get(t.metric)) for t in ts)]
+                cell += [Markup("; ".join(threshold_text(t) for t in ts)),
+                         "; ".join(met(t, row.get(t.metric)) for t in ts)]
         lines += [*markdown(columns, cells), ""]
     return lines
 

@@ -14,15 +14,17 @@ from collections.abc import Collection, Iterable
 from pathlib import Path
 
 from domains.errors import UserError
+from harness.tables import escape
 
 # An image link; its alt text as alt_text escapes it, or with balanced brackets (a page written before it did)
 IMAGE = re.compile(r"!\[(?:\\.|[^\[\]\\]|\[[^\[\]]*\])*\]\(([^)\s]+\.png)\)")
 
 
 def alt_text(text: str) -> str:
-    """``text`` as the alt text of a markdown image: a bracket or backslash escaped, so that a name such as
-    ``set[1]`` neither ends the link nor hides it from :func:`shown_figures`."""
-    return re.sub(r"([\\\[\]])", r"\\\1", " ".join(text.split()))
+    """``text`` as the alt text of a markdown image, escaped as any text of a page (:func:`harness.tables.escape`):
+    a bracket or backslash too, so that a name such as ``set[1]`` neither ends the link nor hides it from
+    :func:`shown_figures`."""
+    return escape(" ".join(text.split()), brackets=True)
 
 
 def marker(command: str) -> str:

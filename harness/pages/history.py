@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domains.errors import UserError
-from domains.files import hash_jsonable, write_atomic
+from domains.files import write_atomic
 from harness import stats
 from harness.compare.sides import group_name, seeds_text
-from harness.groups import Group, cell, code_order, command_key, decimals, fmt, group_records
+from harness.groups import DATA, Group, cell, code_order, command_key, decimals, fmt, group_records, seeds_by
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
-from harness.tables import markdown
+from harness.tables import Markup, escape, markdown
 
 MARKER = generated.marker("history")
 FIGURE = "history.png"
@@ -59,10 +59,8 @@ def version_order(group: Group) -> tuple:
 def refuse_mixed(version: Group) -> None:
     """UserError when one version's seeds of a setting ran different configs or read different data (a data set
     changed under the same code): their mean is no one experiment's, and a step to or from it means nothing."""
-    for part, what in (("config", "ran different configs"), ("data_fingerprint", "read different data")):
-        seeds: dict[str, list[int]] = {}
-        for record in version.records:
-            seeds.setdefault(hash_jsonable(getattr(record, part))[:12], []).append(record.seed)
+    for part, what in (("config", "ran different configs"), (DATA, "read different data")):
+        seeds = seeds_by(version.records, part)
         if len(seeds) > 1:
             raise UserError(f"{group_name(version)}, version {version_label(version)}: its seeds {what} ("
                             + "; ".join(f"{h}: seed(s) {seeds_text(s)}" for h, s in sorted(seeds.items()))
@@ -114,7 +112,7 @@ def version_row(point: Point) -> list[str]:
     change = "–" if point.change is None else f"{point.change.change:+.{digits}f}"
     p = "–" if math.isnan(point.p_adjusted) else f"{point.p_adjusted:.3g}"
     return [version_label(g), str(g.n), f"{fmt(g.mean, digits)} ± {fmt(g.std, digits)}", change, p,
-            "**step**" if point.step else ""]
+            Markup("**step**") if point.step else ""]
 
 
 def page(history: list[list[Point]], single: int, figure: str | None) -> str:
@@ -136,8 +134,8 @@ def page(history: list[list[Point]], single: int, figure: str | None) -> str:
         lines += [f"![each setting's metric over versions, ± one std over seeds]({figure})", ""]
     for points in history:
         g = points[-1].group
-        lines += [f"## {g.domain} / {g.dataset} / {g.method} / {g.loss_label()} ({g.hparams_label()}), "
-                  f"{g.setting_label()}", ""]
+        title = f"{g.domain} / {g.dataset} / {g.method} / {g.loss_label()} ({g.hparams_label()}), {g.setting_label()}"
+        lines += [f"## {escape(title)}", ""]
         cells = [version_row(pt) for pt in points]
         lines += [*markdown(["version (date)", "seeds", g.primary_metric, "change", "p (Holm)", ""], cells), ""]
     return "\n".join(lines)

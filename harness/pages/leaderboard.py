@@ -28,11 +28,14 @@ from harness.pages.tables import (
     DAGGER,
     MIXED,
     NONE,
+    OTHER_DATA,
     PROTOCOL,
+    data_note,
     delta_cell,
     delta_header,
     device_cell,
     mean_cell,
+    other_data,
     protocol_lines,
     protocol_marks,
     record_cell,
@@ -40,7 +43,7 @@ from harness.pages.tables import (
     runtime_cell,
     setting_cell,
 )
-from harness.tables import markdown
+from harness.tables import Markup, code, escape, markdown
 
 MARKER = generated.marker("leaderboard")
 MANIFEST = "records.txt"
@@ -57,9 +60,10 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     """The page of one domain; ``figure`` maps a dataset to its learning-curve figure (relative to ``out``)."""
     first = groups[0]
     direction = "higher" if first.higher_is_better else "lower"
+    data = data_note(groups, any(other_data(g, baseline_for(g, groups)) for g in groups))
     lines = [
-        MARKER, "", f"# Leaderboard: {domain}", "",
-        f"Primary metric `{first.primary_metric}` ({direction} is better): mean ± sample std over seeds "
+        MARKER, "", f"# Leaderboard: {escape(domain)}", "",
+        f"Primary metric {code(first.primary_metric)} ({direction} is better): mean ± sample std over seeds "
         f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged and, where the "
         f"table has any, with at least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
         f"Δ: change of the mean against the row of the baseline loss named in its header (the method's own where "
@@ -71,7 +75,8 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         f"runs; {PROTOCOL} marks a published number obtained under another protocol than ours, the difference under "
         f"the table. Each row shows the records of the newest code that ran it; {MIXED} marks a row whose seeds come "
         "from several commits (records written before the harness recorded a digest of its sources, so that which "
-        "code ran cannot be told apart more finely). Under each table, the learning curves of its rows.", "",
+        f"code ran cannot be told apart more finely).{' ' + data if data else ''} Under each table, the learning "
+        "curves of its rows.", "",
     ]
     if any(g.nonfinite for g in groups):
         lines += [NONFINITE, ""]
@@ -88,15 +93,15 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
                    "runtime", "device", "record"]
         cells = []
         for g in rows:
-            value = f"**{cell(g)}**" if id(g) in winners else cell(g)
-            value += MIXED if g.mixed_code else ""
+            value = f"**{escape(cell(g))}**" if id(g) in winners else escape(cell(g))
+            value = Markup(value + (MIXED if g.mixed_code else "") + (OTHER_DATA if g.mixed_data else ""))
             cells.append([g.method, g.loss_label(), g.hparams_label(), setting_cell(g, dom), value,
                           delta_cell(g, baseline_for(g, groups)), *(mean_cell(g.secondary.get(m)) for m in extra),
                           runtime_cell(g), device_cell(g), record_cell(g, results, out)])
         published = sorted((r for r in refs if r.dataset == dataset), key=lambda r: (r.source, r.label))
         marks = protocol_marks(published)
         cells += [reference_row(ref, marks, len(columns)) for ref in published]
-        lines += [f"## {dataset}", "", *markdown(columns, cells), "", *protocol_lines(marks)]
+        lines += [f"## {escape(dataset)}", "", *markdown(columns, cells), "", *protocol_lines(marks)]
         note = dom.notes.get(dataset) if dom is not None else None
         if note:
             lines += [f"**Notes.** {' '.join(note.split())}", ""]
@@ -154,11 +159,16 @@ def index_page(groups: list[Group]) -> str:
     if diverged:
         lines += [NONFINITE, ""]
     cells = []
+    shown: list[Group] = []  # the best rows and their baselines
     for domain in sorted({g.domain for g in groups}):
         dom = domain_or_none(domain)
         for dataset in sorted({g.dataset for g in groups if g.domain == domain}):
             rows = comparisons([g for g in groups if g.domain == domain and g.dataset == dataset])
             cells.append(index_row(domain, dataset, rows, groups, dom))
+            shown += [g for g in index_best(rows, groups) if g is not None]
+    data = data_note(shown, any(other_data(g, baseline_for(g, groups)) for g in shown))
+    if data:
+        lines += [data, ""]
     columns = ["domain", "dataset", "metric", "best loss", "hyper-parameters", "method", "setting", "best",
                "baseline", "gain"]
     lines += [*markdown(columns, cells), ""]
@@ -166,21 +176,39 @@ def index_page(groups: list[Group]) -> str:
 
 
 def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group], dom: Domain | None) -> list[str]:
-    """The index's row of one dataset: its best row among ``rows`` and the gain over that row's baseline."""
-    if not finite(rows):
+    """The index's row of one dataset: its best row among ``rows`` and the gain over that row's baseline, each
+    marked as on the domain's page where it left seeds on other data out, the gain where the two read different
+    data."""
+    top, base = index_best(rows, groups)
+    if top is None:
         seeds = sum(g.runs for g in rows)
-        return [f"[{domain}]({domain}.md)", dataset, rows[0].primary_metric, *[NONE] * 4,
+        return [domain_link(domain), dataset, rows[0].primary_metric, *[NONE] * 4,
                 f"no finite result (every row diverged: {seeds} seeds)", NONE, NONE]
-    top = best(contenders(rows) or finite(rows))[0]
-    base = baseline_for(top, groups)
     if base is None:
         baseline, gain = NONE, NONE
     else:
-        baseline = f"{cell(base)} ({base.loss})"
+        baseline = f"{cell(base)} ({base.loss}){OTHER_DATA if base.mixed_data else ''}"
         gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}" if base.values else NONE
+        gain += OTHER_DATA if base.values and other_data(top, base) else ""
     few = "" if top.n >= MIN_SEEDS and not top.nonfinite else f", *fewer than {MIN_SEEDS} seeds*"
-    return [f"[{domain}]({domain}.md)", dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
-            top.method, setting_cell(top, dom), cell(top) + few, baseline, gain]
+    mark = OTHER_DATA if top.mixed_data else ""
+    return [domain_link(domain), dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
+            top.method, setting_cell(top, dom), Markup(escape(cell(top) + mark) + few), baseline, gain]
+
+
+def index_best(rows: list[Group], groups: list[Group]) -> tuple[Group | None, Group | None]:
+    """A dataset's best row among ``rows`` and its baseline (None where it has none); (None, None) where every row
+    diverged."""
+    if not finite(rows):
+        return None, None
+    top = best(contenders(rows) or finite(rows))[0]
+    return top, baseline_for(top, groups)
+
+
+def domain_link(domain: str) -> Markup:
+    """The link to a domain's page; the name is a plain one (a record's ``domain`` names a file), so it is a safe
+    link target as it is."""
+    return Markup(f"[{escape(domain)}]({domain}.md)")
 
 
 def manifest_text(paths: Iterable[Path]) -> str:

@@ -28,7 +28,7 @@ from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
-from harness.tables import markdown
+from harness.tables import escape, markdown
 
 MARKER = generated.marker("report")
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
@@ -190,7 +190,8 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
     rows = [g for g in groups if g.loss_used and g.nonfinite]
     if not rows:
         return []
-    items = [f"- {task_label(g)}: {g.loss}{'' if g.hparams_label() == '–' else f' ({g.hparams_label()})'}, "
+    items = [f"- {escape(task_label(g))}: {escape(g.loss)}"
+             f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
              f"{len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
     return [f"**Non-finite seeds.** {sum(len(g.nonfinite) for g in rows)} runs ended with a NaN or infinite primary "
             "metric (diverged). A loss that diverged on every seed of a task (at each of its hyper-parameter "
@@ -200,6 +201,30 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
             *items, ""]
 
 
+def data_lines(groups: list[Group], tasks: list[Task]) -> list[str]:
+    """The note on the rows of the tasks that left seeds on other data out (``Group.other_data``) and on the tasks
+    whose losses read different data; nothing where there is neither."""
+    labels = {t.label for t in tasks}
+    rows = [g for g in groups if g.loss_used and task_label(g) in labels]
+    data: dict[str, set[frozenset[str]]] = {}
+    for g in rows:
+        data.setdefault(task_label(g), set()).add(g.data)
+    partial = [g for g in rows if g.mixed_data]
+    mixed = sorted(label for label, digests in data.items() if len(digests) > 1)
+    if not partial and not mixed:
+        return []
+    lines = ["**Seeds on other data.** The seeds of a row that read other data than its newest record (their "
+             "records' data fingerprints differ: another data root, or another copy or version of the data set) "
+             "are left out of its mean, which is over one data set, as `harness compare` and `harness history` "
+             "refuse to average them. Tasks whose losses read different data rank and compare the data's effect "
+             "as well as the losses'.", ""]
+    lines += [f"- {escape(task_label(g))}: {escape(g.loss)}"
+              f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
+              f"{len({r.seed for r in g.other_data})} seeds on other data left out" for g in partial]
+    lines += [f"- {escape(label)}: its losses read different data" for label in mixed]
+    return [*lines, ""]
+
+
 def write_report(results: Path, out: Path) -> Path:
     groups, _ = completed_groups(results)
     tasks = build_tasks(groups)
@@ -207,20 +232,22 @@ def write_report(results: Path, out: Path) -> Path:
         raise UserError(f"no task in '{results}' has records of two losses (one domain, dataset, method and "
                         "setting): nothing to compare; nothing was written")
     domains = sorted({t.domain for t in tasks})
+    names = escape(", ".join(domains)) or "none"
     lines = [
         MARKER, "", "# Cross-modality report", "",
-        f"{len(tasks)} tasks over {len(domains)} domains ({', '.join(domains) or 'none'}). A task is one (domain, "
+        f"{len(tasks)} tasks over {len(domains)} domains ({names}). A task is one (domain, "
         "dataset, method, setting) with at least two losses; each loss enters a task with its best hyper-parameter "
         "setting there, which favours losses that have hyper-parameters. Mean rank: 1 is the best loss of a task "
         "(ties averaged). Win rate and relative improvement are against the baseline loss in the same task (the "
         "method's own where it has one, else the domain's); relative "
         "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
         *nonfinite_lines(groups),
+        *data_lines(groups, tasks),
     ]
     lines += ["## Overall", "", *_table(summarise(tasks)), ""]
     lines += ["## Per domain", ""]
     for domain in domains:
-        lines += [f"### {domain}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
+        lines += [f"### {escape(domain)}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
     lines += ["## Friedman test and critical difference", ""]
     block_losses, block = friedman_block(tasks)
     per_domain = {d: improvements(tasks, d) for d in domains}
@@ -244,11 +271,11 @@ def write_report(results: Path, out: Path) -> Path:
                                f"records: {covered}")
             left = sorted({t.domain for t in tasks} - {t.domain for t in block})
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
-                      f"({', '.join(block_losses)}) on the {len(block)} tasks where all have records: "
+                      f"({escape(', '.join(block_losses))}) on the {len(block)} tasks where all have records: "
                       f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
                       f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar).", "",
-                      f"**What it covers:** {covered}"
-                      + (f"; no task of {', '.join(left)} has records of all of them."
+                      f"**What it covers:** {escape(covered)}"
+                      + (f"; no task of {escape(', '.join(left))} has records of all of them."
                          if left else ".") + " The tables above rank every task; this test only these.", "",
                       f"![critical difference diagram]({CD_PNG})", ""]
         else:
@@ -264,7 +291,7 @@ def write_report(results: Path, out: Path) -> Path:
                       "percent are both readable.", "", f"![relative improvement per domain]({BARS_PNG})", ""]
         else:
             lines += ["No task has both a baseline and another loss yet.", ""]
-        lines += ["## Tasks", "", *[f"- {t.label}: {', '.join(task_losses(t))}" for t in tasks], ""]
+        lines += ["## Tasks", "", *[f"- {escape(t.label)}: {escape(', '.join(task_losses(t)))}" for t in tasks], ""]
         write_atomic(path, "\n".join(lines))
         generated.remove_stale(previous, drawn)  # once no page shows them
     return path

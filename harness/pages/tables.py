@@ -20,11 +20,13 @@ from scipy import stats
 from domains.base import Domain, Reference
 from harness.groups import Group, decimals, fmt
 from harness.records import RunRecord
+from harness.tables import Markup
 
 ALPHA = 0.05
 DAGGER = "†"
 MIXED = "‡"
 PROTOCOL = "§"
+OTHER_DATA = "¶"
 NONE = "–"
 
 
@@ -50,6 +52,26 @@ def paired_p(group: Group, base: Group) -> float:
     return float(result.pvalue)
 
 
+def other_data(group: Group, base: Group | None) -> bool:
+    """Whether a row and its baseline read different data (their records' data fingerprints): a change between
+    their means would be the data's as well as the loss's."""
+    return base is not None and base is not group and group.data != base.data
+
+
+def data_note(rows: Iterable[Group], deltas: bool) -> str:
+    """The legend of :data:`OTHER_DATA` where a row of ``rows`` left seeds out, or (``deltas``) where a change is
+    against a baseline that read other data; "" where neither (a page explains only the marks it shows)."""
+    rows = list(rows)
+    if not any(g.mixed_data for g in rows) and not deltas:
+        return ""
+    return (f"{OTHER_DATA} after a mean marks a row some of whose seeds read other data than its newest record "
+            "(their records' data fingerprints differ: another data root, or another copy or version of the data "
+            "set): the row keeps the seeds that read its newest record's data and leaves the others out of its "
+            "mean, std and change, as `harness compare` and `harness history` refuse to average them. After a "
+            f"change (Δ, gain), {OTHER_DATA} marks one against a baseline row that read other data: the change is "
+            "the data's as well as the loss's.")
+
+
 def delta_cell(group: Group, base: Group | None) -> str:
     if base is None:
         return NONE
@@ -59,7 +81,8 @@ def delta_cell(group: Group, base: Group | None) -> str:
         return NONE
     digits = decimals(base.mean)
     change = group.mean - base.mean
-    return f"{change:+.{digits}f}{DAGGER if paired_p(group, base) < ALPHA else ''}"
+    marks = (DAGGER if paired_p(group, base) < ALPHA else "") + (OTHER_DATA if other_data(group, base) else "")
+    return f"{change:+.{digits}f}{marks}"
 
 
 def delta_header(rows: list[Group]) -> str:
@@ -113,13 +136,13 @@ def device_cell(group: Group) -> str:
     return ", ".join(f"{n} ({peak[n]:.1f} GiB peak)" if n in peak else n for n in names) or NONE
 
 
-def record_cell(group: Group, results: Path, page_dir: Path) -> str:
+def record_cell(group: Group, results: Path, page_dir: Path) -> Markup:
     """A link, relative to the page, to the record of the row's first seed (the others differ in ``-s<seed>``)."""
     seed, record = next(iter(latest_by_seed(group).items()))
     target = Path(os.path.relpath(results / f"{record.run_id}.json", page_dir)).as_posix()
     if re.search(r"[\s()<>]", target):  # a space or a bracket would end a bare link target
         target = "<" + target.replace("<", "%3C").replace(">", "%3E") + ">"
-    return f"[s{seed}]({target})"
+    return Markup(f"[s{seed}]({target})")
 
 
 def protocol_marks(refs: Iterable[Reference]) -> dict[str, str]:
@@ -135,7 +158,7 @@ def reference_row(ref: Reference, marks: dict[str, str], width: int) -> list[str
     """A published row: its label (with its protocol mark), its source and value; ``width`` cells in all."""
     std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
     label = f"{ref.label} {marks[ref.protocol]}" if ref.protocol else ref.label
-    cells = ["*published*", label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
+    cells: list[str] = [Markup("*published*"), label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
     return cells + [""] * (width - len(cells))
 
 
