@@ -1,6 +1,10 @@
 """The runs of the prior study as the class-prior page (:mod:`harness.pages.prior`) reads them: which setting of its
 loss's prior each record ran (:func:`classify`: the baseline, the label prior, ``auto``, the papers' default) and
 what the page needs of it (:class:`Run`), with the τ+ it is judged against (:attr:`Run.reference`).
+
+Which records are runs follows the leaderboard pages' rule (:func:`study_runs`, :func:`harness.groups.group_records`
+with ``one_data``): of each experiment (everything but the seed), the newest code's records that read the data its
+newest record read, one per seed.
 """
 
 from __future__ import annotations
@@ -8,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from harness.groups import DATA, Group, digest, group_records
 from harness.records import RunRecord
 
 SYNTHETIC = ("synthetic-motifs", "synthetic-topics", "digits", "biased-digits")
@@ -39,6 +44,9 @@ class Run:
     trajectory: list[tuple[float, float]] = field(default_factory=list)  # (epoch, smoothed estimate)
     estimate_seconds: list[float] = field(default_factory=list)  # each estimate's cost, in the curve's order
     total_seconds: float = 0.0
+    data: str = ""  # the digest of the data it read (harness.groups.digest)
+    other_data: bool = False  # its experiment left out seeds that read other data (Group.mixed_data)
+    mixed_code: bool = False  # its experiment's seeds come from several commits (Group.mixed_code)
 
     @property
     def prior_seconds(self) -> float:
@@ -84,7 +92,8 @@ def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
     return tuple(settings), None
 
 
-def to_run(record: RunRecord) -> Run:
+def to_run(record: RunRecord, group: Group | None = None) -> Run:
+    """The run of ``record``; ``group``, the experiment it was kept in, says what that group left out."""
     settings, estimator = classify(record)
     details = record.details
     prior = record.info.get("prior") or {}
@@ -98,7 +107,26 @@ def to_run(record: RunRecord) -> Run:
                class_structure=details.get("class_structure"),
                trajectory=trajectory,
                estimate_seconds=[float(p["prior_seconds"]) for p in record.curve if "prior_seconds" in p],
-               total_seconds=record.timings.get("total_s", 0.0))
+               total_seconds=record.timings.get("total_s", 0.0), data=digest(record, DATA),
+               other_data=group is not None and group.mixed_data,
+               mixed_code=group is not None and group.mixed_code)
+
+
+def study_runs(records: list[RunRecord]) -> tuple[list[Run], int, int]:
+    """(runs, diverged, left out): the runs of ``records`` as the leaderboard pages keep them (a page must not average
+    a setting's seeds over different data or code, nor count a seed run twice): per experiment, the newest code's
+    records that read its newest record's data, a seed's latest record; of those, the ones whose primary metric is
+    non-finite are counted as diverged, not run. Left out: the records of older code, of other data, or a seed's
+    earlier run. The runs keep the order of ``records`` (the figure draws its curves in it)."""
+    groups = group_records(records, keep_empty=True, one_data=True)
+    kept: dict[int, Group] = {}
+    for group in groups:
+        latest = {r.seed: r for r in group.records}  # oldest first: a seed's rerun replaces its earlier record
+        kept.update((id(r), group) for r in latest.values())
+    finite = [r for r in records if id(r) in kept and r.metrics.get(r.primary_metric) is not None]
+    runs = [to_run(r, kept[id(r)]) for r in finite]
+    diverged = len(kept) - len(finite)
+    return runs, diverged, len(records) - len(kept)
 
 
 def task_label(task: tuple[str, str, int | None]) -> str:

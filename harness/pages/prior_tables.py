@@ -1,6 +1,8 @@
 """The class-prior page's tables (:mod:`harness.pages.prior`): how close each ``auto`` estimate comes to the τ+ its
 run saw, what each setting of the prior gains over infonce (a paired t-test over the seeds), and what the estimate
-costs, each from the study's runs (:class:`harness.pages.prior_runs.Run`).
+costs, each from the study's runs (:class:`harness.pages.prior_runs.Run`). A value is marked as the leaderboard
+marks it (:func:`marks`): ‡ where its seeds come from several commits, ¶ where seeds on other data were left out or
+where a gain is against infonce runs that read other data.
 """
 
 from __future__ import annotations
@@ -13,9 +15,21 @@ from scipy import stats
 
 from harness import tables
 from harness.pages.prior_runs import LOSSES, SYNTHETIC, Run, task_label
+from harness.pages.tables import MIXED, OTHER_DATA
 
 ALPHA = 0.05
 AUTO_DEFAULT = "auto (kmeans)"  # the default estimator's column: the one the goal is judged on
+
+
+def marks(runs: list[Run], base: list[Run] | None = None) -> str:
+    """The marks after a value over ``runs`` (against ``base``, for a change): ‡ where their seeds or ``base``'s come
+    from several commits; ¶ where seeds on other data were left out of them or of ``base``, or where ``runs`` and
+    ``base`` read different data (the change is the data's as well as the loss's)."""
+    base = base or []
+    code = any(r.mixed_code for r in [*runs, *base])
+    apart = bool(base) and {r.data for r in runs} != {r.data for r in base}
+    data = apart or any(r.other_data for r in [*runs, *base])
+    return (MIXED if code else "") + (OTHER_DATA if data else "")
 
 
 def _mean_std(values: list[float], digits: int = 3) -> str:
@@ -71,7 +85,7 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
         labelled = [r.label_prior for r in members if r.label_prior is not None]
         row = [task_label(task), loss, estimator, len(members), _one_or_spread(labelled),
                _one_or_spread([r.measured_share for r in members if r.measured_share is not None]),
-               _reference_cell(members), _mean_std([r.estimate for r in members], 4),
+               _reference_cell(members), _mean_std([r.estimate for r in members], 4) + marks(members),
                f"{statistics.fmean(errors):.0%}"]
         baseline = [r for r in runs if r.loss == "infonce" and r.task == task]
         row += [_structure(members), _structure(baseline)]
@@ -112,7 +126,8 @@ def gain_lines(runs: list[Run]) -> tuple[list[str], list[str]]:
     rows: list[list[str]] = []
     verdicts: list[str] = []
     for task in tasks:
-        base = by_seed(table.get((task, "infonce", "baseline"), []))
+        infonce = table.get((task, "infonce", "baseline"), [])
+        base = by_seed(infonce)
         if not base:
             continue
         for loss in LOSSES:
@@ -124,16 +139,17 @@ def gain_lines(runs: list[Run]) -> tuple[list[str], list[str]]:
                     continue
                 diffs, p = paired(by_seed(members), base)
                 sign = 1.0 if members[0].higher_is_better else -1.0
-                mark = "†" if p < ALPHA else ""
+                mark = ("†" if p < ALPHA else "") + marks(members, infonce)
                 cells.append(f"{sign * statistics.fmean(diffs):+.2f}{mark} (n={len(diffs)})" if diffs else "–")
             if set(cells) != {"not run"}:
                 rows.append([task_label(task), loss, *cells])
-        auto = by_seed(table.get((task, "dcl", AUTO_DEFAULT), []))
-        default = by_seed(table.get((task, "dcl", "default"), []))
+        auto_runs, default_runs = table.get((task, "dcl", AUTO_DEFAULT), []), table.get((task, "dcl", "default"), [])
+        auto, default = by_seed(auto_runs), by_seed(default_runs)
         if len(set(auto) & set(default)) >= 2:
             diffs, p = paired(auto, default)
             better = statistics.fmean(diffs) >= 0 or not p < ALPHA
-            verdicts.append(f"{task_label(task)}: dcl auto − dcl default = {statistics.fmean(diffs):+.2f} over "
+            verdicts.append(f"{task_label(task)}: dcl auto − dcl default = {statistics.fmean(diffs):+.2f}"
+                            f"{marks(auto_runs, default_runs)} over "
                             f"{len(diffs)} seeds (paired t-test p = {p:.3g}): "
                             f"{'as good or better, within noise' if better else 'worse'}")
     if not rows:
