@@ -143,3 +143,16 @@ def test_optimizer_runs_the_multi_tensor_implementation_with_the_same_steps():
             opt.step()
     for p, q in zip(params, twins):
         assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_a_long_epoch_shows_a_bar_over_its_steps(tmp_path, monkeypatch, capsys):
+    """An epoch of CIFAR-10 or Biased-MNIST takes minutes on a CPU, where the epoch bar alone stood at 0% as if
+    the run hung: past STEP_BAR_AFTER_S (here at once) a bar counts the epoch's steps."""
+    import domains.vision.train as train
+
+    monkeypatch.setattr(train, "STEP_BAR_AFTER_S", 0.0)
+    small = dict(epochs=1, batch_size=256, knn_every=0, proj_dim=32)
+    data = _data(_spec(**small), _ctx(tmp_path, resume=False))
+    VISION.pretrain(_spec(**small), replace(_ctx(tmp_path, resume=False), quiet=False), data)
+    err = capsys.readouterr().err
+    assert "epoch 1: " in err and f"/{1257 // 256} [" in err and "step/s" in err

@@ -59,8 +59,9 @@ class CurlConfig:
     eval_freq: PositiveInt = 1000  # evaluate every this many environment steps (at the next episode end)
     eval_episodes: PositiveInt = 2
     # checkpoint (networks, optimisers, replay buffer) every N env steps; 0: never. Runtime: a resumed run
-    # continues exactly, so it is recorded, not hashed.
-    checkpoint_freq: NonNegativeInt = field(default=10_000, metadata={RUNTIME: True})
+    # continues exactly, so it is recorded, not hashed. 2,500: the cpu and regression presets (10k steps, minutes
+    # on a CPU) checkpoint three times before their end, so a Ctrl-C or a kill loses minutes, not the whole run.
+    checkpoint_freq: NonNegativeInt = field(default=2_500, metadata={RUNTIME: True})
     # uniformly random actions before learning (agent steps, CURL: 1000); at least 1: the first update samples the
     # replay buffer, which holds nothing before a step
     seed_agent_steps: PositiveInt = 200

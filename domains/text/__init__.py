@@ -257,19 +257,26 @@ class TextDomain(Domain):
         return EvalResult(metrics, details)
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
-        """Without parsing the corpus: the generator's parameters, or the hashes of the files."""
+        """Without parsing the corpus: the generator's parameters, or the hashes of the files; and the word vectors'
+        hash, since they are data too (a missing file stops the run here, before it starts, with no record)."""
         cfg: TextConfig = spec.config
+        out: dict[str, Any] = {"dataset": spec.dataset}
         if spec.dataset == "synthetic-topics":
-            return {"dataset": spec.dataset, "generator_sha256": synthetic_fingerprint(cfg)}
-        from domains.text.senteval_tasks import task_files
+            out["generator_sha256"] = synthetic_fingerprint(cfg)
+        else:
+            from domains.text.senteval_tasks import task_files
 
-        out: dict[str, Any] = {"dataset": spec.dataset,
-                               "senteval_sha256": hash_files(task_files(ctx.data_root, cfg.senteval_tasks))}
+            out["senteval_sha256"] = hash_files(task_files(ctx.data_root, cfg.senteval_tasks))
         if spec.dataset == "books" and spec.method in TRAINED:
             paths = book_paths(ctx.data_root, cfg.books)
             out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
         elif spec.dataset == "hf-text":
             out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
+        if cfg.word_vectors:
+            vectors = Path(cfg.word_vectors).expanduser()
+            if not vectors.is_file():
+                raise UserError(f"word_vectors file not found: {vectors}")
+            out["word_vectors_sha256"] = hash_files([vectors])
         return out
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:

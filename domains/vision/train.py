@@ -26,6 +26,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +42,8 @@ from domains.vision.images import ImageSet, VisionData, batches, chunks
 from domains.vision.method import Batch, DataInfo, Method
 from losses.distributed import is_distributed
 from losses.prior import SameClassShare
+
+T = TypeVar("T")
 
 
 def world() -> tuple[int, int]:
@@ -158,6 +161,19 @@ def step_inputs(pre: ImageSet, order: Tensor, batch_size: int, device: torch.dev
         yield idx.to(device, non_blocking=True), images.to(device, non_blocking=True)
 
 
+# A long epoch (CIFAR-10, Biased-MNIST on a CPU: minutes) shows a bar over its steps after this many seconds, so
+# that the epoch bar standing at 0% does not look like a hang; short epochs (the digits: about a second) show none.
+STEP_BAR_AFTER_S = 5.0
+
+
+def epoch_steps(inputs: Iterator[T], steps: int, epoch: int, quiet: bool) -> Iterator[T]:
+    """``inputs`` with a bar over the epoch's ``steps``, shown only once the epoch has taken STEP_BAR_AFTER_S."""
+    from tqdm.auto import tqdm
+
+    yield from tqdm(inputs, desc=f"epoch {epoch + 1}", total=steps, unit="step", leave=False, disable=quiet,
+                    delay=STEP_BAR_AFTER_S)
+
+
 def monitor(method: Method, data: VisionData, cfg: VisionConfig, device: torch.device, epoch: int) -> dict:
     """The learning curve's monitors after ``epoch`` (counted from 1): the kNN accuracy when due, and the
     method's own (each reads its result on the host, so the time they take is theirs)."""
@@ -241,7 +257,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
         if size > 1:
             order = order[: len(order) // size * size][rank::size]
         t0, total, steps = time.perf_counter(), torch.zeros((), device=device), 0
-        for inputs in step_inputs(pre, order, local_batch, device, cfg.num_workers):
+        for inputs in epoch_steps(step_inputs(pre, order, local_batch, device, cfg.num_workers),
+                                  len(order) // local_batch, epoch, ctx.quiet or rank != 0):
             if cfg.compile and steps == 0 and epoch == start:
                 loss = first_compiled_step(functools.partial(graphed, *inputs), method, parts, ctx)
             else:
