@@ -129,6 +129,18 @@ def test_a_damaged_or_foreign_checkpoint_on_resume_names_the_file(tmp_path, monk
     assert not checkpoint.parent.exists()
 
 
+def test_a_resume_without_a_checkpoint_says_it_starts_from_the_beginning(tmp_path, monkeypatch, capsys):
+    """An attempt stopped before its first checkpoint leaves its work folder and nothing to go on from: --resume
+    then starts over, and says so (it did without a word); a seed that never started says nothing."""
+    checkpoint = _leave_a_checkpoint(tmp_path, 0, monkeypatch)
+    checkpoint.unlink()
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0,1", "--resume") == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "found no checkpoint" in line]
+    assert lines == [f"warning: {checkpoint.parent.name}: --resume found no checkpoint in {checkpoint.parent} (the "
+                     "earlier attempt stopped before its first one): starting from the beginning"]
+
+
 def test_a_record_field_never_names_a_path(tmp_path, capsys):
     out = tmp_path / "pages"
     for evil in ("../escaped", "/tmp/escaped", "a/b"):

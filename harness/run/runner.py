@@ -286,6 +286,10 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
                               f"attempt left in {work_dir} (--resume goes on from a checkpoint)", UserWarning,
                               stacklevel=2)
             shutil.rmtree(work_dir, ignore_errors=True)
+        elif work_dir.exists() and not (work_dir / "checkpoint.pt").exists() and not _secondary_rank():
+            # an earlier attempt that saved no checkpoint (another rank's folder is rank 0's, made just now)
+            warnings.warn(f"{rid}: --resume found no checkpoint in {work_dir} (the earlier attempt stopped before "
+                          "its first one): starting from the beginning", UserWarning, stacklevel=2)
         work_dir.mkdir(exist_ok=True)
         records.set_aside_damaged(path)
         outcome = _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
