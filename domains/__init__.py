@@ -11,7 +11,7 @@ import importlib
 import os
 from importlib.metadata import entry_points
 
-from domains.base import Domain
+from domains.base import Domain, did_you_mean
 from domains.errors import UserError
 
 _BUILTIN = {
@@ -58,7 +58,7 @@ def get(name: str) -> Domain:
     if name not in _REGISTRY and name in _BUILTIN:
         importlib.import_module(_BUILTIN[name])
     if name not in _REGISTRY:
-        raise UserError(f"unknown domain '{name}'; available: {', '.join(available())}")
+        raise UserError(f"unknown domain '{name}'{did_you_mean(name, available())} Available: {', '.join(available())}")
     return _REGISTRY[name]()
 
 

@@ -60,8 +60,16 @@ def test_a_method_with_its_own_baseline_records_it(tmp_path):
 
 def test_user_error_from_a_subprocess_is_one_line(tmp_path):
     out = harness("run", "--domain", "nope", "--loss", "infonce", "--results", str(tmp_path))
-    assert out.returncode == 2 and out.stderr.startswith("error: unknown domain 'nope'; available: ")
+    assert out.returncode == 2 and out.stderr.startswith("error: unknown domain 'nope'. Available: ")
     assert len(out.stderr.strip().splitlines()) == 1 and "tiny" in out.stderr
+
+
+@pytest.mark.parametrize("field, typo, meant", [("domain", "tinny", "tiny"), ("method", "linaer", "linear"),
+                                                ("dataset", "blobs_hrd", "blobs_hard"), ("preset", "quik", "quick")])
+def test_a_misspelt_name_is_answered_with_the_closest_one(field, typo, meant):
+    request = dict(domain="tiny", loss="infonce", seeds=[0]) | {field: typo}
+    with pytest.raises(Exception, match=f"unknown {field} '{typo}'.*; did you mean '{meant}'\\? Available: "):
+        plan(RunRequest(**request))
 
 
 @pytest.mark.parametrize("args, expected", [

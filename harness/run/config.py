@@ -120,8 +120,8 @@ def parse_value(text: str, tp: Any) -> Any:
 def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[Any, dict[str, Any]]:
     """The domain's config for ``preset`` with the (non-loss) ``sets`` applied; also the validated overrides."""
     if preset not in domain.presets:
-        raise UserError(f"unknown preset '{preset}' for domain '{domain.name}'; "
-                        f"available: {', '.join(sorted(domain.presets))}")
+        raise UserError(f"unknown preset '{preset}' for domain '{domain.name}'{did_you_mean(preset, domain.presets)} "
+                        f"Available: {', '.join(sorted(domain.presets))}")
     fields = config_fields(domain.config_class)
     overrides: dict[str, Any] = {}
     for key, text in sets.items():

@@ -23,7 +23,7 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, RunSpec
+from domains.base import Domain, Prepared, RunSpec, did_you_mean
 from domains.context import RunContext
 from domains.errors import RunStopped, UserError
 from domains.files import refuse_link
@@ -107,13 +107,14 @@ def plan(req: RunRequest) -> Plan:
     domain = domains.get(req.domain)
     method = req.method or domain.default_method
     if method not in domain.methods:
-        raise UserError(f"unknown method '{method}' for domain '{domain.name}'; available: {', '.join(domain.methods)}")
+        raise UserError(f"unknown method '{method}' for domain '{domain.name}'{did_you_mean(method, domain.methods)} "
+                        f"Available: {', '.join(domain.methods)}")
     dataset = req.dataset or domain.default_dataset
     if records.CONTROL.search(dataset):  # its record could not be read back (records.RunRecord)
         raise UserError(f"the dataset name {dataset!r} holds a control character (a newline, ...); a name is one line")
     if dataset not in domain.datasets:
-        raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'; "
-                        f"available: {', '.join(domain.datasets)}")
+        raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'"
+                        f"{did_you_mean(dataset, domain.datasets)} Available: {', '.join(domain.datasets)}")
     config_sets, loss_sets = cfg.split_sets(req.sets)
     loss_params = cfg.resolve_loss(domain, req.loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
