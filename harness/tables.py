@@ -67,8 +67,10 @@ def escape(text: object, *, brackets: bool = False) -> str:
 
 def code(text: object) -> str:
     """``text`` as a markdown code span (no escape acts inside one): fenced by one backtick more than its longest
-    run of backticks, so that none inside it ends the span early, and padded where it starts or ends with one."""
-    text = str(text)
+    run of backticks, so that none inside it ends the span early, and padded where it starts or ends with one. A
+    line break becomes a space, as in :func:`escape`: a span in prose is one line, else its next line would start
+    a heading or a bullet of the page (a bench file's device or command)."""
+    text = " ".join(str(text).splitlines())
     fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
     pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == " " and text[-1:] == " ") else ""
     return f"{fence}{pad}{text}{pad}{fence}"

@@ -110,3 +110,11 @@ def test_a_cell_is_text_unless_the_page_built_it_as_markup():
 def test_a_code_span_holds_any_name_whole(text):
     assert RENDERER.renderInline(code(text)) == f"<code>{_literal(text)}</code>"
 
+
+
+def test_a_code_span_in_prose_forges_no_line():
+    """A code span's line break started a new line of the page: a bench file's device or command such as
+    'cpu\\n# forged' printed a heading on the bench page (hardware_line), and '\\n- x' a bullet."""
+    out = _html(f"device {code('cpu' + chr(10) + '# forged')}; command {code('run' + chr(10) + '- x')}.")
+    assert "<h1>" not in out and "<li>" not in out
+    assert out.count("<code>") == 2
