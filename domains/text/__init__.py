@@ -273,10 +273,9 @@ class TextDomain(Domain):
         elif spec.dataset == "hf-text":
             out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
         if cfg.word_vectors:
-            vectors = Path(cfg.word_vectors).expanduser()
-            if not vectors.is_file():
-                raise UserError(f"word_vectors file not found: {vectors}")
-            out["word_vectors_sha256"] = hash_files([vectors])
+            from domains.text.models import word_vectors_file
+
+            out["word_vectors_sha256"] = hash_files([word_vectors_file(cfg.word_vectors)])
         return out
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:

@@ -23,12 +23,18 @@ from domains.text.config import TextConfig
 from domains.text.tokenize import SentenceTokenizer
 
 
-def read_word_vectors(path: str | Path, words: set[str] | None = None) -> dict[str, np.ndarray]:
-    """Vectors of a word2vec or GloVe text file (``word v1 ... vD`` per line; word2vec's ``N D`` header line
-    is skipped), only for ``words`` when given."""
+def word_vectors_file(path: str | Path) -> Path:
+    """The ``word_vectors`` file a config names; UserError naming it where there is none."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise UserError(f"word_vectors file not found: {path}")
+    return path
+
+
+def read_word_vectors(path: str | Path, words: set[str] | None = None) -> dict[str, np.ndarray]:
+    """Vectors of a word2vec or GloVe text file (``word v1 ... vD`` per line; word2vec's ``N D`` header line
+    is skipped), only for ``words`` when given."""
+    path = word_vectors_file(path)
     vectors: dict[str, np.ndarray] = {}
     dim = None
     with open(path, encoding="utf-8", errors="replace") as fh:

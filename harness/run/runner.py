@@ -287,8 +287,9 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
                               f"attempt left in {work_dir} (--resume goes on from a checkpoint)", UserWarning,
                               stacklevel=2)
             shutil.rmtree(work_dir, ignore_errors=True)
-        elif work_dir.exists() and not (work_dir / "checkpoint.pt").exists() and not _secondary_rank():
-            # an earlier attempt that saved no checkpoint (another rank's folder is rank 0's, made just now)
+        elif work_dir.exists() and path.with_suffix(".log").exists() and not (work_dir / "checkpoint.pt").exists():
+            # An earlier attempt (its log is there) that saved no checkpoint. The folder alone is no sign of one:
+            # under torchrun the other ranks make it as they start.
             warnings.warn(f"{rid}: --resume found no checkpoint in {work_dir} (the earlier attempt stopped before "
                           "its first one): starting from the beginning", UserWarning, stacklevel=2)
         work_dir.mkdir(exist_ok=True)
