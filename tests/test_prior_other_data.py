@@ -59,8 +59,8 @@ def test_auto_estimates_on_other_data_are_left_out_of_the_row_and_marked(tmp_pat
     (near 0.25): the old page averaged the five as one row (5 runs, 0.40) with no word of it."""
     old, new = {0: 0.50, 1: 0.52, 2: 0.48}, {3: 0.24, 4: 0.26}
     page = _page(tmp_path, _runs("infonce", {}, {s: 80.0 for s in range(5)}, "v2", NEW)
-                 + _runs("dcl", AUTO, {s: 81.0 for s in old}, "v1", OLD, estimates=old)
-                 + _runs("dcl", AUTO, {s: 81.0 for s in new}, "v2", NEW, estimates=new))
+                 + _runs("dcl", AUTO, {s: 81.0 + s / 10 for s in old}, "v1", OLD, estimates=old)
+                 + _runs("dcl", AUTO, {s: 81.0 - s / 10 for s in new}, "v2", NEW, estimates=new))
     row = _cells(page, "| tiny / digits / C=4 | dcl | kmeans |", "## Estimation on the controlled benchmark")
     assert row[3] == "2"  # the runs
     estimates = list(new.values())
