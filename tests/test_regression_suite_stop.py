@@ -114,8 +114,10 @@ def finish(proc: subprocess.Popen, timeout: float = 60) -> tuple[str, str]:
     (it, or runs it left behind) is killed."""
     try:
         return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return "still running", ""
+    except subprocess.TimeoutExpired:  # say which of its processes were still there, and in what state
+        ps = subprocess.run(["ps", "-o", "pid,ppid,stat,wchan:24,etimes,args", "--sid", str(proc.pid)],
+                            capture_output=True, text=True).stdout
+        return f"still running after {timeout:.0f} s; its processes:\n{ps}", ""
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
