@@ -27,6 +27,7 @@ from harness.pages.tables import (
     ALPHA,
     DAGGER,
     MIXED,
+    MIXED_WHY,
     NONE,
     OTHER_DATA,
     PROTOCOL,
@@ -74,8 +75,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         "the JSON record of the row's first seed. Rows marked *published* are numbers reported in papers, not our "
         f"runs; {PROTOCOL} marks a published number obtained under another protocol than ours, the difference under "
         f"the table. Each row shows the records of the newest code that ran it; {MIXED} marks a row whose seeds come "
-        "from several commits (records written before the harness recorded a digest of its sources, so that which "
-        f"code ran cannot be told apart more finely).{' ' + data if data else ''} Under each table, the learning "
+        f"from {MIXED_WHY}.{' ' + data if data else ''} Under each table, the learning "
         "curves of its rows.", "",
     ]
     if any(g.nonfinite for g in groups):

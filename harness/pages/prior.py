@@ -25,7 +25,7 @@ from domains.files import refuse_link, write_atomic
 from harness.pages import generated
 from harness.pages.prior_runs import LOSSES, MEASURED, SYNTHETIC, Run, study_runs, task_label
 from harness.pages.prior_tables import ALPHA, cost_lines, estimation_lines, gain_lines
-from harness.pages.tables import MIXED, OTHER_DATA, data_note
+from harness.pages.tables import MIXED, MIXED_WHY, OTHER_DATA, data_note
 from harness.records import load_records
 from harness.tables import code, escape
 
@@ -145,10 +145,8 @@ def legend(tables: list[str]) -> str:
     """What the marks in ``tables`` mean, as the leaderboard pages say it; "" where they show none (a page explains
     only the marks it shows)."""
     text = "\n".join(tables)
-    code = (f"{MIXED} marks a value whose seeds come from several commits (records written before the harness "
-            "recorded a digest of its sources, so that which code ran cannot be told apart more finely), or a gain "
-            "whose infonce runs do; each setting shows the records of the newest code that ran it."
-            if MIXED in text else "")
+    code = (f"{MIXED} marks a value whose seeds come from {MIXED_WHY}, or a gain whose infonce runs do; each setting "
+            "shows the records of the newest code that ran it." if MIXED in text else "")
     return " ".join(note for note in (code, data_note((), OTHER_DATA in text)) if note)
 
 

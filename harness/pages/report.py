@@ -184,15 +184,20 @@ def improvements(tasks: list[Task], domain: str) -> list[figures.Improvement]:
     return rows
 
 
+def row_label(group: Group) -> str:
+    """A row of a task as the report's notes name it: the task, the loss and its hyper-parameters where it has
+    any, escaped."""
+    params = group.hparams_label()
+    return f"{escape(task_label(group))}: {escape(group.loss)}{'' if params == '–' else f' ({escape(params)})'}"
+
+
 def nonfinite_lines(groups: list[Group]) -> list[str]:
     """The note on the seeds whose primary metric was NaN or infinite (diverged), with the rows that have them;
     nothing where there is none."""
     rows = [g for g in groups if g.loss_used and g.nonfinite]
     if not rows:
         return []
-    items = [f"- {escape(task_label(g))}: {escape(g.loss)}"
-             f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
-             f"{len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
+    items = [f"- {row_label(g)}, {len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
     return [f"**Non-finite seeds.** {sum(len(g.nonfinite) for g in rows)} runs ended with a NaN or infinite primary "
             "metric (diverged). A loss that diverged on every seed of a task (at each of its hyper-parameter "
             "settings there) ranks last in it (ties averaged) and loses to the baseline (a baseline that diverged "
@@ -218,9 +223,7 @@ def data_lines(groups: list[Group], tasks: list[Task]) -> list[str]:
              "are left out of its mean, which is over one data set, as `harness compare` and `harness history` "
              "refuse to average them. Tasks whose losses read different data rank and compare the data's effect "
              "as well as the losses'.", ""]
-    lines += [f"- {escape(task_label(g))}: {escape(g.loss)}"
-              f"{'' if g.hparams_label() == '–' else f' ({escape(g.hparams_label())})'}, "
-              f"{len({r.seed for r in g.other_data})} seeds on other data left out" for g in partial]
+    lines += [f"- {row_label(g)}, {len({r.seed for r in g.other_data})} seeds on other data left out" for g in partial]
     lines += [f"- {escape(label)}: its losses read different data" for label in mixed]
     return [*lines, ""]
 

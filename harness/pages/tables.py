@@ -25,6 +25,9 @@ from harness.tables import Markup
 ALPHA = 0.05
 DAGGER = "†"
 MIXED = "‡"
+# Why seeds of several commits can share a row or value (MIXED), as every page that shows the mark says it.
+MIXED_WHY = ("several commits (records written before the harness recorded a digest of its sources, so that which "
+             "code ran cannot be told apart more finely)")
 PROTOCOL = "§"
 OTHER_DATA = "¶"
 NONE = "–"
