@@ -1,8 +1,10 @@
 """Helpers shared by several test files: a region where any host-device synchronisation raises, a run
-context that dies right after its first checkpoint (to test resuming), and a tiny TU-format dataset."""
+context that dies right after its first checkpoint (to test resuming), a tiny TU-format dataset, and the
+Ctrl-C a terminal gives a child process."""
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,13 @@ def no_sync() -> Iterator[None]:
         yield
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+def default_sigint() -> None:
+    """A ``preexec_fn`` for a child that a test stops with SIGINT. A job started in the background by a
+    non-interactive shell (CI, `cmd &`) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    give the child the disposition a terminal gives it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Killed(Exception):

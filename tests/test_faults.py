@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
-from support import toy_tu
+from support import default_sigint, toy_tu
 from tiny_domain import AS_MODULE, REPO, harness, harness_env, resume_args, synthetic_record, write_records
 
 from domains.context import RunContext
@@ -39,15 +39,9 @@ def _same_result(a: dict, b: dict) -> None:
     assert {k: v for k, v in a.items() if k not in STABLE} == {k: v for k, v in b.items() if k not in STABLE}
 
 
-def _default_sigint() -> None:
-    # A job started in the background by a non-interactive shell (CI, `cmd &`) inherits SIGINT ignored,
-    # and Python then never raises KeyboardInterrupt: give the child the disposition a terminal gives it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _start(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
 def _wait_for_epoch(results: Path, epoch: int) -> None:

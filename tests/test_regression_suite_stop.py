@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import default_sigint
 from test_regression_suite import SCRIPT, script
 from tiny_domain import REPO, harness_env, synthetic_record, write_records
 
@@ -97,7 +98,8 @@ def test_a_failed_update_leaves_the_old_baseline_as_it_was(tmp_path):
 def start(*args: str) -> subprocess.Popen:
     """``tools/regression-suite`` in a subprocess of its own process group, as a shell starts a command."""
     return subprocess.Popen([str(SCRIPT), *args], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=default_sigint)
 
 
 def wait_for_runs(folder: Path, count: int, proc: subprocess.Popen, timeout: float = 90) -> None:
