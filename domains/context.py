@@ -80,8 +80,11 @@ class RunContext:
     earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
     _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
 
-    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
-        """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop; where a stop is
+    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, steady_from: int = 0,
+                 **kw) -> Iterator[T]:
+        """A tqdm progress bar, silent under ``--quiet``, over the steps of a training loop (``steady_from``: the
+        first step whose time is typical of the rest, past a cheap first phase such as CURL's random-action steps;
+        the harness's time estimate waits for it); where a stop is
         requested it raises :class:`RunStopped` at the first step boundary where the checkpoint holds the run's
         state: before the loop's first step (the state a loop starts from is the restored checkpoint's, or a
         fresh start's), or right after a step that called :meth:`save_checkpoint`. A loop that checkpoints

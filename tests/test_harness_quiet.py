@@ -51,6 +51,26 @@ def test_the_estimate_leaves_out_a_cheap_first_phase():
     assert estimate.recent_step_time([0.0, 0.1, 0.2, 0.3, 10.3, 20.3, 30.3]) == pytest.approx(10.0)
 
 
+@pytest.mark.parametrize("cheap", [0, 500])
+def test_the_estimate_waits_for_the_steps_past_a_cheap_first_phase(monkeypatch, capsys, cheap):
+    """1,000 steps: 500 of 0.01 s (random actions), then 500 of 1 s (updates), as a run with a small
+    ``num_env_steps`` has them. Told where the steady steps start, the estimate times them (450 s left),
+    where after a tenth of the steps it would time only random actions (9 s)."""
+    clock = [0.0]
+    monkeypatch.setattr(estimate.time, "perf_counter", lambda: clock[0])
+
+    def steps():
+        for step in range(1000):
+            yield step
+            clock[0] += 0.01 if step < 500 else 1.0
+
+    assert list(estimate.estimating(steps(), "CURL", 1000, 1, cheap=cheap)) == list(range(1000))
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == ("estimate: CURL: 1 s per step; about 8 min of pretraining left over 1 seed, plus each seed's "
+                    "evaluation" if cheap else "estimate: CURL: 0.01 s per step; about 9 s of pretraining left over 1 "
+                    "seed, plus each seed's evaluation"), line
+
+
 def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
     """The estimate is printed once per run, from its first seed, and names the seeds it covers."""
     pytest.importorskip("torch_geometric")

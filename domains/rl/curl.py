@@ -313,7 +313,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     buffer.start_episode(obs)
     episode_return = 0.0
     for step in ctx.progress(range(start, total_agent_steps), desc=f"CURL {task_name}", total=total_agent_steps,
-                             initial=start):
+                             initial=start, steady_from=cfg.seed_agent_steps):
         if step < cfg.seed_agent_steps:
             action = env.sample_action(rng)
         else:

@@ -25,25 +25,35 @@ class EstimatingContext(RunContext):
 
     seeds: int = 1
 
-    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, **kw) -> Iterator[T]:
+    def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, steady_from: int = 0,
+                 **kw) -> Iterator[T]:
         items = super().progress(iterable, desc, total=total, **kw)
         if total is None or self.seeds < 1:
             return items
         seeds, self.seeds = self.seeds, 0  # later loops (evaluation) print nothing
-        return estimating(items, desc, total - kw.get("initial", 0), seeds, kw.get("unit", "step"))
+        initial = kw.get("initial", 0)
+        steady = min(max(steady_from, initial), total)
+        return estimating(items, desc, total - initial, seeds, kw.get("unit", "step"), cheap=steady - initial,
+                          seed_steps=total - min(steady_from, total))
 
 
-def estimating(items: Iterator[T], desc: str, steps: int, seeds: int, unit: str = "step") -> Iterator[T]:
-    """Yield ``items``; after 30 s or a tenth of the steps, print once the time the pretraining has left."""
+def estimating(items: Iterator[T], desc: str, steps: int, seeds: int, unit: str = "step", cheap: int = 0,
+               seed_steps: int | None = None) -> Iterator[T]:
+    """Yield ``steps`` items; after 30 s or a tenth of the timed steps, print once the time the pretraining has
+    left over this seed and ``seeds - 1`` more of ``seed_steps`` timed steps each (default ``steps``). The first
+    ``cheap`` steps are not timed (nor counted in what is left): their time says nothing of the rest."""
     from tqdm.auto import tqdm  # its write() keeps the progress bar intact
 
-    starts: list[float] = []  # when each step started
+    timed = steps - cheap
+    seed_steps = timed if seed_steps is None else seed_steps
+    starts: list[float] = []  # when each timed step started
     for done, item in enumerate(items):
-        if seeds:
+        if seeds and done >= cheap:
             starts.append(time.perf_counter())
-            if done and (starts[-1] - starts[0] >= ESTIMATE_AFTER_S or done >= ESTIMATE_AFTER_FRACTION * steps):
+            measured = len(starts) - 1
+            if measured and (starts[-1] - starts[0] >= ESTIMATE_AFTER_S or measured >= ESTIMATE_AFTER_FRACTION * timed):
                 per_step = recent_step_time(starts)
-                left = per_step * (steps - done) + per_step * steps * (seeds - 1)
+                left = per_step * (steps - done) + per_step * seed_steps * (seeds - 1)
                 tqdm.write(f"estimate: {desc}: {duration(per_step)} per {unit}; about {duration(left)} of "
                            f"pretraining left over {seeds} seed{'s' * (seeds > 1)}, plus each seed's evaluation",
                            file=sys.stderr)
