@@ -69,7 +69,8 @@ class VisionConfig:
     linear_weight_decay: NonNegativeFloat = 1e-6
     knn_k: PositiveInt = 200
     knn_temperature: PositiveFloat = 0.5  # the kNN monitor's weights exp(similarity / T)
-    knn_every: NonNegativeInt = 5  # kNN monitor every N epochs (and at the last); 0: off
+    # kNN monitor every N epochs (and at the last); 0: off. The final evaluation reports knn_top1 either way
+    knn_every: NonNegativeInt = 5
     bf16: bool = True  # bf16 autocast on CUDA; the losses run in float32 anyway
     # torch.compile the networks, the loss and the augmentation (eager, with a warning, if it fails): the same model and
     # maths in fused kernels, so a runtime field (float differences of the order another thread count gives)
