@@ -208,6 +208,26 @@ def record_key(record: RunRecord) -> str:
     return group_key(record.domain, record.dataset, record.method, record.loss, record.loss_params, record.config)
 
 
+def group_of(members: list[RunRecord], domains: dict[str, Domain | None], other_data: list[RunRecord] | None = None
+             ) -> Group:
+    """The group of ``members`` (sorted oldest first, of one code), named by the newest of them, without values
+    (the caller reads them). The baseline loss is the one the domain's code names now (so records written before a
+    method got its own baseline compare like new ones), the record's own field where the domain cannot be loaded;
+    ``domains`` caches the domains loaded so far."""
+    newest = members[-1]
+    if newest.domain not in domains:
+        domains[newest.domain] = domain_or_none(newest.domain)
+    dom = domains[newest.domain]
+    return Group(
+        domain=newest.domain, dataset=newest.dataset, method=newest.method, loss=newest.loss,
+        loss_params=newest.loss_params, preset=newest.preset, overrides=newest.overrides, config=newest.config,
+        primary_metric=newest.primary_metric, higher_is_better=newest.higher_is_better,
+        baseline_loss=dom.baseline_loss_for(newest.method) if dom is not None else newest.baseline_loss,
+        version=max((r.version for r in members), key=version_key), loss_used=newest.loss_used, records=members,
+        other_data=other_data or [], codes={r.code: r.code_label() for r in members},
+    )
+
+
 def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], str] = record_key,
                   keep_empty: bool = False, one_data: bool = False) -> list[Group]:
     """Completed records grouped on ``key`` (by default everything but seed and code), sorted deterministically.
@@ -217,9 +237,7 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
     must not choose between them). ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
     ``one_data`` keeps, of those, the records that read the data the newest one read (:data:`DATA`), the others in
     ``Group.other_data`` (a page shows one data set's mean and says so); without it a group holds every data its
-    code read, for a gate to refuse.
-    The baseline loss is the one the domain's code names now (so records written before a method got its own
-    baseline compare like new ones), the record's own field where the domain cannot be loaded.
+    code read, for a gate to refuse. Each group's fields: :func:`group_of`.
     """
     by_key: dict[str, list[RunRecord]] = {}
     for record in records:
@@ -236,19 +254,7 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
             data = digest(members[-1], DATA)
             other = [r for r in members if digest(r, DATA) != data]
             members = [r for r in members if digest(r, DATA) == data]
-        first = members[-1]
-        latest = max((r.version for r in members), key=version_key)
-        if first.domain not in loaded:
-            loaded[first.domain] = domain_or_none(first.domain)
-        dom = loaded[first.domain]
-        baseline = dom.baseline_loss_for(first.method) if dom is not None else first.baseline_loss
-        group = Group(
-            domain=first.domain, dataset=first.dataset, method=first.method, loss=first.loss,
-            loss_params=first.loss_params, preset=first.preset, overrides=first.overrides, config=first.config,
-            primary_metric=first.primary_metric, higher_is_better=first.higher_is_better, baseline_loss=baseline,
-            version=latest, loss_used=first.loss_used, records=members, other_data=other,
-            codes={r.code: r.code_label() for r in members},
-        )
+        group = group_of(members, loaded, other_data=other)
         seen: dict[int, RunRecord] = {}
         for record in members:
             earlier = seen.get(record.seed)

@@ -175,7 +175,7 @@ def test_a_group_both_sides_only_failed_fails_the_gate(tmp_path):
     for record in diverged:
         record["metrics"]["accuracy"] = None
     code, report = _gate(tmp_path / "nan", crashed + held, diverged + held, "--allow-missing")
-    assert code == 1 and "the candidate: non-finite accuracy on seed(s) 0,1,2" in report
+    assert code == 1 and "the candidate: gave a non-finite accuracy on seed(s) 0,1,2" in report
 
 
 def test_the_report_names_the_seeds_a_baseline_failed_or_diverged_on(tmp_path):
@@ -198,7 +198,7 @@ def test_an_added_group_the_candidate_failed_or_diverged_on_is_listed_as_such(tm
     added = _section(report, "Added in the candidate")
     assert code == 0 and "## Added in the candidate, not in the baseline (2)" in report
     assert "- tiny / blobs / linear / dcl (–, quick): failed on seed(s) 0,1 (no baseline: not gated)" in added
-    assert "- tiny / rings / linear / infonce (–, quick): non-finite accuracy on seed(s) 1 (no baseline" in added
+    assert "- tiny / rings / linear / infonce (–, quick): gave a non-finite accuracy on seed(s) 1 (no baseline" in added
 
 
 def test_a_folder_whose_name_holds_an_at_sign_is_that_folder(tmp_path, capsys):

@@ -77,9 +77,8 @@ def _config_diff(base: Group, cand: Group) -> list[str]:
 
 def _baseline_broke(base: Group, failed: set[int]) -> str:
     """Which seeds the baseline's code failed or diverged on, naming the code; "" when none."""
-    how = [f"failed on seed(s) {seeds_text(failed)}" if failed else "",
-           f"gave a non-finite {base.primary_metric} on seed(s) {seeds_text(base.nonfinite)}" if base.nonfinite else ""]
-    return f"its code {base.code_label()} {' and '.join(h for h in how if h)}" if failed or base.nonfinite else ""
+    broke = _broke(base, failed)
+    return f"its code {base.code_label()} {' and '.join(broke)}" if broke else ""
 
 
 def _baseline_failed(base: Group, failed: set[int]) -> str:
@@ -90,11 +89,11 @@ def _baseline_failed(base: Group, failed: set[int]) -> str:
     return f"the baseline has no finite {base.primary_metric}: {_baseline_broke(base, failed)}; nothing to compare with"
 
 
-def _broke(cand: Group, failed: set[int]) -> list[str]:
-    """The seeds of a candidate's group that its code ran and failed (``failed``) or diverged on."""
+def _broke(group: Group, failed: set[int]) -> list[str]:
+    """The seeds of a group that its code ran and failed (``failed``) or diverged on."""
     return [f"failed on seed(s) {seeds_text(failed)}"] * bool(failed) + [
-        f"non-finite {cand.primary_metric} on seed(s) {seeds_text(cand.nonfinite)}"
-    ] * bool(cand.nonfinite)
+        f"gave a non-finite {group.primary_metric} on seed(s) {seeds_text(group.nonfinite)}"
+    ] * bool(group.nonfinite)
 
 
 def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:

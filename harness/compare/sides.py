@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from domains.base import Domain
 from domains.errors import UserError
 from domains.files import hash_jsonable
-from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_records
+from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_of, group_records
 from harness.records import RunRecord, load_record_files, utc_iso
 from harness.version import resolve_commit
 
@@ -65,20 +66,11 @@ class Side:
         """Match key -> a group without values for each group whose newest code only failed (no completed record):
         :meth:`groups` (completed records) has no such group, and a group that vanished would be judged by nothing
         on the baseline's side, or pass unseen on the candidate's."""
-        out = {}
-        for key, members in self.current.items():
-            if any(r.status == "completed" for r in members):
-                continue
-            members = sorted(members, key=lambda r: (utc_iso(r.finished_at), r.run_id))
-            last = members[-1]
-            out[key] = Group(
-                domain=last.domain, dataset=last.dataset, method=last.method, loss=last.loss,
-                loss_params=last.loss_params, preset=last.preset, overrides=last.overrides, config=last.config,
-                primary_metric=last.primary_metric, higher_is_better=last.higher_is_better,
-                baseline_loss=last.baseline_loss, version=last.version, loss_used=last.loss_used, records=members,
-                codes={r.code: r.code_label() for r in members},
-            )
-        return out
+        domains: dict[str, Domain | None] = {}
+        return {
+            key: group_of(sorted(members, key=lambda r: (utc_iso(r.finished_at), r.run_id)), domains)
+            for key, members in self.current.items() if not any(r.status == "completed" for r in members)
+        }
 
     def failed(self) -> dict[str, set[int]]:
         """Match key -> the seeds that only failed (no completed record of the seed) in the group's newest code."""
