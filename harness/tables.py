@@ -65,6 +65,20 @@ def escape(text: object, *, brackets: bool = False) -> str:
     return (_ALT if brackets else _TEXT).sub(_escaped, " ".join(str(text).splitlines()))
 
 
+# What makes a bullet's text a block of its own: a nested ordered list ("1. x", "2) x"), a nested list or a
+# thematic break ("- x", "+ x", "---"), a quote ("> x"), GitHub's task box ("[ ] x"). ("#" and "*" escape() escapes.)
+_BLOCK_START = re.compile(r"\d{1,9}(?=[.)](?:\s|$))|(?=[-+>]|\[[ xX]\](?:\s|$))")
+
+
+def bullet(text: str) -> str:
+    """``text`` (markdown: escaped, :func:`escape`, or built by the page) as one bullet of a page: one line, and
+    its start escaped where markdown would read it as a block inside the bullet (a record named ``1. x``, ``> x``
+    or ``[ ] x`` prints as that, not as a list, a quote or a checkbox). Leading spaces go: four would start code."""
+    text = " ".join(text.splitlines()).lstrip()
+    start = _BLOCK_START.match(text)
+    return "- " + (text if start is None else f"{text[:start.end()]}\\{text[start.end():]}")
+
+
 def code(text: object) -> str:
     """``text`` as a markdown code span (no escape acts inside one): fenced by one backtick more than its longest
     run of backticks, so that none inside it ends the span early, and padded where it starts or ends with one. A

@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 from tiny_domain import synthetic_record, write_records
 
 from harness.cli import main
-from harness.tables import Markup, code, escape, markdown
+from harness.tables import Markup, bullet, code, escape, markdown
 
 # Each piece is one thing markdown or HTML acts on: a link, a tag, emphasis both ways, a code span, strikethrough,
 # math (GitHub's), an entity, a heading's closing sequence.
@@ -118,3 +118,33 @@ def test_a_code_span_in_prose_forges_no_line():
     out = _html(f"device {code('cpu' + chr(10) + '# forged')}; command {code('run' + chr(10) + '- x')}.")
     assert "<h1>" not in out and "<li>" not in out
     assert out.count("<code>") == 2
+
+
+@pytest.mark.parametrize("name", ["1. x", "2) x", "- x", "+ x", "---", "> x", ">x", "[ ] x", "[x] x", "   1. x"])
+def test_a_bullet_starting_like_a_block_prints_its_name(name):
+    """A record named like a list item, a quote, a thematic break or GitHub's task box, at the start of a page's
+    bullet, rendered as a nested list, a quote, a rule or a checkbox (GitHub's; CommonMark prints "[ ] x")."""
+    assert RENDERER.render(bullet(escape(name))) == f"<ul>\n<li>{_literal(name.lstrip())}</li>\n</ul>\n"
+
+
+def test_the_comparison_report_prints_names_literally(tmp_path):
+    """The gate's report (``--out``, a CI job's summary) named groups in bullets unescaped: a missing group's
+    dataset ``[x](http://evil)`` was a link there, a config value a heading, and a folder's name broke its title."""
+    def side(folder, config_value, groups):
+        records = [synthetic_record("infonce", s, 80.0 + s, dataset=f"{prefix}data {ACTIVE}", config={"k": config_value})
+                   for prefix in groups for s in range(3)]
+        for record in records:
+            record["run_id"] = f"tiny-{len(record['dataset'])}-s{record['seed']}"
+        write_records(folder, records)
+        return str(folder)
+
+    base = side(tmp_path / "base `[x](evil) <b>b", f"value {ACTIVE}", ["", "1. "])
+    cand = side(tmp_path / "cand", f"other {ACTIVE}", [""])
+    out = tmp_path / "report.md"
+    assert main(["compare", "--baseline", base, "--candidate", cand, "--out", str(out)]) == 1  # "1. " is missing
+    page = out.read_text()
+    _assert_nothing_rendered(page, "compare")
+    rendered = _html(page)
+    assert "<ol>" not in rendered and f"<code>{_literal(base)}</code>" in rendered
+    assert f"tiny / 1. data {_literal(ACTIVE)} / linear / infonce" in rendered
+    assert f"k: value {_literal(ACTIVE)} → other {_literal(ACTIVE)}" in rendered

@@ -13,7 +13,7 @@ from domains.files import hash_jsonable
 from harness import stats
 from harness.compare.sides import Side, group_name
 from harness.groups import Group, decimals, fmt
-from harness.tables import markdown
+from harness.tables import bullet, code, escape, markdown
 
 VERDICTS = ("regression", "missing", "unjudged", "untestable", "improvement", "unchanged", "untested")
 
@@ -106,7 +106,7 @@ TITLES = {
 def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) -> str:
     level = f"alpha / groups = {args.alpha:g} / n" if args.correction != "none" else f"alpha = {args.alpha:g}"
     lines = [
-        f"# Comparison: baseline `{base.label}` vs candidate `{cand.label}`",
+        f"# Comparison: baseline {code(base.label)} vs candidate {code(cand.label)}",
         "",
         f"Rule: per group, the change of the mean primary metric (candidate − baseline; ↑ higher is better, ↓ lower) "
         f"is tested with {stats.TESTS[args.test]}, two-sided, and the p-values of the groups are corrected together "
@@ -133,13 +133,15 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
         lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
         if verdict in ("missing", "unjudged") and chosen:
             lines += [
-                f"- {group_name(r.base)}: "
-                + (f"{r.unjudged}; the candidate: " if r.unjudged and r.problems else r.unjudged)
-                + "; ".join(r.problems)
-                + (
-                    "; the seeds it has show a drop worse than the tolerance that the test did not confirm"
-                    if r.seen == "untestable"
-                    else ""
+                _bullet(
+                    group_name(r.base),
+                    (f"{r.unjudged}; the candidate: " if r.unjudged and r.problems else r.unjudged)
+                    + "; ".join(r.problems)
+                    + (
+                        "; the seeds it has show a drop worse than the tolerance that the test did not confirm"
+                        if r.seen == "untestable"
+                        else ""
+                    ),
                 )
                 for r in chosen
             ] + [""]
@@ -158,10 +160,16 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
     )
     broke = [r for r in rows if r.verdict == "added" and r.problems]
     if broke:  # not gated (no baseline), but a crash must not read as a new result
-        lines += [f"- {group_name(r.cand)}: {'; '.join(r.problems)} (no baseline: not gated)" for r in broke] + [""]
+        lines += [_bullet(group_name(r.cand), f"{'; '.join(r.problems)} (no baseline: not gated)") for r in broke]
+        lines += [""]
     lines += _details(rows)
-    # A bullet is one line whatever a record's names hold: a newline there could forge a verdict line.
-    return "\n".join(" ".join(line.split()) if line.startswith("- ") else line for line in lines)
+    return "\n".join(lines)
+
+
+def _bullet(name: str, text: str) -> str:
+    """A bullet on a group: what records name is free text, escaped (:func:`harness.tables.escape`), and the
+    bullet one line (:func:`harness.tables.bullet`): a record's name must not forge a verdict line or a link."""
+    return bullet(f"{escape(name)}: {escape(text)}")
 
 
 MACHINE = ("device", "device_name", "cpu", "cpu_capability", "torch_threads", "torch", "cuda")
@@ -176,7 +184,7 @@ def _machines(rows: list[Row]) -> list[str]:
     for key in MACHINE:
         base, cand = ({str(rec.hardware[key]) for rec in side if rec.hardware.get(key) is not None} for side in sides)
         if base and cand and base != cand:
-            lines.append(f"- {key}: {', '.join(sorted(base))} → {', '.join(sorted(cand))}")
+            lines.append(_bullet(key, f"{', '.join(sorted(base))} → {', '.join(sorted(cand))}"))
     if not lines:
         return []
     return [
@@ -201,7 +209,7 @@ def _data(rows: list[Row]) -> list[str]:
             continue
         base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
         if base != cand:
-            lines.append(f"- {group_name(r.base)}: data {', '.join(base)} → {', '.join(cand)}")
+            lines.append(_bullet(group_name(r.base), f"data {', '.join(base)} → {', '.join(cand)}"))
     if not lines:
         return []
     return [
@@ -221,14 +229,14 @@ def _details(rows: list[Row]) -> list[str]:
     lines = []
     noted = [r for r in rows if r.notes]
     if noted:
-        lines += ["## Notes", "", *[f"- {group_name(r.base)}: {'; '.join(r.notes)}" for r in noted], ""]
+        lines += ["## Notes", "", *[_bullet(group_name(r.base), "; ".join(r.notes)) for r in noted], ""]
     lines += _machines(rows) + _data(rows)
     diffs = [r for r in rows if r.config_diff]
     if diffs:
         lines += ["## Config differences of matched groups", ""]
         lines += [
-            f"- {r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} "
-            f"({r.base.hparams_label()}): {'; '.join(r.config_diff)}"
+            _bullet(f"{r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} ({r.base.hparams_label()})",
+                    "; ".join(r.config_diff))
             for r in diffs
         ] + [""]
     return lines
@@ -243,5 +251,5 @@ def error_report(baseline: str, candidate: str, error: Exception) -> str:
         verdict, text = "FAIL: the comparison crashed", f"{type(error).__name__}: {error}"
     # One line, as the CLI prints it: the message may quote a record's values or a file's name, whose line breaks
     # would forge a verdict line.
-    text = " ".join(text.split())
-    return f"# Comparison: baseline `{baseline}` vs candidate `{candidate}`\n\n**{verdict}.** error: {text}\n"
+    text = escape(" ".join(text.split()))
+    return f"# Comparison: baseline {code(baseline)} vs candidate {code(candidate)}\n\n**{verdict}.** error: {text}\n"

@@ -20,7 +20,7 @@ from typing import Any
 from domains.errors import UserError
 from domains.files import write_atomic
 from harness.pages import generated
-from harness.tables import Markup, code, escape, markdown
+from harness.tables import Markup, bullet, code, escape, markdown
 
 PAGE = "bench.md"
 MARKER = generated.marker("leaderboard")
@@ -305,7 +305,7 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
         if not files:
             cells.append([target.label, NONE, threshold_text(target), f"{NONE} (not measured)", NONE])
     lines += [*markdown(["target", "file", "threshold", "figure", "met?"], cells), ""]
-    lines += [f"- **{target.label}.** {target.note}" for target in TARGETS if target.note]
+    lines += [bullet(f"**{target.label}.** {target.note}") for target in TARGETS if target.note]
     lines += [""] if any(target.note for target in TARGETS) else []
     for stem, bench in benches.items():
         lines += file_section(stem, bench)

@@ -27,7 +27,7 @@ from harness.pages.prior_runs import LOSSES, MEASURED, SYNTHETIC, Run, study_run
 from harness.pages.prior_tables import ALPHA, cost_lines, estimation_lines, gain_lines
 from harness.pages.tables import MIXED, MIXED_WHY, OTHER_DATA, data_note
 from harness.records import load_records
-from harness.tables import code, escape
+from harness.tables import bullet, code, escape
 
 MARKER = generated.marker("prior")
 FIGURE = "prior_error.png"
@@ -193,7 +193,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
         *gains,
         f"dcl with `auto` against dcl at the paper default: as good or better, within noise, on {good} of "
         f"{len(verdicts)} tasks (goal: at least 2/3).", "",
-        *[f"- {escape(v)}" for v in verdicts], "",
+        *[bullet(escape(v)) for v in verdicts], "",
         "## Cost", "", *cost_lines(runs), *FINDINGS, "",
         "## Real datasets", "",
         "The `auto` estimate beside the τ+ the loss saw and the prior the labels give (graph: the graph classes; "

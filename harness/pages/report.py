@@ -28,7 +28,7 @@ from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
-from harness.tables import escape, markdown
+from harness.tables import bullet, escape, markdown
 
 MARKER = generated.marker("report")
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
@@ -197,7 +197,7 @@ def nonfinite_lines(groups: list[Group]) -> list[str]:
     rows = [g for g in groups if g.loss_used and g.nonfinite]
     if not rows:
         return []
-    items = [f"- {row_label(g)}, {len(g.nonfinite)} of {g.runs} seeds non-finite" for g in rows]
+    items = [bullet(f"{row_label(g)}, {len(g.nonfinite)} of {g.runs} seeds non-finite") for g in rows]
     return [f"**Non-finite seeds.** {sum(len(g.nonfinite) for g in rows)} runs ended with a NaN or infinite primary "
             "metric (diverged). A loss that diverged on every seed of a task (at each of its hyper-parameter "
             "settings there) ranks last in it (ties averaged) and loses to the baseline (a baseline that diverged "
@@ -223,8 +223,9 @@ def data_lines(groups: list[Group], tasks: list[Task]) -> list[str]:
              "are left out of its mean, which is over one data set, as `harness compare` and `harness history` "
              "refuse to average them. Tasks whose losses read different data rank and compare the data's effect "
              "as well as the losses'.", ""]
-    lines += [f"- {row_label(g)}, {len({r.seed for r in g.other_data})} seeds on other data left out" for g in partial]
-    lines += [f"- {escape(label)}: its losses read different data" for label in mixed]
+    lines += [bullet(f"{row_label(g)}, {len({r.seed for r in g.other_data})} seeds on other data left out")
+              for g in partial]
+    lines += [bullet(f"{escape(label)}: its losses read different data") for label in mixed]
     return [*lines, ""]
 
 
@@ -294,7 +295,8 @@ def write_report(results: Path, out: Path) -> Path:
                       "percent are both readable.", "", f"![relative improvement per domain]({BARS_PNG})", ""]
         else:
             lines += ["No task has both a baseline and another loss yet.", ""]
-        lines += ["## Tasks", "", *[f"- {escape(t.label)}: {escape(', '.join(task_losses(t)))}" for t in tasks], ""]
+        lines += ["## Tasks", ""]
+        lines += [*[bullet(f"{escape(t.label)}: {escape(', '.join(task_losses(t)))}") for t in tasks], ""]
         write_atomic(path, "\n".join(lines))
         generated.remove_stale(previous, drawn)  # once no page shows them
     return path
