@@ -131,8 +131,8 @@ def test_the_comparison_report_prints_names_literally(tmp_path):
     """The gate's report (``--out``, a CI job's summary) named groups in bullets unescaped: a missing group's
     dataset ``[x](http://evil)`` was a link there, a config value a heading, and a folder's name broke its title."""
     def side(folder, config_value, groups):
-        records = [synthetic_record("infonce", s, 80.0 + s, dataset=f"{prefix}data {ACTIVE}", config={"k": config_value})
-                   for prefix in groups for s in range(3)]
+        records = [synthetic_record("infonce", s, 80.0 + s, dataset=f"{prefix}data {ACTIVE}",
+                                    config={"k": config_value}) for prefix in groups for s in range(3)]
         for record in records:
             record["run_id"] = f"tiny-{len(record['dataset'])}-s{record['seed']}"
         write_records(folder, records)

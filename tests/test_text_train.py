@@ -157,6 +157,18 @@ def test_hf_text_without_datasets_is_a_user_error(monkeypatch):
         load_hf(SMALL)
 
 
+def test_hf_text_without_network_fails_at_once_with_what_to_do(monkeypatch):
+    """Where the hub's host does not resolve, datasets retried each request for 25 s before it failed."""
+    pytest.importorskip("datasets")
+    from domains import hub_network
+    from domains.text.corpus import load_hf
+
+    monkeypatch.setattr(hub_network, "hub_unreachable", lambda: True)
+    with pytest.raises(UserError, match=r"'someone/some-books' \(split train\): no network: .* does not resolve, so "
+                                        r"only datasets' cache was read; download it .* --set hf_dataset=<folder>"):
+        load_hf(replace(SMALL, hf_dataset="someone/some-books"))
+
+
 @pytest.mark.slow
 def test_benchmark_rows(data_root):
     from domains.text.bench import benchmark

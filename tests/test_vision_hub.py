@@ -8,8 +8,10 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -269,6 +271,27 @@ def test_hub_id_without_network_and_missing_folder_are_clear_errors(tmp_path, mo
     with pytest.raises(UserError, match="no folder /nonexistent/set"):
         data.load("hf:/nonexistent/set", tmp_path)
     assert "hf:someone/some-images" in domains.get("vision").datasets
+
+
+def test_a_hub_id_without_network_fails_at_once_in_one_line(tmp_path, monkeypatch, capfd):
+    """Where the hub's host does not resolve, datasets retried each request five times over 25 s, printing each
+    retry; now it is put in offline mode for the call (its cache, or one line), and the mode is put back after."""
+    from domains import hub_network
+
+    def no_dns(*args, **kw):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(hub_network.socket, "getaddrinfo", no_dns)
+    for proxy in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    start, mode = time.monotonic(), datasets.config.HF_HUB_OFFLINE
+    with pytest.raises(UserError, match=r"\(no network: huggingface.co does not resolve, so only datasets' cache was "
+                                        r"read\); without a network, download it"):
+        data.load("hf:someone/some-images", tmp_path)
+    assert time.monotonic() - start < 10 and "Retry" not in "".join(capfd.readouterr())
+    assert datasets.config.HF_HUB_OFFLINE is mode
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")  # a proxy may resolve what the machine cannot
+    assert not hub_network.hub_unreachable()
 
 
 def test_cifar_bench_presets_hold_lightlys_protocol():

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -26,6 +27,7 @@ import numpy as np
 from domains.base import require
 from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_jsonable, write_atomic
+from domains.hub_network import no_network_note, offline_without_network
 from domains.text.config import TextConfig
 from domains.text.files import read_bytes, refuse_nul
 
@@ -140,11 +142,16 @@ def load_hf(cfg: TextConfig) -> Corpus:
         import datasets
     except ImportError:
         raise UserError("dataset hf-text needs the Python package 'datasets': pip install datasets") from None
+    local = Path(cfg.hf_dataset).expanduser().exists()  # a folder or a script: no hub
     try:
-        rows = datasets.load_dataset(cfg.hf_dataset, split=cfg.hf_split)
+        with contextlib.nullcontext(False) if local else offline_without_network() as no_network:
+            rows = datasets.load_dataset(cfg.hf_dataset, split=cfg.hf_split)
     except Exception as exc:  # noqa: BLE001 - any loader failure is a user-fixable data problem
+        reason = no_network_note() if no_network else " ".join(str(exc).split())
+        fix = (f"; download it where there is one (huggingface-cli download {cfg.hf_dataset} --repo-type dataset "
+               "--local-dir <folder>) and pass --set hf_dataset=<folder>") if no_network else ""
         raise DatasetMissingError(f"could not load Hugging Face dataset '{cfg.hf_dataset}' "
-                                  f"(split {cfg.hf_split}): {exc}") from exc
+                                  f"(split {cfg.hf_split}): {reason}{fix}") from exc
     names: list[str] = []
     documents: list[list[str]] = []
     previous = object()

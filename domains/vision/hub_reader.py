@@ -4,6 +4,7 @@ Arrow form (never row by row in Python)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import numpy as np
 
 from domains.errors import UserError
 from domains.files import cache_dir, hash_files
+from domains.hub_network import no_network_note, offline_without_network
 from domains.vision.image_decoding import Blob
 
 
@@ -25,10 +27,12 @@ def display_name(source: Path | str) -> str:
 def builder_for(datasets: Any, source: Path | str) -> Any:
     """``datasets.load_dataset_builder`` for a folder or a hub id, its files resolved; UserError when there is
     nothing ``datasets`` can read there, or no network for a hub id."""
+    offline = contextlib.nullcontext(False) if isinstance(source, Path) else offline_without_network()
     try:
-        return datasets.load_dataset_builder(str(source), cache_dir=str(cache_dir() / "hf-datasets"))
+        with offline as no_network:
+            return datasets.load_dataset_builder(str(source), cache_dir=str(cache_dir() / "hf-datasets"))
     except (OSError, ValueError) as exc:  # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids
-        reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = no_network_note() if no_network else " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(source, Path):
             raise UserError(f"{source}: no dataset files that datasets can read ({reason}); a Hugging Face image "
                             "dataset is a folder of parquet shards, e.g. data/train-00000-of-00001.parquet") from None
