@@ -92,7 +92,9 @@ class RunContext:
         :attr:`stop_requested` says so."""
         from tqdm.auto import tqdm
 
-        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=self.quiet, leave=False, **kw))
+        # No bar over nothing (a resumed run whose training had ended): tqdm would show an empty "0it".
+        hidden = self.quiet or total == 0
+        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=hidden, leave=False, **kw))
 
     def _stoppable(self, bar: Any) -> Iterator[T]:
         resumable = True

@@ -194,3 +194,12 @@ def test_the_resume_command_starts_the_harness_the_way_it_was_started():
     goes on with the forced rerun)."""
     assert resume_command(["run", "--force", "--seeds", "0"]) == "harness run --force --seeds 0 --resume"
     assert resume_command(["bench", "all", "--resume"]) == "harness bench all --resume"
+
+
+def test_a_loop_with_nothing_left_shows_no_bar(tmp_path, capsys):
+    """A resumed run whose training had ended showed an empty '0it' bar; a loop with steps still shows its bar."""
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=tmp_path)
+    assert list(ctx.progress(range(5, 5), desc="epochs", total=0)) == []
+    assert capsys.readouterr().err == ""
+    assert list(ctx.progress(range(2), desc="epochs", total=2)) == [0, 1]
+    assert "epochs" in capsys.readouterr().err
