@@ -202,6 +202,9 @@ class Domain(ABC):
     higher_is_better: ClassVar[bool] = True
     baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
     method_baselines: ClassVar[dict[str, str]] = {}  # method -> its own baseline loss, where it differs
+    # Methods that train nothing and ignore the loss (evaluation only): `harness run` needs no --loss for them, and
+    # names the method's baseline loss in the record (its run id), as when a user passed that loss.
+    loss_free_methods: ClassVar[frozenset[str]] = frozenset()
     references: ClassVar[tuple[Reference, ...]] = ()
     leaderboard_metrics: ClassVar[tuple[str, ...]] = ()  # secondary metrics the leaderboard shows as columns
     # dataset -> a paragraph the leaderboard prints under that dataset's table: where and why we do not

@@ -86,12 +86,29 @@ def test_a_misspelt_name_is_answered_with_the_closest_one(field, typo, meant):
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must lie in (0, 1)"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "Valid: loss.alpha, loss.c"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpah=0.1"], "did you mean 'loss.alpha'?"),
+    (["--domain", "tiny"], "--loss is required: method 'linear' of domain 'tiny' trains with one (harness list "
+                           "losses)"),
 ])
 def test_user_errors_are_one_line_exit_2(tmp_path, capsys, args, expected):
     assert main(["run", *args, "--results", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and expected in err and len(err.strip().splitlines()) == 1
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_an_evaluation_only_method_needs_no_loss_and_names_its_baseline_as_before(tmp_path):
+    """text's bow trains nothing: --loss was required all the same, and entered the run id. Without it the record
+    names the method's baseline loss, so the run is the one a user who passed that loss ran (its record reused)."""
+    args = ["run", "--domain", "text", "--method", "bow", "--seeds", "0", "--set", "max_sentences=400",
+            "--results", str(tmp_path), "--quiet"]
+    first = harness(*args)
+    assert first.returncode == 0, first.stderr
+    [record] = _records(tmp_path)
+    assert record["loss"] == "infonce" and record["loss_used"] is False and "--loss infonce" in first.stdout
+    again = harness(*args[:-3], "--loss", "infonce", *args[-3:])
+    assert again.returncode == 0 and "[skipped]" in again.stdout, again.stdout + again.stderr
+    refused = harness("run", "--domain", "text", "--seeds", "0", "--results", str(tmp_path))
+    assert refused.returncode == 2 and "only bow, hf ignore it" in refused.stderr
 
 
 def test_failures_write_a_failed_record(tmp_path, capsys):

@@ -111,6 +111,7 @@ class TextDomain(Domain):
               "ignored",
     }
     default_method = "quickthought"
+    loss_free_methods = frozenset({"bow", "hf"})
     datasets = {
         "synthetic-topics": DatasetSpec("synthetic-topics", "embedded: documents that each follow one latent topic, "
                                         "sentences from a small grammar; evaluated on a topic task with a known "

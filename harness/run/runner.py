@@ -42,7 +42,7 @@ class RunRequest:
     """What ``harness run`` was asked for (before resolution)."""
 
     domain: str
-    loss: str
+    loss: str | None  # None: the method trains nothing (Domain.loss_free_methods)
     method: str | None = None
     dataset: str | None = None
     seeds: list[int] | None = None
@@ -115,12 +115,17 @@ def plan(req: RunRequest) -> Plan:
     if dataset not in domain.datasets:
         raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'"
                         f"{did_you_mean(dataset, domain.datasets)} Available: {', '.join(domain.datasets)}")
+    loss = req.loss or (domain.baseline_loss_for(method) if method in domain.loss_free_methods else None)
+    if loss is None:
+        free = f"; only {', '.join(sorted(domain.loss_free_methods))} ignore it" if domain.loss_free_methods else ""
+        raise UserError(f"--loss is required: method '{method}' of domain '{domain.name}' trains with one "
+                        f"(harness list losses{free})")
     config_sets, loss_sets = cfg.split_sets(req.sets)
-    loss_params = cfg.resolve_loss(domain, req.loss, loss_sets)
+    loss_params = cfg.resolve_loss(domain, loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
     config = domain.resolve_config(config, method, dataset)  # effective values: what the run's id hashes
     seeds = req.seeds if req.seeds is not None else list(domain.presets[req.preset].seeds)
-    specs = [RunSpec(domain=domain.name, method=method, dataset=dataset, loss=req.loss, loss_params=loss_params,
+    specs = [RunSpec(domain=domain.name, method=method, dataset=dataset, loss=loss, loss_params=loss_params,
                      preset=req.preset, seed=seed, config=config) for seed in seeds]
     for spec in specs[:1]:
         domain.validate(spec)
