@@ -94,6 +94,28 @@ def test_a_diverged_run_is_counted_not_averaged(tmp_path):
         write_prior_page(only, tmp_path / "out2")
 
 
+def test_a_cell_holds_one_setting_the_newest(tmp_path):
+    """Runs of another preset, or of other estimator settings, on the same task and prior were pooled into its cells:
+    a seed of both counted once (whichever came last) and the gain paired seeds of different settings."""
+    results = _study(tmp_path, [0.24, 0.26, 0.25, 0.23, 0.27])
+    older, planted = "2025-12-01T00:00:00+00:00", []
+    for seed in range(5):
+        other_preset = _record("dcl", seed, 50.0, {"tau_plus": 0.25})
+        other_preset |= {"preset": "paper", "finished_at": older, "run_id": f"paper-dcl-s{seed}"}
+        other_momentum = _record("dcl", seed, 50.0, {"tau_plus": "auto", "prior_estimator": "kmeans",
+                                                     "prior_every": 1, "prior_momentum": 0.9}, estimate=0.9)
+        other_momentum["finished_at"] = older
+        planted += [other_preset, other_momentum]
+    write_records(results, planted)
+    page = write_prior_page(results, tmp_path / "out").read_text()
+    assert "from 20 completed records in the folder `prior`; 10 more are left out" in page
+    cells = [c.strip() for c in _row(page.split("## Gain over infonce")[1], "| tiny / digits / C=4 | dcl |")
+             .strip("|").split("|")][2:]
+    expected_true = sum(t - b for t, b in zip(DCL_TRUE, INFONCE)) / 5
+    assert cells[:2] == [f"{expected_true:+.2f}† (n=5)", f"{expected_true - 0.5:+.2f}† (n=5)"]
+    assert "| tiny / digits / C=4 | dcl | kmeans | 5 | 0.2500 | – | 0.2500 (label prior) | 0.2500 ± 0.0158 |" in page
+
+
 def test_an_empty_folder_fails_loudly_and_writes_nothing(tmp_path):
     (tmp_path / "prior").mkdir()
     with pytest.raises(UserError, match="nothing was written"):

@@ -9,11 +9,13 @@ newest record read, one per seed.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from harness.groups import DATA, Group, digest, group_records
-from harness.records import RunRecord
+from harness.records import RunRecord, utc_iso
 
 SYNTHETIC = ("synthetic-motifs", "synthetic-topics", "digits", "biased-digits")
 LOSSES = ("dcl", "hcl", "pucl")
@@ -115,18 +117,52 @@ def to_run(record: RunRecord, group: Group | None = None) -> Run:
 def study_runs(records: list[RunRecord]) -> tuple[list[Run], int, int]:
     """(runs, diverged, left out): the runs of ``records`` as the leaderboard pages keep them (a page must not average
     a setting's seeds over different data or code, nor count a seed run twice): per experiment, the newest code's
-    records that read its newest record's data, a seed's latest record; of those, the ones whose primary metric is
-    non-finite are counted as diverged, not run. Left out: the records of older code, of other data, or a seed's
-    earlier run. The runs keep the order of ``records`` (the figure draws its curves in it)."""
+    records that read its newest record's data, a seed's latest record; and of those, one setting per cell
+    (:func:`one_setting`). Of what is kept, the runs whose primary metric is non-finite are counted as diverged,
+    not run. Left out: the records of older code, of other data, a seed's earlier run, or another setting. The
+    runs keep the order of ``records`` (the figure draws its curves in it)."""
     groups = group_records(records, keep_empty=True, one_data=True)
     kept: dict[int, Group] = {}
     for group in groups:
         latest = {r.seed: r for r in group.records}  # oldest first: a seed's rerun replaces its earlier record
         kept.update((id(r), group) for r in latest.values())
-    finite = [r for r in records if id(r) in kept and r.metrics.get(r.primary_metric) is not None]
+    chosen = {id(r) for r in one_setting([r for r in records if id(r) in kept])}
+    finite = [r for r in records if id(r) in chosen and r.metrics.get(r.primary_metric) is not None]
     runs = [to_run(r, kept[id(r)]) for r in finite]
-    diverged = len(kept) - len(finite)
-    return runs, diverged, len(records) - len(kept)
+    diverged = len(chosen) - len(finite)
+    return runs, diverged, len(records) - len(chosen)
+
+
+def one_setting(records: list[RunRecord]) -> list[RunRecord]:
+    """The records the page's cells hold, one setting each: of a task, those of its newest record's preset and
+    overrides (its gains pair a loss's seeds with infonce's); of a task's loss at one setting of its prior (a
+    cell), those of the newest one's other hyper-parameters (the estimator's ``prior_every`` and
+    ``prior_momentum``, a loss's own). The page's cells do not say which setting they hold: pooled, a seed of two
+    settings counted once, and a mean mixed them."""
+    def newest(key: Callable[[RunRecord], Hashable], what: Callable[[RunRecord], str],
+               members: list[RunRecord]) -> list[RunRecord]:
+        latest: dict[Hashable, RunRecord] = {}
+        for r in sorted(members, key=lambda r: (utc_iso(r.finished_at), r.run_id)):
+            latest[key(r)] = r
+        return [r for r in members if what(r) == what(latest[key(r)])]
+
+    def task(r: RunRecord) -> Hashable:
+        return (r.domain, r.dataset, r.details.get("label_classes"))
+
+    def setting(r: RunRecord) -> str:
+        return json.dumps([r.preset, r.overrides], sort_keys=True, default=str)
+
+    def cell(r: RunRecord) -> Hashable:
+        return (task(r), r.loss, classify(r))
+
+    def other_params(r: RunRecord) -> str:
+        import losses
+
+        prior = losses.spec(r.loss).prior_hparam if r.loss in losses.available() else None
+        skip = {"prior_estimator", prior.name if prior else None}
+        return json.dumps({k: v for k, v in r.loss_params.items() if k not in skip}, sort_keys=True, default=str)
+
+    return newest(cell, other_params, newest(task, setting, records))
 
 
 def task_label(task: tuple[str, str, int | None]) -> str:
