@@ -31,7 +31,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="quick",
                    help="quick (about 5 minutes on a laptop CPU), paper, ... (harness list presets; default: quick)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, or a loss hyper-parameter as loss.NAME=VALUE (repeatable)")
+                   help="override a config field (harness list options), or a loss hyper-parameter as "
+                        "loss.NAME=VALUE (harness list losses) (repeatable)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
@@ -70,9 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_args(sub.add_parser("run", help="run (domain, method, dataset, loss, seeds) and write records"))
 
-    p = sub.add_parser("list", help="list domains, datasets, losses or presets")
-    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets"],
-                   help="what to list (default: all four)")
+    p = sub.add_parser("list", help="list domains, datasets, losses, presets or options (the --set keys)")
+    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets", "options"],
+                   help="what to list (default: all five)")
 
     p = sub.add_parser("sweep", help="run a grid of domains x datasets x losses x hyper-parameters x seeds")
     p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")

@@ -1,16 +1,25 @@
-"""``harness list [domains|datasets|losses|presets]``: what exists, one line each.
+"""``harness list [domains|datasets|losses|presets|options]``: what exists, one line each.
 
-A domain whose extra is not installed (or which fails to import) is shown as unavailable, never a crash.
+A domain whose extra is not installed (or which fails to import) is shown as unavailable, never a crash. The
+options are each domain's config fields, for ``--set KEY=VALUE``: default, range or choices (the config's pydantic
+constraints), and the comment the config's source gives the field.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import io
 import os
+import re
 import sys
+import textwrap
+import tokenize
+from typing import Any
 
 import losses
 from domains import available, get
-from domains.base import Domain
+from domains.base import RUNTIME, Domain
 from harness.tables import pairs
 
 
@@ -59,6 +68,77 @@ def preset_lines(loaded: list[Domain]) -> list[str]:
     return pairs(rows)
 
 
+def option_lines(loaded: list[Domain]) -> list[str]:
+    """One line per config field of each domain: ``domain.name``, its default, its range or choices, what the
+    config's source says of it, and whether it is a runtime field (how the run goes, not part of its identity)."""
+    import pydantic
+
+    rows = []
+    for d in loaded:
+        schema = pydantic.TypeAdapter(d.config_class).json_schema()["properties"]
+        comments = field_comments(d.config_class)
+        for f in dataclasses.fields(d.config_class):
+            runtime = " [runtime: not part of the run's identity]" if f.metadata.get(RUNTIME) else ""
+            text = f"= {schema[f.name].get('default')!r} {_constraint(schema[f.name])}".rstrip()
+            rows.append((f"{d.name}.{f.name}", f"{text}{'; ' + comments[f.name] if comments.get(f.name) else ''}"
+                         f"{runtime}"))
+    return pairs(rows)
+
+
+def _constraint(prop: dict[str, Any]) -> str:
+    """A field's type and range, or its choices, from its JSON schema: ``(integer >= 2)``, ``(one of a, b)``."""
+    options = prop.get("anyOf", [prop])
+    parts = []
+    for option in options:
+        if "enum" in option:
+            parts.append("one of " + ", ".join(map(str, option["enum"])))
+            continue
+        bounds = [f"{sign} {option[key]}" for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                             ("maximum", "<="), ("exclusiveMaximum", "<"))
+                  if key in option]
+        parts.append(" ".join([option.get("type", "any"), *bounds]) if bounds else option.get("type", "any"))
+    return f"({' or '.join(parts)})"
+
+
+SECTION_WORDS = 6  # a comment line this short alone above a field heads a section of the config
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class's source: the comment lines right above it and the ones ending its
+    statement's lines (the configs document their fields so); a field without any is left out."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    comments: dict[int, str] = {}
+    statements: dict[int, int] = {}  # first line -> last line of each statement
+    first = None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string.lstrip("#").strip()
+        elif token.type == tokenize.NEWLINE and first is not None:
+            statements[first], first = token.start[0], None
+        elif token.type not in (tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER) and first is None:
+            first = token.start[0]
+    code = {n for start, end in statements.items() for n in range(start, end + 1)}
+    names = {f.name for f in dataclasses.fields(cls)}
+    lines = source.splitlines()
+    docs = {}
+    for start, end in statements.items():
+        match = re.match(r"\s+(\w+)\s*:", lines[start - 1])
+        if match is None or match.group(1) not in names:
+            continue
+        above, n = [], start - 1
+        while n in comments and n not in code:
+            above.insert(0, comments[n])
+            n -= 1
+        above = [c for c in above if not re.fullmatch(r"-{3,}.*-{3,}", c)]  # "# --- corpus ---": a heading
+        if len(above) == 1 and len(above[0].split()) <= SECTION_WORDS:
+            above = []  # a section's heading ("# Pretraining", "# SAC."), not this field's comment
+        ending = [comments[n] for n in range(start, end + 1) if n in comments]
+        text = "; ".join(part for part in (" ".join(above), *ending) if part)
+        if text:
+            docs[match.group(1)] = text
+    return docs
+
+
 def loss_lines(loaded: list[Domain]) -> list[str]:
     """The core losses that train (the registry's objectives), with hyper-parameters (default and range) and the
     domains accepting them."""
@@ -83,6 +163,7 @@ def cmd_list(what: str | None) -> int:
         "datasets": lambda: dataset_lines(loaded),
         "losses": lambda: loss_lines(loaded),
         "presets": lambda: preset_lines(loaded),
+        "options": lambda: option_lines(loaded),
     }
     try:
         for name in [what] if what else list(sections):

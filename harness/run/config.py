@@ -127,7 +127,8 @@ def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[A
     for key, text in sets.items():
         if key not in fields:
             raise UserError(f"unknown --set key '{key}' for domain '{domain.name}'{did_you_mean(key, fields)} "
-                            f"Valid keys: {', '.join(sorted(fields))}, or loss.<hyper-parameter>")
+                            f"Valid keys: {', '.join(sorted(fields))}, or loss.<hyper-parameter> (harness list options "
+                            "says what each does)")
         try:
             overrides[key] = parse_value(text, fields[key])
         except ValidationError as exc:
