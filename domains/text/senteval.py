@@ -18,7 +18,9 @@ SentEval was written, one-vs-rest for TREC) and lbfgs for dense embeddings: each
 not quite the same model: liblinear also penalises the intercept (as a feature of value 1), lbfgs does not, and
 on TREC's six classes lbfgs fits one multinomial (softmax) model where SentEval's scikit-learn of the time fitted
 six one-vs-rest ones (``eval_solver=liblinear`` restores that). Sparse features (bag-of-words counts) always take
-this path: the torch classifier wants dense rows.
+this path: the torch classifier wants dense rows. lbfgs runs up to ``eval_max_iter`` = 1,000 iterations: SentEval run
+on today's scikit-learn gets lbfgs with its default 100, which stops before converging on some features (quick-
+thought's on TREC: 3 to 6 points lower, the text page's note).
 
 ``probe_standardize=true`` (not SentEval's; off by default) z-scores the dense features of every fit with the mean
 and standard deviation of that fit's own training rows (scikit-learn's ``StandardScaler`` in a pipeline here, the
