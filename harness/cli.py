@@ -23,8 +23,8 @@ DATA_ROOT_HELP = "data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrasti
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", required=True, help="domain name (harness list domains)")
-    p.add_argument("--loss", help="loss name accepted by the domain (harness list losses); a method that trains "
-                                  "nothing (text's bow, hf) needs none")
+    p.add_argument("--loss", help="loss name accepted by the domain (harness list losses); required, except by a "
+                                  "method that trains nothing (text's bow, hf: default, its baseline loss)")
     p.add_argument("--method", help="method (default: the domain's default)")
     p.add_argument("--dataset", help="dataset (default: the domain's embedded default)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
