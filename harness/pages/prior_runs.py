@@ -13,9 +13,13 @@ import json
 import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from harness.groups import DATA, Group, digest, group_records
 from harness.records import RunRecord, utc_iso
+
+if TYPE_CHECKING:
+    from losses.registry import HParam
 
 SYNTHETIC = ("synthetic-motifs", "synthetic-topics", "digits", "biased-digits")
 LOSSES = ("dcl", "hcl", "pucl")
@@ -73,13 +77,18 @@ class Run:
         return abs(value - self.reference) / self.reference
 
 
-def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
-    """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
+def prior_hparam(loss: str) -> HParam | None:
+    """The hyper-parameter that sets ``loss``'s class prior (τ+, α); None for a loss without one, or unknown here."""
     import losses
 
+    return losses.spec(loss).prior_hparam if loss in losses.available() else None
+
+
+def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
+    """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
     if record.loss == "infonce":
         return ("baseline",), None
-    prior = losses.spec(record.loss).prior_hparam if record.loss in losses.available() else None
+    prior = prior_hparam(record.loss)
     if prior is None:
         return (), None
     value = record.loss_params.get(prior.name)
@@ -156,9 +165,7 @@ def one_setting(records: list[RunRecord]) -> list[RunRecord]:
         return (task(r), r.loss, classify(r))
 
     def other_params(r: RunRecord) -> str:
-        import losses
-
-        prior = losses.spec(r.loss).prior_hparam if r.loss in losses.available() else None
+        prior = prior_hparam(r.loss)
         skip = {"prior_estimator", prior.name if prior else None}
         return json.dumps({k: v for k, v in r.loss_params.items() if k not in skip}, sort_keys=True, default=str)
 
