@@ -22,3 +22,12 @@ def test_lightly_row_is_the_table_it_cites():
     # lightly-ai/lightly, docs/source/getting_started/benchmarks/cifar10_benchmark.py as "Updated: 18.02.2022":
     # "| SimCLR | 512 | 200 | 0.828 |"; 0.848 is the same row of its later table ("Updated: 27.03.2023")
     assert _rows("vision", "lightly's CIFAR-10 benchmark (table of 18.02.2022)") == {"cifar10": (82.8, None)}
+
+
+def test_curl_rows_are_its_100k_table():
+    # CURL (arXiv 2004.04136), Table 1, "100K STEP SCORES", CURL column (mean & std over 10 seeds): FINGER, SPIN
+    # 767±56; CARTPOLE, SWINGUP 582±146; REACHER, EASY 538±233; CHEETAH, RUN 299±48; WALKER, WALK 403±24; BALL IN
+    # CUP, CATCH 769±43 (its 500K rows are 926, 841, 929, 518, 902, 959)
+    assert _rows("rl", "CURL paper") == {
+        "finger-spin": (767, 56), "cartpole-swingup": (582, 146), "reacher-easy": (538, 233),
+        "cheetah-run": (299, 48), "walker-walk": (403, 24), "ball_in_cup-catch": (769, 43)}
