@@ -177,3 +177,20 @@ def test_a_rank_tests_p_never_goes_below_the_smallest_it_can_reach():
     assert change.p == change.min_p == 0.1
     change = compare_values({s: 1.0 for s in range(4)}, {s: 2.0 for s in range(4)}, "wilcoxon")
     assert change.p == change.min_p == 0.125
+
+
+
+def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_code(tmp_path, capsys):
+    """A candidate folder seeded with a copy of the baseline (to reuse its records), then run by a code committed
+    before the baseline's: per group the copies were the candidate's newest code, so the baseline was compared with
+    its own copies and passed, while the code that ran was 20 points down."""
+    cand = _records(GOOD, software=NEW) + _records([v - 20 for v in GOOD], software=OLD)
+    code, report = _gate(tmp_path, cand, base=_records(GOOD, software=NEW))
+    assert code == 2 and "is copies of the baseline's records, newer than its own code(s) aaaaaaa" in report
+    assert "PASS" not in report and "of its own" in capsys.readouterr().err
+    # Named, the candidate's code is judged.
+    assert main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@aaaa"]) == 1
+    # A rerun of the baseline's code (written at other times: no copy) is the candidate's newest code, and judged.
+    rerun = _records([v - 20 for v in GOOD], software=NEW, finished_at="2026-11-27T00:00:00+00:00")
+    code, report = _gate(tmp_path / "rerun", rerun + _records(GOOD, software=OLD), base=_records(GOOD, software=NEW))
+    assert code == 1 and "Regressions (1)" in report

@@ -36,6 +36,7 @@ class Side:
     label: str
     records: list[RunRecord]
     current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
+    shadowed: dict[str, list[str]] = field(init=False)  # key -> the labels of the group's older codes, if any
     newest: str = field(init=False)  # the side's newest code class, over all its groups
 
     def __post_init__(self) -> None:
@@ -43,7 +44,7 @@ class Side:
         by_key: dict[str, list[RunRecord]] = {}
         for record in self.records:
             by_key.setdefault(command_key(record), []).append(record)
-        self.current = {}
+        self.current, self.shadowed = {}, {}
         for key, members in by_key.items():
             order = code_order(members)
             *older, newest = sorted(order, key=lambda c: (order[c], c))
@@ -57,6 +58,9 @@ class Side:
                     "them by name (FOLDER@<first digits of its source digest>)"
                 )
             self.current[key] = [r for r in members if code_class(r) == newest]
+            if older:
+                labels = {code_class(r): r.code_label() for r in members}
+                self.shadowed[key] = sorted({labels[c] for c in older})
 
     def groups(self) -> dict[str, Group]:
         chosen = [r for members in self.current.values() for r in members]
@@ -183,6 +187,12 @@ def _refuse_both(text: str, results: str, role: str, cache: dict[Path, list[RunR
         f"--{role} '{text}' is ambiguous: it is a folder, and also names records in --results "
         f"'{results}'; write ./{text} for the folder or {results}@{text} for the records"
     )
+
+
+def copied(base: Group, cand: Group) -> bool:
+    """Whether some of the candidate's records of a group are copies of the baseline's: the same content, times
+    included (a rerun of a run, even of the same code on the same seed, was written at other times)."""
+    return bool({hash_jsonable(r.to_json()) for r in base.records} & {hash_jsonable(r.to_json()) for r in cand.records})
 
 
 def group_name(g: Group) -> str:
