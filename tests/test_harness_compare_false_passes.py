@@ -186,7 +186,7 @@ def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_c
     its own copies and passed, while the code that ran was 20 points down."""
     cand = _records(GOOD, software=NEW) + _records([v - 20 for v in GOOD], software=OLD)
     code, report = _gate(tmp_path, cand, base=_records(GOOD, software=NEW))
-    assert code == 2 and "is copies of the baseline's records, newer than its own code(s) aaaaaaa" in report
+    assert code == 2 and "(copies in both folders), newer than the candidate's own code(s) aaaaaaa" in report
     assert "PASS" not in report and "of its own" in capsys.readouterr().err
     # Named, the candidate's code is judged.
     assert main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@aaaa"]) == 1
@@ -194,3 +194,7 @@ def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_c
     rerun = _records([v - 20 for v in GOOD], software=NEW, finished_at="2026-11-27T00:00:00+00:00")
     code, report = _gate(tmp_path / "rerun", rerun + _records(GOOD, software=OLD), base=_records(GOOD, software=NEW))
     assert code == 1 and "Regressions (1)" in report
+    # The candidate's records copied into the baseline's folder shadow the baseline's own code there.
+    bad = _records([v - 20 for v in GOOD], software=NEW)
+    code, report = _gate(tmp_path / "into-base", bad, base=_records(GOOD, software=OLD) + bad)
+    assert code == 2 and "newer than the baseline's own code(s) aaaaaaa" in report and "PASS" not in report

@@ -9,8 +9,8 @@ shows the difference (a changed default). A side must be one result per group: t
 disagree, seeds that ran different code (the commits of records without a source digest, which one version may
 hold) or configs or read different data, or two codes that cannot be ordered in time are refused. The candidate is
 its newest code: a group only an older code of it ran, or one it holds only as the baseline's own records (one
-folder on both sides, or copies of the baseline's records newer than the candidate's own code of it), is missing,
-never compared with an older code or with itself.
+folder on both sides, or copies in both folders newer than a side's own code of it), is missing, never compared
+with an older code or with itself.
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
 tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's; a paired test's change
@@ -108,17 +108,19 @@ def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
     return problems
 
 
-def _own(base: Group, cand: Group, shadowed: list[str]) -> str:
+def _own(base: Group, cand: Group, shadowed: dict[str, list[str]]) -> str:
     """Why the candidate's records of a group are the baseline's own, a group compared with itself; "" when they
     are not. One folder on both sides (e.g. the folder against one code in it, whose newest code per group is that
-    code), or copies of the baseline's records that shadow an older code of the candidate's (``shadowed``: a folder
-    seeded with the baseline's records, then run by a code committed before the baseline's). Copies with no other
-    code beside them are the baseline's code, as a rerun of it on its machine would be bit for bit: compared."""
+    code), or copies of one side's records in the other's folder that shadow an older code of that side's
+    (``shadowed``, per side: a candidate folder seeded with the baseline's records, then run by a code committed
+    before the baseline's; a candidate's records written into the baseline's folder). Copies with no other code
+    beside them are one code on both sides, as a rerun on its machine would be bit for bit: compared."""
     if {id(r) for r in base.records} & {id(r) for r in cand.records}:
         return f"the candidate holds it only as the baseline's own records ({cand.code_label()})"
-    if shadowed and copied(base, cand):
-        return (f"the candidate's newest code of it ({cand.code_label()}) is copies of the baseline's records, newer "
-                f"than its own code(s) {', '.join(shadowed)}; name the candidate's code (FOLDER@NAME)")
+    older = [f"the {side}'s own code(s) {', '.join(codes)}" for side, codes in shadowed.items() if codes]
+    if older and copied(base, cand):
+        return (f"both sides' newest code of it ({cand.code_label()}) is the same records (copies in both folders), "
+                f"newer than {' and '.join(older)}; name each side's code (FOLDER@NAME)")
     return ""
 
 
@@ -179,7 +181,8 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     rows, tested = [], []
     for key, b in base_groups.items():
         c = cand_groups.get(key)
-        own = "" if c is None else _own(b, c, cand.shadowed.get(key, []))
+        shadowed = {"baseline": base.shadowed.get(key, []), "candidate": cand.shadowed.get(key, [])}
+        own = "" if c is None else _own(b, c, shadowed)
         if own:  # compared with itself it would hold whatever its code did
             rows.append(
                 Row(
