@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 
+import pytest
 from tiny_domain import synthetic_record, write_records
 
+from harness import version
 from harness.cli import main
 from harness.stats import compare_values
 
@@ -198,3 +202,31 @@ def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_c
     bad = _records([v - 20 for v in GOOD], software=NEW)
     code, report = _gate(tmp_path / "into-base", bad, base=_records(GOOD, software=OLD) + bad)
     assert code == 2 and "newer than the baseline's own code(s) aaaaaaa" in report and "PASS" not in report
+
+
+def test_a_tag_and_a_branch_of_one_name_are_refused_not_read_as_the_tag(tmp_path, monkeypatch, capsys):
+    """git reads a name that is a tag and a branch as the tag (its warning is quiet under --verify --quiet): the
+    gate judged the tag's good commit while the branch, the code meant, was 20 points down."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    repo.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for step in ("one", "two"):
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", step], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                                      text=True).stdout.strip())
+    subprocess.run([*git, "tag", "rel", commits[0]], check=True)
+    subprocess.run([*git, "branch", "rel", commits[1]], check=True)
+    monkeypatch.setattr(version, "ROOT", repo)  # the checkout whose refs the gate's names resolve in
+    tagged = _records(GOOD, version="0.2.0", software={"git_commit": commits[0]})
+    branch = _records([v - 20 for v in GOOD], version="0.3.0", software={"git_commit": commits[1]})
+    write_records(tmp_path / "all", _records(GOOD) + tagged + branch)
+    compare = ["compare", "--results", str(tmp_path / "all"), "--baseline", "0.1.0", "--candidate"]
+    assert main([*compare, "rel"]) == 2
+    err = capsys.readouterr().err
+    assert "'rel' is ambiguous in git" in err and "refs/tags/rel" in err and "refs/heads/rel" in err
+    assert main([*compare, "refs/heads/rel"]) == 1  # named in full: judged
+    assert main([*compare, "refs/tags/rel"]) == 0

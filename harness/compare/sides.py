@@ -105,6 +105,7 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
     chosen = [r for r in records if r.version == name]
     commit = None if chosen else resolve_commit(name)
     if commit is not None:
+        _refuse_ambiguous_ref(name)
         chosen = [r for r in records if r.commit == commit]
     if not chosen and len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
         chosen = [
@@ -132,6 +133,19 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         f"{', '.join(versions) or 'none'}; commits {', '.join(commits[:12]) or 'none'}"
         f"{' ...' if len(commits) > 12 else ''}"
     )
+
+
+def _refuse_ambiguous_ref(name: str) -> None:
+    """UserError when ``name`` is a tag and a branch (or a remote branch) that point at different commits: git
+    reads the tag and says so only in a warning, and the gate would judge a code the user may not have meant."""
+    kinds = {kind: resolve_commit(f"refs/{kind}/{name}") for kind in ("tags", "heads", "remotes")}
+    named = {kind: commit for kind, commit in kinds.items() if commit}
+    if len(set(named.values())) > 1:
+        raise UserError(
+            f"'{name}' is ambiguous in git: it names the commits "
+            + ", ".join(f"{commit[:8]} (refs/{kind}/{name})" for kind, commit in named.items())
+            + "; name one by its full ref or commit"
+        )
 
 
 def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | None, str]:
