@@ -4,7 +4,8 @@ exit 0 (or a traceback) for a candidate that was clearly worse, and now gets a f
 Doors: ``--allow-missing`` waiving an unconfirmed drop, a paired test leaving the candidate's extra seeds out, the
 newest code chosen by commit dates in other UTC offsets or by digest order, a named commit or version holding two
 codes, an older code standing in for a newer one that failed, hidden or renamed copies of records, two results for
-one seed, one folder spelt two ways, and metrics that are NaN or too large to compute with."""
+one seed, one folder spelt two ways, metrics that are NaN or too large to compute with, copies of one side's records
+in the other's folder standing in for its own code, and a name that is a tag and a branch."""
 
 from __future__ import annotations
 

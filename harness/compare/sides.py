@@ -7,7 +7,7 @@ code (the commits of records without a source digest) or configs or read differe
 two codes that cannot be ordered in time (the same commit date, version and last finish time) are refused, never
 averaged into one mean or chosen between by their digests.
 Where a side's text reads two ways (a folder named ``runs@v1`` beside ``runs``; with ``--results``, a folder named
-like a version or tag in it), it is refused rather than guessed.
+like a version or tag in it; a tag and a branch of one name), it is refused rather than guessed.
 """
 
 from __future__ import annotations
