@@ -4,15 +4,20 @@ exit 0 (or a traceback) for a candidate that was clearly worse, and now gets a f
 Doors: ``--allow-missing`` waiving an unconfirmed drop, a paired test leaving the candidate's extra seeds out, the
 newest code chosen by commit dates in other UTC offsets or by digest order, a named commit or version holding two
 codes, an older code standing in for a newer one that failed, hidden or renamed copies of records, two results for
-one seed, one folder spelt two ways, and metrics that are NaN or too large to compute with."""
+one seed, one folder spelt two ways, metrics that are NaN or too large to compute with, copies of one side's records
+in the other's folder standing in for its own code, and a name that is a tag and a branch."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 
+import pytest
 from tiny_domain import synthetic_record, write_records
 
+from harness import version
 from harness.cli import main
 from harness.stats import compare_values
 
@@ -177,3 +182,52 @@ def test_a_rank_tests_p_never_goes_below_the_smallest_it_can_reach():
     assert change.p == change.min_p == 0.1
     change = compare_values({s: 1.0 for s in range(4)}, {s: 2.0 for s in range(4)}, "wilcoxon")
     assert change.p == change.min_p == 0.125
+
+
+
+def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_code(tmp_path, capsys):
+    """A candidate folder seeded with a copy of the baseline (to reuse its records), then run by a code committed
+    before the baseline's: per group the copies were the candidate's newest code, so the baseline was compared with
+    its own copies and passed, while the code that ran was 20 points down."""
+    cand = _records(GOOD, software=NEW) + _records([v - 20 for v in GOOD], software=OLD)
+    code, report = _gate(tmp_path, cand, base=_records(GOOD, software=NEW))
+    assert code == 2 and "(copies in both folders), newer than the candidate's own code(s) aaaaaaa" in report
+    assert "PASS" not in report and "of its own" in capsys.readouterr().err
+    # Named, the candidate's code is judged.
+    assert main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@aaaa"]) == 1
+    # A rerun of the baseline's code (written at other times: no copy) is the candidate's newest code, and judged.
+    rerun = _records([v - 20 for v in GOOD], software=NEW, finished_at="2026-11-27T00:00:00+00:00")
+    code, report = _gate(tmp_path / "rerun", rerun + _records(GOOD, software=OLD), base=_records(GOOD, software=NEW))
+    assert code == 1 and "Regressions (1)" in report
+    # The candidate's records copied into the baseline's folder shadow the baseline's own code there.
+    bad = _records([v - 20 for v in GOOD], software=NEW)
+    code, report = _gate(tmp_path / "into-base", bad, base=_records(GOOD, software=OLD) + bad)
+    assert code == 2 and "newer than the baseline's own code(s) aaaaaaa" in report and "PASS" not in report
+
+
+def test_a_tag_and_a_branch_of_one_name_are_refused_not_read_as_the_tag(tmp_path, monkeypatch, capsys):
+    """git reads a name that is a tag and a branch as the tag (its warning is quiet under --verify --quiet): the
+    gate judged the tag's good commit while the branch, the code meant, was 20 points down."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    repo.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for step in ("one", "two"):
+        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", step], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                                      text=True).stdout.strip())
+    subprocess.run([*git, "tag", "rel", commits[0]], check=True)
+    subprocess.run([*git, "branch", "rel", commits[1]], check=True)
+    monkeypatch.setattr(version, "ROOT", repo)  # the checkout whose refs the gate's names resolve in
+    tagged = _records(GOOD, version="0.2.0", software={"git_commit": commits[0]})
+    branch = _records([v - 20 for v in GOOD], version="0.3.0", software={"git_commit": commits[1]})
+    write_records(tmp_path / "all", _records(GOOD) + tagged + branch)
+    compare = ["compare", "--results", str(tmp_path / "all"), "--baseline", "0.1.0", "--candidate"]
+    assert main([*compare, "rel"]) == 2
+    err = capsys.readouterr().err
+    assert "'rel' is ambiguous in git" in err and "refs/tags/rel" in err and "refs/heads/rel" in err
+    assert main([*compare, "refs/heads/rel"]) == 1  # named in full: judged
+    assert main([*compare, "refs/tags/rel"]) == 0

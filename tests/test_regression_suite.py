@@ -15,6 +15,7 @@ import domains
 from domains.errors import UserError
 from harness.suites import SUITES, load_suite, suite_path
 from harness.suites.__main__ import baseline_files
+from harness.version import source_digest
 
 SCRIPT = REPO / "tools" / "regression-suite"
 
@@ -82,7 +83,7 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
                         f"--device cpu --results {tmp_path / 'r'} --quiet")
     tolerances = " ".join(f"--tolerance {s.domain}/{s.dataset}={s.tolerance:g}" for s in settings)
     assert lines[-1] == (f"{sys.executable} -m harness compare --baseline leaderboards/regression --candidate "
-                         f"{tmp_path / 'r'} --out {tmp_path / 'report.md'} {tolerances}")
+                         f"{tmp_path / 'r'}@{source_digest()} --out {tmp_path / 'report.md'} {tolerances}")
     assert not (tmp_path / "r").exists()
 
 

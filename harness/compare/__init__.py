@@ -9,7 +9,8 @@ shows the difference (a changed default). A side must be one result per group: t
 disagree, seeds that ran different code (the commits of records without a source digest, which one version may
 hold) or configs or read different data, or two codes that cannot be ordered in time are refused. The candidate is
 its newest code: a group only an older code of it ran, or one it holds only as the baseline's own records (one
-folder on both sides), is missing, never compared with an older code or with itself.
+folder on both sides, or copies in both folders newer than a side's own code of it), is missing, never compared
+with an older code or with itself.
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
 tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's; a paired test's change
@@ -60,7 +61,7 @@ from domains.errors import UserError
 from domains.files import write_atomic
 from harness import stats
 from harness.compare.report import VERDICTS, Row, error_report, report
-from harness.compare.sides import Side, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
+from harness.compare.sides import Side, copied, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
 from harness.groups import Group, decimals
 from harness.records import RunRecord
 from harness.run.config import tolerance_value
@@ -107,10 +108,20 @@ def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
     return problems
 
 
-def _own(base: Group, cand: Group) -> bool:
-    """Whether the candidate's records of a group are the baseline's own (one folder on both sides, e.g. the
-    folder against one code in it, whose newest code per group is that code): a group compared with itself."""
-    return bool({id(r) for r in base.records} & {id(r) for r in cand.records})
+def _own(base: Group, cand: Group, shadowed: dict[str, list[str]]) -> str:
+    """Why the candidate's records of a group are the baseline's own, a group compared with itself; "" when they
+    are not. One folder on both sides (e.g. the folder against one code in it, whose newest code per group is that
+    code), or copies of one side's records in the other's folder that shadow an older code of that side's
+    (``shadowed``, per side: a candidate folder seeded with the baseline's records, then run by a code committed
+    before the baseline's; a candidate's records written into the baseline's folder). Copies with no other code
+    beside them are one code on both sides, as a rerun on its machine would be bit for bit: compared."""
+    if {id(r) for r in base.records} & {id(r) for r in cand.records}:
+        return f"the candidate holds it only as the baseline's own records ({cand.code_label()})"
+    older = [f"the {side}'s own code(s) {', '.join(codes)}" for side, codes in shadowed.items() if codes]
+    if older and copied(base, cand):
+        return (f"both sides' newest code of it ({cand.code_label()}) is the same records (copies in both folders), "
+                f"newer than {' and '.join(older)}; name each side's code (FOLDER@NAME)")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,9 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     rows, tested = [], []
     for key, b in base_groups.items():
         c = cand_groups.get(key)
-        if c is not None and _own(b, c):  # compared with itself it would hold whatever its code did
+        shadowed = {"baseline": base.shadowed.get(key, []), "candidate": cand.shadowed.get(key, [])}
+        own = "" if c is None else _own(b, c, shadowed)
+        if own:  # compared with itself it would hold whatever its code did
             rows.append(
                 Row(
                     b,
@@ -178,10 +191,7 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
                     "missing",
                     tolerance=args.tolerances.of(b),
                     own=True,
-                    problems=[
-                        f"the candidate holds it only as the baseline's own records ({c.code_label()}): the "
-                        "candidate's code did not run it"
-                    ],
+                    problems=[f"{own}: the candidate's code did not run it"],
                 )
             )
             continue
@@ -299,8 +309,8 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
             2,
             "CANNOT DECIDE: no baseline group has a matching candidate group"
             + (
-                f" of its own (the candidate holds {own} only as the baseline's own records: one folder on both sides; "
-                "name each side's code, FOLDER@NAME)"
+                f" of its own (the candidate holds {own} only as the baseline's own records: one folder on both sides, "
+                "or copies of its records; name each side's code, FOLDER@NAME)"
                 if own
                 else ""
             ),

@@ -7,7 +7,7 @@ code (the commits of records without a source digest) or configs or read differe
 two codes that cannot be ordered in time (the same commit date, version and last finish time) are refused, never
 averaged into one mean or chosen between by their digests.
 Where a side's text reads two ways (a folder named ``runs@v1`` beside ``runs``; with ``--results``, a folder named
-like a version or tag in it), it is refused rather than guessed.
+like a version or tag in it; a tag and a branch of one name), it is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Side:
     label: str
     records: list[RunRecord]
     current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
+    shadowed: dict[str, list[str]] = field(init=False)  # key -> the labels of the group's older codes, if any
     newest: str = field(init=False)  # the side's newest code class, over all its groups
 
     def __post_init__(self) -> None:
@@ -43,7 +44,7 @@ class Side:
         by_key: dict[str, list[RunRecord]] = {}
         for record in self.records:
             by_key.setdefault(command_key(record), []).append(record)
-        self.current = {}
+        self.current, self.shadowed = {}, {}
         for key, members in by_key.items():
             order = code_order(members)
             *older, newest = sorted(order, key=lambda c: (order[c], c))
@@ -57,6 +58,9 @@ class Side:
                     "them by name (FOLDER@<first digits of its source digest>)"
                 )
             self.current[key] = [r for r in members if code_class(r) == newest]
+            if older:
+                labels = {code_class(r): r.code_label() for r in members}
+                self.shadowed[key] = sorted({labels[c] for c in older})
 
     def groups(self) -> dict[str, Group]:
         chosen = [r for members in self.current.values() for r in members]
@@ -101,6 +105,7 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
     chosen = [r for r in records if r.version == name]
     commit = None if chosen else resolve_commit(name)
     if commit is not None:
+        _refuse_ambiguous_ref(name)
         chosen = [r for r in records if r.commit == commit]
     if not chosen and len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
         chosen = [
@@ -128,6 +133,19 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         f"{', '.join(versions) or 'none'}; commits {', '.join(commits[:12]) or 'none'}"
         f"{' ...' if len(commits) > 12 else ''}"
     )
+
+
+def _refuse_ambiguous_ref(name: str) -> None:
+    """UserError when ``name`` is a tag and a branch (or a remote branch) that point at different commits: git
+    reads the tag and says so only in a warning, and the gate would judge a code the user may not have meant."""
+    kinds = {kind: resolve_commit(f"refs/{kind}/{name}") for kind in ("tags", "heads", "remotes")}
+    named = {kind: commit for kind, commit in kinds.items() if commit}
+    if len(set(named.values())) > 1:
+        raise UserError(
+            f"'{name}' is ambiguous in git: it names the commits "
+            + ", ".join(f"{commit[:8]} (refs/{kind}/{name})" for kind, commit in named.items())
+            + "; name one by its full ref or commit"
+        )
 
 
 def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | None, str]:
@@ -183,6 +201,12 @@ def _refuse_both(text: str, results: str, role: str, cache: dict[Path, list[RunR
         f"--{role} '{text}' is ambiguous: it is a folder, and also names records in --results "
         f"'{results}'; write ./{text} for the folder or {results}@{text} for the records"
     )
+
+
+def copied(base: Group, cand: Group) -> bool:
+    """Whether some of the candidate's records of a group are copies of the baseline's: the same content, times
+    included (a rerun of a run, even of the same code on the same seed, was written at other times)."""
+    return bool({hash_jsonable(r.to_json()) for r in base.records} & {hash_jsonable(r.to_json()) for r in cand.records})
 
 
 def group_name(g: Group) -> str:

@@ -2,8 +2,10 @@
 
 Each setting of the suite runs as one ``harness run`` per seed, on the CPU with one thread, ``--jobs`` at a time,
 in the suite file's order, into a results folder (a fresh temporary one unless ``--results``). Then
-``harness compare --baseline <baseline> --candidate <results> --out <report>``, with each setting's tolerance
-(``--tolerance domain/dataset=VALUE``), decides.
+``harness compare --baseline <baseline> --candidate <results>@<source digest> --out <report>``, with each setting's
+tolerance (``--tolerance domain/dataset=VALUE``), decides. The candidate is the records of the code the suite ran
+(its source digest, :func:`harness.version.source_digest`), never another code's that a reused ``--results`` holds:
+compare would take a folder's newest code, which need not be this one.
 
 Exit status: compare's (0 every baseline group held, 1 a regression or a baseline group missing or failed, 2 cannot
 decide), with three exceptions. Whatever the comparison says (its report is still written), a run that crashed
@@ -45,6 +47,7 @@ from harness.records import load_record_files
 from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import Interrupted, run_all, thread_env
+from harness.version import source_digest
 
 BASELINE = "leaderboards/regression"
 # What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py).
@@ -196,17 +199,19 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
     return 0
 
 
-def unjudged(baseline: Path, results: Path) -> list[str]:
-    """The settings the suite ran into ``results`` that the baseline holds no completed record of, named as compare's
-    report names them: compare lists them as added and passes, so a setting added to the suite without its baseline
-    would never be gated. Groups on compare's match key (:func:`command_key`), diverged ones too."""
+def unjudged(baseline: Path, results: Path, digest: str) -> list[str]:
+    """The settings the suite ran into ``results`` (the records of the code of source digest ``digest``) that the
+    baseline holds no completed record of, named as compare's report names them: compare lists them as added and
+    passes, so a setting added to the suite without its baseline would never be gated. Groups on compare's match
+    key (:func:`command_key`), diverged ones too."""
     judged = {command_key(record) for _, record in load_record_files(baseline)}
-    ran = group_records((record for _, record in load_record_files(results)), key=command_key, keep_empty=True)
+    ran = group_records((record for _, record in load_record_files(results)
+                         if record.software.get("source_digest") == digest), key=command_key, keep_empty=True)
     return sorted(group_name(g) for g in ran if command_key(g.records[-1]) not in judged)
 
 
 def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compare: list[str], report: Path,
-         baseline: Path) -> int:
+         baseline: Path, digest: str) -> int:
     """Run ``commands`` into ``results``, then compare; the exit status of the module's docstring."""
     try:
         codes = run_all(commands, jobs)
@@ -227,7 +232,7 @@ def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compar
     if any(codes):
         print("a run failed (above): the gate does not pass", file=sys.stderr)
         return 1
-    missing = unjudged(baseline, results)
+    missing = unjudged(baseline, results, digest)
     if missing:
         print(f"error: {len(missing)} setting(s) of the suite have no completed baseline record, so the gate "
               f"judged nothing of them: {'; '.join(missing)}. Record their baseline with --update-baseline "
@@ -266,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.mkdtemp(prefix="regression-"))
     report = Path(args.report) if args.report else results / "regression-report.md"
     commands = run_commands(settings, results)
-    compare = harness_command("compare", "--baseline", str(baseline), "--candidate", str(results),
+    digest = source_digest()  # the code the runs run, which their records name
+    compare = harness_command("compare", "--baseline", str(baseline), "--candidate", f"{results}@{digest}",
                               "--out", str(report), *tolerances)
     if args.dry_run:  # each run as the pool starts it: its thread settings lead, so that a copied line runs alike
         threads = " ".join(f"{name}={value}" for name, value in thread_env(1).items())
@@ -277,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.update_baseline:
         return update_baseline(commands, args.jobs, baseline, results, old, args.domain)
-    return gate(commands, args.jobs, results, compare, report, baseline)
+    return gate(commands, args.jobs, results, compare, report, baseline, digest)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,31 @@
+"""The regression suite gates the records of the code it ran, not the newest code its results folder holds."""
+
+from __future__ import annotations
+
+from test_regression_suite import script
+from tiny_domain import synthetic_record, write_records
+
+from harness.version import source_digest
+
+# A code committed after any the suite runs: compare takes a folder's newest code per group as the candidate.
+LATER = {"source_digest": "f" * 64, "git_commit": "f" * 40, "git_commit_date": "2099-01-01T00:00:00+00:00"}
+
+
+def test_a_reused_results_folder_holding_a_newer_codes_records_gates_the_code_that_ran(tmp_path):
+    """A results folder kept between runs (``--results`` to go on, or a cached CI folder) held another code's
+    records of the suite's setting, with a later commit date: compare judged those, and passed, while the code
+    that ran was never compared. An accuracy of 1000 (percent) is one no run reaches: the baseline's and the other
+    code's records agree on it, so only the run's own record can fall short of it."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 1\n")
+    base, cand = tmp_path / "baseline", tmp_path / "cand"
+    write_records(base, [synthetic_record("infonce", 0, 1000.0, dataset="blobs_hard")])
+    write_records(cand, [synthetic_record("infonce", 0, 1000.0, dataset="blobs_hard", software=LATER)])
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    report = (cand / "regression-report.md").read_text()
+    assert "**CANNOT DECIDE: 1 untestable" in report and out.returncode == 2, out.stdout + out.stderr
+    assert f"{cand}@{source_digest()}" in report and "| 1000.0 (1) | 1000.0 (1) |" not in report
+    # Another code's setting that the suite did not run is not one it left without a baseline record.
+    write_records(cand, [synthetic_record("dcl", 0, 1000.0, dataset="blobs_hard", software=LATER)])
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    assert out.returncode == 2 and "no completed baseline record" not in out.stderr, out.stdout + out.stderr
