@@ -24,8 +24,8 @@ DATA_ROOT_HELP = "data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrasti
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", required=True, help="domain name (harness list domains)")
     p.add_argument("--loss", help="loss name accepted by the domain (harness list losses); required, except by a "
-                                  "method that trains nothing (text's bow and hf), which records the domain's "
-                                  "baseline loss")
+                                  "method that trains nothing (text's bow and hf; for them, default: the domain's "
+                                  "baseline loss, which the record names)")
     p.add_argument("--method", help="method (default: the domain's default)")
     p.add_argument("--dataset", help="dataset (default: the domain's embedded default)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
@@ -137,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
             "a tag or a branch")
     p.add_argument("--baseline", required=True, help=side)
     p.add_argument("--candidate", required=True, help=side)
-    p.add_argument("--results", help="the folder that holds the records of both names (without it, each side is a "
-                   "folder or FOLDER@NAME)")
+    p.add_argument("--results", help="the folder that holds the records of both names (default: none; each side is "
+                   "then a folder or FOLDER@NAME)")
     p.add_argument("--tolerance", action="append", metavar="[DOMAIN[/DATASET]=]VALUE",
                    help="metric units a change must exceed to count (default: 1); repeat with DOMAIN=VALUE or "
                    "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
@@ -155,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-untestable", action="store_true",
                    help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
                    "or too much spread)")
-    p.add_argument("--out", help="also write the markdown report to this file (it is always printed)")
+    p.add_argument("--out", help="also write the markdown report to this file (default: none; it is always printed)")
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")

@@ -37,18 +37,6 @@ def test_a_default_in_the_help_is_the_default():
             assert f"default: {action.default})" in action.help, (action.option_strings, action.help)
 
 
-def test_every_parser_default_is_named_in_its_help():
-    """An option that takes a value when it is not given says which, as ``(default: VALUE)`` or ``VALUE
-    (default)``, so that a reader of ``--help`` knows what runs without it."""
-    unnamed = []
-    for path, action in _options(build_parser(), "harness"):
-        if action.default in (None, False, [], argparse.SUPPRESS):
-            continue
-        if f"default: {action.default})" not in action.help and f"{action.default} (default" not in action.help:
-            unnamed.append(f"{path} {'/'.join(action.option_strings)}: {action.help}")
-    assert not unnamed, "\n".join(unnamed)
-
-
 def test_download_marks_only_what_is_downloaded():
     import domains
 
