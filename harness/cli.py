@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")
     p.add_argument("--datasets", help="comma-separated datasets (default: each domain's default)")
     p.add_argument("--methods", help="comma-separated methods (default: each domain's default)")
-    p.add_argument("--losses", help="comma-separated losses (default: every loss the domain accepts)")
+    p.add_argument("--losses", help="comma-separated losses (default: every loss each method trains; a method "
+                   "that trains nothing, its baseline loss)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a swept key and its values, e.g. loss.alpha=0.1,0.5: a config field, or loss.NAME for "
                         "the losses that have it (repeatable)")
