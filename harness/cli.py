@@ -24,7 +24,8 @@ DATA_ROOT_HELP = "data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrasti
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", required=True, help="domain name (harness list domains)")
     p.add_argument("--loss", help="loss name accepted by the domain (harness list losses); required, except by a "
-                                  "method that trains nothing (text's bow, hf: default, its baseline loss)")
+                                  "method that trains nothing (text's bow and hf; for them, default: the domain's "
+                                  "baseline loss, which the record names)")
     p.add_argument("--method", help="method (default: the domain's default)")
     p.add_argument("--dataset", help="dataset (default: the domain's embedded default)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
@@ -42,7 +43,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                         "--force: redo only the seeds it had not redone yet")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     _add_tracker(p)
-    _add_time_limit(p)
+    _add_time_limit(p, "at its next checkpoint")
     _add_verbose(p)
 
 
@@ -52,11 +53,10 @@ def _add_tracker(p: argparse.ArgumentParser) -> None:
                         "(offline, RESULTS/wandb), mlflow (file:RESULTS/mlruns) or none (repeatable)")
 
 
-def _add_time_limit(p: argparse.ArgumentParser) -> None:
+def _add_time_limit(p: argparse.ArgumentParser, where: str) -> None:
     p.add_argument("--time-limit", metavar="DURATION",
-                   help="e.g. 90m, 2h, 3600s: stop before then (a run at a checkpoint, a benchmark between two "
-                        "parts), as on SIGTERM or SIGUSR1; exit 75 and print the command that resumes (default: "
-                        "no limit)")
+                   help=f"e.g. 90m, 2h, 3600s: stop before then, {where}, as on SIGTERM or SIGUSR1; exit 75 and "
+                        "print the command that resumes (default: no limit)")
 
 
 def _add_verbose(p: argparse.ArgumentParser) -> None:
@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")
     p.add_argument("--datasets", help="comma-separated datasets (default: each domain's default)")
     p.add_argument("--methods", help="comma-separated methods (default: each domain's default)")
-    p.add_argument("--losses", help="comma-separated losses (default: every loss the domain accepts)")
+    p.add_argument("--losses", help="comma-separated losses (default: every loss each method trains; a method "
+                   "that trains nothing, its baseline loss)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a swept key and its values, e.g. loss.alpha=0.1,0.5: a config field, or loss.NAME for "
                         "the losses that have it (repeatable)")
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local: a pool of --workers processes; slurm: a job array through submitit (local when no "
                    "Slurm cluster is found); ray: ray tasks (default: local)")
     p.add_argument("--workers", type=int, default=1,
-                   help="parallel jobs (local pool size / Slurm array width; default: 1)")
+                   help="parallel jobs (local pool size, Slurm array width, Ray tasks at once; default: 1)")
     p.add_argument("--device", default="auto", help=DEVICE_HELP)
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--results", default=RESULTS, help=f"folder the records are written to (default: {RESULTS})")
@@ -104,9 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes (default: 240)")
     p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
     p.add_argument("--cpus-per-job", type=int,
-                   help="CPUs (torch threads) a Ray or Slurm job asks for (default: this machine's over --workers)")
+                   help="CPUs (torch threads) a Ray or Slurm job asks for (default: OMP_NUM_THREADS where set, else "
+                        "this machine's CPUs over --workers)")
     p.add_argument("--resume", action="store_true", help="jobs go on from the checkpoints a stopped sweep left")
-    _add_time_limit(p)
+    _add_time_limit(p, "each running job at its next checkpoint")
     _add_tracker(p)
     _add_verbose(p)
 
@@ -136,16 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
             "a tag or a branch")
     p.add_argument("--baseline", required=True, help=side)
     p.add_argument("--candidate", required=True, help=side)
-    p.add_argument("--results", help="the folder that holds the records of both names")
+    p.add_argument("--results", help="the folder that holds the records of both names (default: none; each side is "
+                   "then a folder or FOLDER@NAME)")
     p.add_argument("--tolerance", action="append", metavar="[DOMAIN[/DATASET]=]VALUE",
-                   help="metric units a change must exceed to count (default 1); repeat with DOMAIN=VALUE or "
+                   help="metric units a change must exceed to count (default: 1); repeat with DOMAIN=VALUE or "
                    "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
     p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
                    help="auto (default): paired t-test on the seeds both sides have (>= 2) when the candidate has no "
                    "other, else Welch's t-test")
     p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
                    help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default 0.05)")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default: 0.05)")
     p.add_argument("--allow-missing", action="store_true",
                    help="pass although baseline groups are absent or short of seeds there (never a seed the candidate "
                    "ran and failed or diverged on; an unconfirmed drop on the seeds they have still needs "
@@ -153,14 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-untestable", action="store_true",
                    help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
                    "or too much spread)")
-    p.add_argument("--out", help="also write the markdown report to this file (it is always printed)")
+    p.add_argument("--out", help="also write the markdown report to this file (default: none; it is always printed)")
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
     p.add_argument("--targets", help="with 'all': comma-separated targets (default: losses and every domain)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--batch-sizes", help="for 'losses' (default: 512,4096,16384 on cuda, 256,512,1024 on cpu)")
-    p.add_argument("--dim", type=int, help="embedding size for 'losses' (default 128)")
+    p.add_argument("--dim", type=int, help="embedding size for 'losses' (default: 128)")
     p.add_argument("--quick", action="store_true", help="for a domain: a short benchmark")
     p.add_argument("--data-root", help=DATA_ROOT_HELP)
     p.add_argument("--out", default=f"{OUT}/bench", help=f"folder the <target>-<device>.json rows are written to, "
@@ -168,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="keep the parts the files at --out hold when this code measured them on this kind of machine "
                         "with these options; measure the rest")
-    _add_time_limit(p)
+    _add_time_limit(p, "between two parts of a benchmark")
     return parser
 
 

@@ -438,7 +438,8 @@ def load_record_files(results: Iterable[Path] | Path, *, completed_only: bool = 
                 out.append((path, record))
     if unreadable:
         raise UserError(f"{len(unreadable)} record file(s) cannot be read: {'; '.join(unreadable)}. Repair or "
-                        "remove them (rerun a run with --force to rewrite its record); nothing was written")
+                        "remove them (a damaged record's own harness run, run again, moves it aside to <file>.damaged "
+                        "and writes it anew); nothing was written")
     return sorted(out, key=lambda pr: (pr[1].run_id, pr[1].version))
 
 

@@ -166,6 +166,9 @@ def test_a_truncated_record_of_a_run_is_run_again_and_kept_aside(tmp_path, capsy
     damaged = path.read_text()[:100]
     path.write_text(damaged)
     capsys.readouterr()
+    assert main(["leaderboard", "--results", str(tmp_path), "--out", str(tmp_path / "pages")]) == 2
+    advice = capsys.readouterr().err
+    assert path.name in advice and "own harness run, run again, moves it aside" in advice  # what comes next does it
     assert main([*TINY, "--results", str(tmp_path)]) == 0
     [said] = [line for line in capsys.readouterr().err.splitlines() if "damaged" in line]
     assert said.startswith("warning: ") and said.endswith(f"moved it to {path.name}.damaged before the run writes "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 from tiny_domain import harness
@@ -22,6 +23,20 @@ def test_sweep_grid_and_dry_run(tmp_path, capsys):
     assert not any("loss.alpha" in x for x in lines if "--loss pucl" not in x)
     assert main(["sweep", "--domains", "tiny", "--grid", "loss.nope=1", "--results", str(tmp_path)]) == 2
     assert "applies to no domain/loss" in capsys.readouterr().err
+
+
+def test_without_losses_each_method_runs_the_losses_it_trains(tmp_path, capsys):
+    """vision's losses include the biased track's supervised ones, which simclr refuses, and text's bow trains
+    nothing: without --losses, neither is handed a loss it would refuse ([invalid], exit 1) or ignore (the same
+    evaluation again under another run id)."""
+    assert main(["sweep", "--domains", "vision,text", "--methods", "simclr,biased,bow", "--seeds", "0",
+                 "--results", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "[invalid]" not in out
+    assert sorted(re.findall(r"--method (\S+) --loss (\S+)", out)) == sorted([
+        *(("simclr", loss) for loss in ("infonce", "dcl", "debiased_pos", "hcl", "pucl", "unbiased")),
+        *(("biased", loss) for loss in ("supcon", "ce", "eps_supcon", "eps_supinfonce")),
+        ("bow", "infonce")])
 
 
 def test_a_dry_run_prints_the_command_each_job_runs(tmp_path, capsys):

@@ -1,5 +1,6 @@
-"""``harness run`` and ``harness sweep`` as a new user meets them: ``--help`` gives each option's default, and
-input that would silently run something else than asked is one error line (exit 2) before any work."""
+"""The commands as a new user meets them: every command's ``--help`` gives each option's default, and ``harness
+run`` and ``harness sweep`` make input that would silently run something else than asked one error line (exit 2)
+before any work."""
 
 from __future__ import annotations
 
@@ -18,18 +19,28 @@ def _command(name: str) -> argparse.ArgumentParser:
     return sub.choices[name]
 
 
-@pytest.mark.parametrize("command", ["run", "sweep"])
+COMMANDS = ["run", "sweep", "list", "leaderboard", "report", "prior", "history", "compare", "bench"]
+
+
+def test_every_command_is_checked():
+    [sub] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert sorted(sub.choices) == sorted(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_with_a_default_names_it_in_its_help(command):
+    """As ``(default: VALUE)``, or ``VALUE (default)`` where the help lists the choices."""
     unnamed = []
     for action in _command(command)._actions:
         if action.default in (None, False, [], argparse.SUPPRESS) or isinstance(action, argparse._HelpAction):
             continue
-        if f"default: {action.default}" not in " ".join((action.help or "").split()):
+        text = " ".join((action.help or "").split())
+        if f"default: {action.default}" not in text and f"{action.default} (default" not in text:
             unnamed.append(f"{'/'.join(action.option_strings)} (default {action.default!r})")
     assert not unnamed, f"harness {command}: the help does not give the default of {', '.join(unnamed)}"
 
 
-@pytest.mark.parametrize("command", ["run", "sweep"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_an_option_without_a_value_says_what_happens_without_it(command):
     """An option whose parser default is None (not given) says what the command does then, unless required."""
     silent = [a.option_strings[0] for a in _command(command)._actions

@@ -6,7 +6,7 @@ or for records written before the digest was recorded, a commit), ordered by its
 last ran (an edited tree after the commit it edits). The page
 ``history.md`` gives, for each setting that more than one version ran, a row per version (seeds, mean ± std,
 the change from the version before it) and marks a **step**: a change whose two-sided test (``harness.stats``,
-paired where the later version's seeds are among the earlier's, else Welch) has a p below ``--alpha`` after
+paired where the later version's seeds are among the earlier's, else Welch) has a p below :data:`ALPHA` after
 Holm's correction over every step on the page. The figure ``history.png`` draws each such setting's mean over
 the versions with its seed spread (± one std) and the steps marked. Settings run by one version only are
 counted, not drawn. A version that diverged on every seed (a non-finite primary metric) is a row that says so,

@@ -23,6 +23,7 @@ import torch
 
 import losses
 from domains import get
+from domains.base import Domain
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.records import reusable, run_id
@@ -65,6 +66,17 @@ def _csv(text: str | None, option: str) -> list[str] | None:
     return names
 
 
+def _losses(domain: Domain, method: str, wanted: list[str] | None) -> list[str]:
+    """The losses a sweep runs ``method`` with: those of ``--losses`` the domain has (one the method cannot train is
+    listed [invalid]: it was asked for), else every loss the method trains, and for a method that trains nothing its
+    baseline loss alone (any other would repeat its evaluation under another run id)."""
+    if wanted:
+        return [loss for loss in wanted if loss in domain.losses]
+    if method in domain.loss_free_methods:
+        return [domain.baseline_loss_for(method)]
+    return list(domain.accepted_losses(method))
+
+
 def _applies(key: str, domain_name: str, loss: str) -> bool:
     """A loss.* key applies to the losses having that hyper-parameter; a config key to domains having the field."""
     if key.startswith(cfg.LOSS_PREFIX):
@@ -89,15 +101,15 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
         domain = get(name)
         datasets = [d for d in wanted["dataset"] or [domain.default_dataset] if d in domain.datasets]
         methods = [m for m in wanted["method"] or [domain.default_method] if m in domain.methods]
-        chosen = [loss for loss in wanted["loss"] or list(domain.losses) if loss in domain.losses]
+        chosen = {method: _losses(domain, method, wanted["loss"]) for method in methods}
         used["dataset"].update(datasets)
         used["method"].update(methods)
-        used["loss"].update(chosen)
+        used["loss"].update(loss for loss in wanted["loss"] or [] if loss in domain.losses)
         if args.preset not in domain.presets:
             raise UserError(f"unknown preset '{args.preset}' for domain '{name}'; "
                             f"available: {', '.join(sorted(domain.presets))}")
         seeds = cfg.parse_seeds(args.seeds) if args.seeds is not None else list(domain.presets[args.preset].seeds)
-        for dataset, method, loss in itertools.product(datasets, methods, chosen):
+        for dataset, method, loss in ((d, m, loss) for d in datasets for m in methods for loss in chosen[m]):
             keys = [k for k in grid if _applies(k, name, loss)]
             sets = {k: v for k, v in fixed.items() if _applies(k, name, loss)}  # loss.alpha: the losses having it
             used_grid.update(keys, sets)
