@@ -1,18 +1,22 @@
 """Domain adapters and their registry.
 
 Built-in domains are imported lazily, on first use, so that listing them needs none of the domain
-extras. Third-party domains register through the ``contrastive_harness.domains`` entry-point group,
-or by importing a module named in ``HARNESS_PLUGINS`` (comma-separated) that calls :func:`register`.
+extras. Third-party code plugs in through the ``contrastive_harness.domains`` entry-point group, or by
+importing a module named in ``HARNESS_PLUGINS`` (comma-separated): a plugin may register domains
+(:func:`register`) and losses (``losses.register_loss``), under names no other code has taken. A plugin's source is
+part of the identity of every run of its domain or loss (``harness.version.source_digest``).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from importlib.metadata import entry_points
 
 from domains.base import Domain, did_you_mean
 from domains.errors import UserError
+from losses.registry import NameTakenError
 
 _BUILTIN = {
     "graph": "domains.graph",
@@ -25,9 +29,24 @@ _plugins_loaded = False
 
 
 def register(cls: type[Domain]) -> type[Domain]:
-    """Class decorator: make a :class:`Domain` subclass available under ``cls.name``."""
+    """Class decorator: make a :class:`Domain` subclass available under ``cls.name``. UserError for a name that
+    another class has, or that a built-in domain has (even before it is imported): a plugin replaces no domain."""
+    taken, builtin = _REGISTRY.get(cls.name), _BUILTIN.get(cls.name)
+    if (taken is not None and taken is not cls) or (builtin is not None and cls.__module__ != builtin):
+        owner = taken.__module__ if taken is not None else builtin
+        raise UserError(f"domain '{cls.name}' of {cls.__module__} is taken by {owner}; a plugin's domain needs a "
+                        "name of its own")
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> None:
+    try:
+        load()
+    except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
+        raise UserError(f"{named_by} names '{module}', which cannot be imported ({exc}); fix or remove it") from None
+    except NameTakenError as exc:
+        raise UserError(f"plugin '{module}' ({named_by}) is refused: {exc}") from None
 
 
 def _load_plugins() -> None:
@@ -35,15 +54,14 @@ def _load_plugins() -> None:
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for module in filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
-            _plugins_loaded = False
-            raise UserError(f"HARNESS_PLUGINS names '{module}', which cannot be imported ({exc}); fix or unset "
-                            "the variable") from None
-    for ep in entry_points(group="contrastive_harness.domains"):
-        ep.load()
+    try:
+        for module in filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))):
+            _import_plugin(module, "HARNESS_PLUGINS", lambda module=module: importlib.import_module(module))
+        for ep in entry_points(group="contrastive_harness.domains"):
+            _import_plugin(ep.module, f"entry point '{ep.name}'", ep.load)
+    except UserError:
+        _plugins_loaded = False  # the next call names the plugin again, rather than go on without it
+        raise
 
 
 def available() -> list[str]:

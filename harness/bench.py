@@ -63,11 +63,12 @@ def _cell(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """What a figure depends on besides the code: the run records' hardware fields plus the CPU model and cuDNN."""
+def environment(device: torch.device, domain: str | None = None) -> dict[str, Any]:
+    """What a figure depends on besides the code: the run records' hardware fields plus the CPU model and cuDNN;
+    and the code, a plugin's included where ``domain`` is one."""
     hardware = hardware_info(device)
     hardware["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
-    return {"hardware": hardware, "software": software_info(), "date": utc_now()}
+    return {"hardware": hardware, "software": software_info(domain), "date": utc_now()}
 
 
 DEFAULT_DIM = 128  # the embedding size of the loss benchmark
@@ -139,7 +140,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     command, todo = parts(target, args, device)
     names = [part.name for part in todo]
     path = Path(args.out) / f"{target}-{device.type}.json"
-    env = environment(device)
+    env = environment(device, None if target == "losses" else target)
     saved = kept_parts(path, target, command, env) if args.resume else None
     done: dict[str, list[dict[str, Any]]] = {}
     header = env

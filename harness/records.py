@@ -18,6 +18,8 @@ Schema versions:
 Since version 3, ``software`` also holds the code's identity (:func:`harness.version.software_info`): the version,
 the git commit, its date, the dirty flag and ``source_digest``, the digest of the package's sources that a run's
 identity hashes. Records written before it have no digest; :attr:`RunRecord.code` tells their code apart by commit.
+A run of a plugin's domain or loss hashes the plugin's source into ``source_digest`` too, and its ``software``
+names it: ``plugins`` (module -> digest) beside ``package_digest`` (the packages' own).
 
 A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
 named after it), checked on load like every other field; its other names hold no control character
@@ -217,9 +219,9 @@ def _run_hash(experiment: str, data_fingerprint: dict[str, Any], code: str) -> s
 
 def run_hash(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
     """sha256 of the experiment, the data's fingerprint and the code (:func:`harness.version.source_digest`): the
-    identity of a run but for its seed. After a dataset's files or the package's sources change, neither the skip
-    of a completed record nor ``--resume`` may reuse what was computed before."""
-    return _run_hash(config_hash(spec), data_fingerprint, source_digest())
+    identity of a run but for its seed. After a dataset's files, the package's sources or a plugin's change,
+    neither the skip of a completed record nor ``--resume`` may reuse what was computed before."""
+    return _run_hash(config_hash(spec), data_fingerprint, source_digest(spec.domain, spec.loss))
 
 
 def record_run_hash(record: RunRecord) -> str | None:
@@ -396,7 +398,7 @@ def reusable(results: Path, spec: RunSpec, data_fingerprint: dict[str, Any]) -> 
     if record is None or record.status != "completed":
         return None
     expected = {"run id": rid, "seed": spec.seed, "experiment (config)": config_hash(spec),
-                "data": hash_jsonable(jsonable(data_fingerprint)), "code": source_digest(),
+                "data": hash_jsonable(jsonable(data_fingerprint)), "code": source_digest(spec.domain, spec.loss),
                 "run hash": run_hash(spec, data_fingerprint)}
     actual = {"run id": record.run_id, "seed": record.seed, "experiment (config)": record.config_hash,
               "data": hash_jsonable(record.data_fingerprint), "code": record.software.get("source_digest"),

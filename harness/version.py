@@ -1,11 +1,15 @@
 """The code a run ran: the package version, the git commit and dirty flag, and a digest of the package's sources.
 
 *The same code* means the same **source digest**: sha256 over the path and bytes of every ``*.py`` file of the
-three packages (``losses``, ``domains``, ``harness``). It is part of every run's identity (``records.run_hash``):
-a run of other code is another run, so skipping a completed record and ``--resume`` reuse a result only for the
-same sources. The digest is used rather than the commit because it also holds for a dirty tree, a copy without
-``.git`` (the GPU machine runs the project from a copied tree) and an installed wheel, and because a commit that
-changes only records, pages or documentation changes no result. Domains loaded from plugins are not covered.
+three packages (``losses``, ``domains``, ``harness``), and over the source of the plugins that provide the run's
+domain and loss (a module outside the packages: ``HARNESS_PLUGINS``, an entry point, any import that registered
+it), whose digests the record names. It is part of every run's identity (``records.run_hash``): a run of other
+code is another run, so skipping a completed record and ``--resume`` reuse a result only for the same sources,
+and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the commit because
+it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a copied tree) and
+an installed wheel, and because a commit that changes only records, pages or documentation changes no result.
+A run of built-in code hashes the packages alone (:func:`package_digest`), as every record before plugins
+counted did; other plugins loaded beside it change nothing of its identity.
 
 The commit, its date and the dirty flag are recorded beside it for people (``compare --baseline <commit>``,
 ``harness history``). The version is setuptools-scm's for a checkout (``0.1.devN+g<commit>``, with ``.dYYYYMMDD``
@@ -21,9 +25,14 @@ import hashlib
 import os
 import re
 import subprocess
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+import domains
+import losses
+from domains.files import hash_jsonable
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("losses", "domains", "harness")
@@ -96,25 +105,71 @@ def package_version() -> str:
         return "0+unknown"
 
 
-@functools.cache
-def source_digest() -> str:
-    """sha256 over the relative path and bytes of every ``*.py`` file of the packages, in path order."""
+def _digest_files(root: Path, paths: list[Path]) -> str:
+    """sha256 over the path (relative to ``root``) and bytes of each file, in the order given."""
     digest = hashlib.sha256()
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
-            digest.update(path.read_bytes() + b"\0")
+    for path in paths:
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
-def software_info() -> dict[str, Any]:
-    """What a record says of its code: version, git commit, its date and dirty flag (None outside a checkout),
-    and the source digest (always)."""
+@functools.cache
+def package_digest() -> str:
+    """sha256 over the relative path and bytes of every ``*.py`` file of the packages, in path order."""
+    return _digest_files(ROOT, [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))])
+
+
+def _plugin_source(module: str) -> Path | None:
+    """Where a plugin's code lies: its outermost regular package (the code it imports beside itself lies there
+    too), else its own file; None for a module without a file. A namespace package (no file) is not one project."""
+    parts = module.split(".")
+    for n in range(1, len(parts) + 1):
+        found = sys.modules.get(".".join(parts[:n]))
+        file = getattr(found, "__file__", None)
+        if file:
+            return Path(file).parent if hasattr(found, "__path__") else Path(file)
+    return None
+
+
+@functools.cache
+def _plugin_digest(module: str) -> str:
+    # Cached: the code a process runs is what it imported, whatever later happens to the files.
+    source = _plugin_source(module)
+    if source is None:
+        return _digest_files(Path(), [])
+    if source.is_dir():  # relative paths: the digest is the same wherever the package is installed
+        return _digest_files(source, sorted(source.rglob("*.py")))
+    return _digest_files(source.parent, [source])
+
+
+def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
+    """The modules outside the packages that define ``domain`` and ``loss`` (plugins, however they were imported)
+    -> the digest of their source (:func:`_plugin_source`). Empty where both are built in."""
+    providers = [type(domains.get(domain)).__module__] if domain else []
+    providers += [losses.spec(loss).fn.__module__] if loss else []
+    return {module: _plugin_digest(module) for module in dict.fromkeys(providers)
+            if module.split(".")[0] not in PACKAGES}
+
+
+def source_digest(domain: str | None = None, loss: str | None = None) -> str:
+    """The identity of the code a run of ``domain`` with ``loss`` runs: :func:`package_digest` where both are
+    built in, else sha256 of it and :func:`plugin_digests`."""
+    plugins = plugin_digests(domain, loss)
+    return hash_jsonable({"packages": package_digest(), "plugins": plugins}) if plugins else package_digest()
+
+
+def software_info(domain: str | None = None, loss: str | None = None) -> dict[str, Any]:
+    """What a record (of a run of ``domain`` with ``loss``) says of its code: version, git commit, its date and
+    dirty flag (None outside a checkout), and the source digest (always); with plugins, also the packages' digest
+    and each plugin's, by module."""
     commit = _git("rev-parse", "HEAD") if _is_checkout() else None
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
     date = None if commit is None else _git("show", "-s", "--format=%cI", commit)
+    plugins = plugin_digests(domain, loss)
+    beside = {"package_digest": package_digest(), "plugins": plugins} if plugins else {}
     return {"contrastive_harness": package_version(), "git_commit": commit, "git_commit_date": date,
-            "git_dirty": dirty, "source_digest": source_digest()}
+            "git_dirty": dirty, "source_digest": source_digest(domain, loss), **beside}
 
 
 def resolve_commit(name: str) -> str | None:

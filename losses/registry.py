@@ -177,7 +177,16 @@ class LossSpec:
 _REGISTRY: dict[str, LossSpec] = {}
 
 
+class NameTakenError(ValueError):
+    """A loss registered under a name that another loss has."""
+
+
 def register(spec: LossSpec) -> LossSpec:
+    """Register ``spec`` under its name; NameTakenError for a name already registered: a loss plugged in from
+    outside (``HARNESS_PLUGINS``) never replaces one, a built-in loss least of all."""
+    if spec.name in _REGISTRY:
+        raise NameTakenError(f"loss '{spec.name}' of {spec.fn.__module__} is taken by "
+                             f"{_REGISTRY[spec.name].fn.__module__}; a plugin's loss needs a name of its own")
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -30,20 +30,20 @@ def test_the_record_names_its_code_and_a_run_of_other_code_is_another_run(tmp_pa
     assert _run(tmp_path, "--seeds", "0") == 0
     [(rid, record)] = _records(tmp_path).items()
     software = record["software"]
-    assert software["source_digest"] == version.source_digest() and len(software["source_digest"]) == 64
+    # the tiny domain is a plugin: its source is part of the code's identity
+    assert software["source_digest"] == version.source_digest("tiny", "infonce") != version.package_digest()
     assert software["git_commit"] and software["git_dirty"] in (True, False) and software["git_commit_date"]
     assert software["contrastive_harness"] == version.package_version() != "0.1.0"
     capsys.readouterr()
     assert _run(tmp_path, "--seeds", "0") == 0
     assert "[skipped]" in capsys.readouterr().out  # the same code: reused
-    for where in ("harness.records.source_digest", "harness.version.source_digest"):  # as if the sources changed
-        monkeypatch.setattr(where, lambda: "f" * 64)
+    monkeypatch.setattr("harness.version.package_digest", lambda: "f" * 64)  # as if the sources changed
     assert _run(tmp_path, "--seeds", "0") == 0
     assert "[completed]" in capsys.readouterr().out
     after = _records(tmp_path)
     assert len(after) == 2 and after[rid] == record  # the old record is kept, the new run has its own id
     [new] = [r for k, r in after.items() if k != rid]
-    assert new["software"]["source_digest"] == "f" * 64
+    assert new["software"]["package_digest"] == "f" * 64 and new["software"]["plugins"] == software["plugins"]
 
 
 def test_another_runs_record_copied_under_a_run_id_is_refused_not_skipped(tmp_path, capsys):

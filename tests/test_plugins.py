@@ -1,0 +1,120 @@
+"""Code plugged in from outside the repository (``HARNESS_PLUGINS``, entry points): a user's own loss runs end to end,
+its source is part of every run's identity (a changed plugin is another run), and it takes no name already taken.
+Built-in code keeps the identity it had before plugins counted, so committed records keep theirs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tiny_domain
+from tiny_domain import REPO, harness_env
+
+import domains
+from harness import version
+
+LOSS = "tiny_weighted_nce"  # tests/tiny_loss.py's
+
+
+def _packages_digest() -> str:
+    """The source digest as harness.version computed it before plugins counted: every *.py file of the three
+    packages, in path order, as its path relative to the repository and its bytes."""
+    digest = hashlib.sha256()
+    for package in ("losses", "domains", "harness"):
+        for path in sorted((REPO / package).rglob("*.py")):
+            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _harness(plugins: Path, *args: str, names: str = "tiny_domain,tiny_loss") -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` with the plugin modules in the folder ``plugins`` (ahead of tests/) plugged in."""
+    env = {**harness_env(), "HARNESS_PLUGINS": names}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=180)
+
+
+def _records(results: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
+
+
+def test_without_plugins_the_code_identity_is_the_packages_digest_as_before():
+    env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
+    code = "import json, harness.version as v; print(json.dumps(v.software_info()))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    software = json.loads(out.stdout)
+    assert software["source_digest"] == _packages_digest()
+    assert "plugins" not in software and "package_digest" not in software  # a record as it was written before
+
+
+def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_run_id(tmp_path):
+    plugins, results = tmp_path / "plugins", tmp_path / "results"
+    plugins.mkdir()
+    shutil.copy(REPO / "tests" / "tiny_loss.py", plugins / "tiny_loss.py")
+    listed = _harness(plugins, "list", "losses")
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.startswith(LOSS) and "tiny" in line.split("domains:")[1] for line in listed.stdout.splitlines())
+
+    swept = _harness(plugins, "sweep", "--domains", "tiny", "--losses", LOSS, "--seeds", "0,1", "--workers", "2",
+                     "--set", "epochs=1", "--tracker", "none", "--results", str(results))
+    assert swept.returncode == 0, swept.stderr
+    first = _records(results)
+    assert len(first) == 2 and all(r["status"] == "completed" and r["loss"] == LOSS for r in first.values())
+    software = next(iter(first.values()))["software"]
+    assert set(software["plugins"]) == {"tiny_domain", "tiny_loss"}
+    assert software["package_digest"] == _packages_digest() != software["source_digest"]
+
+    with (plugins / "tiny_loss.py").open("a") as plugin:  # any change to its source is other code
+        plugin.write("# edited\n")
+    run = ["run", "--domain", "tiny", "--loss", LOSS, "--seeds", "0", "--set", "epochs=1", "--quiet", "--tracker",
+           "none", "--results", str(results)]
+    rerun = _harness(plugins, *run)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "[completed]" in rerun.stdout and "[skipped]" not in rerun.stdout
+    after = _records(results)
+    [(new_id, new)] = [(k, r) for k, r in after.items() if k not in first]
+    assert {k: after[k] for k in first} == first  # the other code's records are kept as they were
+    assert new_id.endswith("-s0") and new["software"]["source_digest"] != software["source_digest"]
+    assert new["software"]["plugins"]["tiny_domain"] == software["plugins"]["tiny_domain"]
+    assert new["software"]["plugins"]["tiny_loss"] != software["plugins"]["tiny_loss"]
+
+    again = _harness(plugins, *run)  # the same code again: reused
+    assert again.returncode == 0 and "[skipped]" in again.stdout, again.stderr
+
+
+def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
+    (tmp_path / "my_dcl.py").write_text(
+        "from losses import register_loss\n\n\n"
+        "@register_loss('dcl', paper='-', summary='not the paper\\'s dcl')\n"
+        "def dcl(scores):\n    return scores.logits.sum()\n")
+    out = _harness(tmp_path, "list", "losses", names="my_dcl")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("error: plugin 'my_dcl' (HARNESS_PLUGINS) is refused: loss 'dcl' of my_dcl is "
+                                 "taken by losses.dcl")
+
+
+@pytest.mark.parametrize("name", ["graph", "tiny"])  # a built-in domain not imported yet; a plugged-in one
+def test_a_domain_under_a_taken_name_is_refused(name):
+    before = dict(domains._REGISTRY)
+
+    class Impostor(tiny_domain.TinyDomain):
+        pass
+
+    Impostor.name = name
+    with pytest.raises(domains.UserError, match=f"domain .{name}. of {Impostor.__module__} is taken by "):
+        domains.register(Impostor)
+    assert domains._REGISTRY == before
+
+
+def test_only_the_plugins_that_provide_a_runs_domain_or_loss_are_part_of_its_identity():
+    # tiny_domain is loaded in this process; the built-in domain and loss stay the packages' alone
+    assert version.source_digest("graph", "dcl") == version.package_digest() == _packages_digest()
+    assert list(version.plugin_digests("tiny", "dcl")) == ["tiny_domain"]
+    assert version.source_digest("tiny", "dcl") not in (version.package_digest(), version.source_digest("graph", "dcl"))
