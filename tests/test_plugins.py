@@ -88,6 +88,16 @@ def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_ru
     again = _harness(plugins, *run)  # the same code again: reused
     assert again.returncode == 0 and "[skipped]" in again.stdout, again.stderr
 
+    # The printed line that reproduces the run names its plugins, and run as printed it is that run again
+    [line] = [ln.split("reproduce: ", 1)[1] for ln in again.stdout.splitlines() if "reproduce: " in ln]
+    assert line.startswith("HARNESS_PLUGINS=tiny_domain,tiny_loss harness run ")
+    env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    pasted = subprocess.run(["bash", "-c", f"{line} --results {results}"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert pasted.returncode == 0 and "[skipped]" in pasted.stdout and new_id in pasted.stdout, pasted.stderr
+
 
 def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
     (tmp_path / "my_dcl.py").write_text(

@@ -74,7 +74,15 @@ def _print_outcome(outcome: Outcome) -> None:
     if outcome.status in ("completed", "skipped") and record:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record.metrics.items()))
         print(f"  seed {record.seed}: {metrics}")
-        print(f"    reproduce: {shlex.join(record.command)}", flush=True)
+        print(f"    reproduce: {reproduce_line(record)}", flush=True)
+
+
+def reproduce_line(record: RunRecord) -> str:
+    """The shell line that reruns a record's run: its command, after ``HARNESS_PLUGINS`` naming the plugins that
+    provided its domain or loss (``software.plugins``), without which the command names an unknown one."""
+    plugins = record.software.get("plugins") or {}
+    prefix = f"HARNESS_PLUGINS={shlex.quote(','.join(plugins))} " if plugins else ""
+    return prefix + shlex.join(record.command)
 
 
 def time_limit(args: argparse.Namespace) -> float | None:
