@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 
 from domains.base import Domain, did_you_mean
 from domains.errors import UserError
-from losses.registry import NameTakenError
+from losses.registry import NAME, NameRefusedError
 
 _BUILTIN = {
     "graph": "domains.graph",
@@ -30,7 +30,11 @@ _plugins_loaded = False
 
 def register(cls: type[Domain]) -> type[Domain]:
     """Class decorator: make a :class:`Domain` subclass available under ``cls.name``. UserError for a name that
-    another class has, or that a built-in domain has (even before it is imported): a plugin replaces no domain."""
+    another class has, or that a built-in domain has (even before it is imported): a plugin replaces no domain; and
+    for a name that is no plain name (a page, run ids and ``--domains a,b`` carry it)."""
+    if not NAME.fullmatch(cls.name):
+        raise UserError(f"domain {cls.name!r} of {cls.__module__} is no plain name (letters, digits, _ and -, starting "
+                        "with a letter or digit)")
     taken, builtin = _REGISTRY.get(cls.name), _BUILTIN.get(cls.name)
     if (taken is not None and taken is not cls) or (builtin is not None and cls.__module__ != builtin):
         owner = taken.__module__ if taken is not None else builtin
@@ -45,7 +49,7 @@ def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> No
         load()
     except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
         raise UserError(f"{named_by} names '{module}', which cannot be imported ({exc}); fix or remove it") from None
-    except NameTakenError as exc:
+    except NameRefusedError as exc:
         raise UserError(f"plugin '{module}' ({named_by}) is refused: {exc}") from None
 
 

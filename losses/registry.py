@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -177,16 +178,23 @@ class LossSpec:
 _REGISTRY: dict[str, LossSpec] = {}
 
 
-class NameTakenError(ValueError):
-    """A loss registered under a name that another loss has."""
+# A loss's or a domain's name: sweeps take them comma-separated (--losses a,b), run ids and page names carry them.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+class NameRefusedError(ValueError):
+    """A loss registered under a name that another loss has, or under one that is no plain name (:data:`NAME`)."""
 
 
 def register(spec: LossSpec) -> LossSpec:
-    """Register ``spec`` under its name; NameTakenError for a name already registered: a loss plugged in from
-    outside (``HARNESS_PLUGINS``) never replaces one, a built-in loss least of all."""
+    """Register ``spec`` under its name; NameRefusedError for a name already registered (a loss plugged in from
+    outside, ``HARNESS_PLUGINS``, never replaces one, a built-in loss least of all) or no plain name."""
+    if not NAME.fullmatch(spec.name):
+        raise NameRefusedError(f"loss {spec.name!r} of {spec.fn.__module__} is no plain name (letters, digits, _ and "
+                               "-, starting with a letter or digit)")
     if spec.name in _REGISTRY:
-        raise NameTakenError(f"loss '{spec.name}' of {spec.fn.__module__} is taken by "
-                             f"{_REGISTRY[spec.name].fn.__module__}; a plugin's loss needs a name of its own")
+        raise NameRefusedError(f"loss '{spec.name}' of {spec.fn.__module__} is taken by "
+                               f"{_REGISTRY[spec.name].fn.__module__}; a plugin's loss needs a name of its own")
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -110,6 +110,28 @@ def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
                                  "taken by losses.dcl")
 
 
+@pytest.mark.parametrize("name", ["my,loss", "../x", "a b", "new\nline", "", "-x"])
+def test_a_plugin_loss_or_domain_under_no_plain_name_is_refused(tmp_path, name):
+    # A sweep splits --losses and --domains at commas; run ids and page names carry the name
+    (tmp_path / "odd_names.py").write_text(
+        "from losses import register_loss\n\n\n"
+        f"@register_loss({name!r}, paper='-', summary='-')\n"
+        "def odd(scores):\n    return scores.logits.sum()\n")
+    out = _harness(tmp_path, "list", "losses", names="odd_names")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    assert out.stderr.startswith(f"error: plugin 'odd_names' (HARNESS_PLUGINS) is refused: loss {name!r} of "
+                                 "odd_names is no plain name")
+
+    class Odd(tiny_domain.TinyDomain):
+        pass
+
+    Odd.name = name
+    before = dict(domains._REGISTRY)
+    with pytest.raises(domains.UserError, match="is no plain name"):
+        domains.register(Odd)
+    assert domains._REGISTRY == before
+
+
 @pytest.mark.parametrize("name", ["graph", "tiny"])  # a built-in domain not imported yet; a plugged-in one
 def test_a_domain_under_a_taken_name_is_refused(name):
     before = dict(domains._REGISTRY)
