@@ -36,10 +36,13 @@ import math
 import re
 import shutil
 import statistics
+import warnings
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 from scipy import stats
 
 from harness.records import RunRecord, load_record
@@ -423,6 +426,128 @@ def friedman_problems(report: str, tasks: list[Task]) -> list[str]:
     return []
 
 
+def short(value: object) -> str:
+    """A hyper-parameter or override as the pages print it: floats in ``g`` form, lists comma-joined."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(short(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def assignments(values: dict[str, object]) -> str:
+    return ", ".join(f"{k}={short(v)}" for k, v in sorted(values.items()))
+
+
+def utc(stamp: str) -> datetime:
+    moment = datetime.fromisoformat(stamp)
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+def version_order(records: list[RunRecord]) -> tuple:
+    """The order of versions (the history page's header: "ordered by commit date"): a source digest after none,
+    then the commit date, where no record knows it (records written before they held it) the last finish time,
+    then the package version, then the last finish time (an edited tree after the commit it edits)."""
+    finished = max(utc(r.finished_at) for r in records)
+    dates = [utc(r.software["git_commit_date"]) for r in records if r.software.get("git_commit_date")]
+    return (bool(records[0].software.get("source_digest")), max(dates, default=finished),
+            max(Version(r.version) for r in records), finished)
+
+
+def change_and_p(before: dict[int, float], after: dict[int, float]) -> tuple[float, float]:
+    """The history page's change from one version to the next and its two-sided p: paired (the mean of the
+    differences, scipy.stats.ttest_rel) where the later version's seeds, at least 2, are among the earlier's, else
+    the difference of the means with Welch's t-test (NaN with fewer than 2 seeds a side). A difference that every
+    seed shows alike (no spread to test it against) is real: p 0, or 1 for no difference."""
+    shared = sorted(set(before) & set(after))
+    if len(shared) >= 2 and set(after) <= set(before):
+        diffs = [after[s] - before[s] for s in shared]
+        change = statistics.fmean(diffs)
+        if len(set(diffs)) == 1:
+            return change, 0.0 if change else 1.0
+        with warnings.catch_warnings():  # nearly equal values: scipy warns of lost precision, its p stands
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return change, float(stats.ttest_rel([after[s] for s in shared], [before[s] for s in shared]).pvalue)
+    a, b = list(before.values()), list(after.values())
+    change = statistics.fmean(b) - statistics.fmean(a)
+    if min(len(a), len(b)) < 2:
+        return change, math.nan
+    if len(set(a)) == 1 and len(set(b)) == 1:
+        return change, 1.0 if change == 0 else 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return change, float(stats.ttest_ind(b, a, equal_var=False).pvalue)
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment: the k-th smallest of m p-values times (m - k + 1), kept monotone."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def history_problems(board: Path, results: Path) -> list[str]:
+    """``history.md`` recomputed from the records, by its header: a setting is what a command asked for (domain,
+    dataset, method, loss and its hyper-parameters, preset and overrides); a version one source digest, or before
+    those were recorded one commit (and dirty flag), ordered by :func:`version_order`; per version its seeds (a
+    seed recorded twice: its latest record), mean ± std, the change from the version before (:func:`change_and_p`)
+    and its p after Holm's correction over the page's changes that have one; **step** where that is below 0.05."""
+    records = listed_records(board, results)
+    settings: dict[str, dict[str, list[RunRecord]]] = {}
+    for r in records.values():
+        title = (f"{r.domain} / {r.dataset} / {r.method} / {r.loss if r.loss_used else 'none (evaluation only)'} "
+                 f"({assignments(r.loss_params) or NONE}), {r.preset}"
+                 + (f" ({assignments(r.overrides)})" if r.overrides else ""))
+        version = code(r) if r.software.get("git_commit") or r.software.get("source_digest") else r.version
+        settings.setdefault(title, {}).setdefault(version, []).append(r)
+    history = {t: sorted(v.values(), key=version_order) for t, v in settings.items() if len(v) > 1}
+    page = (board / "history.md").read_text()
+    shown = {re.sub(r"\\(.)", r"\1", t): rows for t, rows in markdown_tables(page, "## ").items()}
+    problems = [] if sorted(shown) == sorted(history) else \
+        [f"history: settings {sorted(set(shown) ^ set(history))} differ between the page and the records"]
+    expected: list[tuple[str, dict[str, str], list[RunRecord], float, float]] = []  # title, cells, version, change, p
+    for title, versions in history.items():
+        rows = shown.get(title, [])
+        if len(rows) != len(versions):
+            problems.append(f"history {title}: {len(rows)} versions shown, {len(versions)} in the records")
+            continue
+        before = None
+        for cells, members in zip(rows, versions):
+            latest = {r.seed: r for r in sorted(members, key=lambda r: utc(r.finished_at))}
+            values = {s: r.metrics[r.primary_metric] for s, r in latest.items()
+                      if r.metrics.get(r.primary_metric) is not None}
+            change, p = change_and_p(before, values) if before else (math.nan, math.nan)
+            expected.append((title, cells, members, change, p))
+            before = values
+    tested = [p for *_, p in expected if not math.isnan(p)]
+    adjusted = iter(holm(tested))
+    for title, cells, members, change, p in expected:
+        values = [r.metrics[r.primary_metric] for r in {r.seed: r for r in sorted(
+            members, key=lambda r: utc(r.finished_at))}.values() if r.metrics.get(r.primary_metric) is not None]
+        p_holm = math.nan if math.isnan(p) else next(adjusted)
+        label = members[0].software.get("git_commit", "")[:7] or members[0].version
+        date = max(utc(r.software.get("git_commit_date") or r.finished_at) for r in members).date().isoformat()
+        mean, _, std = cells[members[0].primary_metric].partition(" ± ")
+        ok = (cells["version (date)"].startswith(label) and cells["version (date)"].endswith(f"({date})")
+              and cells["seeds"] == str(len(values)) and matches(mean, statistics.fmean(values))
+              and (std == NONE if len(values) < 2 else matches(std, statistics.stdev(values)))
+              and (cells["change"] == NONE if math.isnan(change) else matches(cells["change"], change))
+              and (cells["p (Holm)"] == NONE if math.isnan(p_holm) else
+                   math.isclose(float(cells["p (Holm)"]), p_holm, rel_tol=5e-3))
+              and (cells[""] == "**step**") == (p_holm < 0.05))
+        if not ok:
+            problems.append(f"history {title}: {cells}, the records give {label} ({date}), {len(values)} seeds, "
+                            f"{values}, change {change}, p (Holm) {p_holm}")
+    steps = sum(p < 0.05 for p in holm(tested))
+    header = (f"{len(history)} settings ran with more than one version ({len(settings) - len(history)} with one "
+              f"only, not shown)")
+    holm_over = f"Holm's correction over the {len(tested)} of the {len(expected) - len(history)} changes"
+    if header not in page or holm_over not in page or f"({steps} step{'s' * (steps != 1)})" not in page:
+        problems.append(f"history: the header does not say {header!r}, {holm_over!r} and {steps} steps")
+    return problems
+
+
 def unmarked(row: Row, table: Table) -> str:
     """A row's mean ± std (n seeds) as the index shows it: not bold, without ‡ (which the index does not explain)."""
     return re.sub(r"\*\*|‡", "", row.cells[table.columns[4]])
@@ -443,6 +568,11 @@ def test_the_committed_report_ranks_the_losses_of_the_records():
     assert not problems, "\n".join(problems)
 
 
+def test_the_committed_history_is_its_records_by_version():
+    problems = history_problems(BOARD, BOARD / "results")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize(("page", "shown", "edited"), [
     ("graph.md", "71.85 ± 1.86", "71.86 ± 1.86"),  # a mean
     ("graph.md", "71.85 ± 1.86", "71.85 ± 1.87"),  # a std
@@ -458,6 +588,12 @@ def test_the_committed_report_ranks_the_losses_of_the_records():
      "[s1](results/graph-DD-infograph-dcl-ec6569be-s1.json)"),  # a record link
     ("README.md", "| +5.46 |", "| +5.47 |"),  # the index's gain
     ("README.md", "| 77.31 ± 0.93 (3 seeds) |", "| 77.19 ± 0.30 (3 seeds) |"),  # the index's best
+    ("report.md", "| pucl | 12 | 2.46 | 75% (12) |", "| pucl | 12 | 2.47 | 75% (12) |"),  # a mean rank
+    ("report.md", "| pucl | 12 | 2.46 | 75% (12) |", "| pucl | 12 | 2.46 | 76% (12) |"),  # a win rate
+    ("report.md", "| -47.58% |", "| -47.59% |"),  # a relative improvement
+    ("report.md", "χ² = 3.361", "χ² = 3.362"),  # the Friedman test
+    ("history.md", "| 0.00144 | **step** |", "| 0.00145 | **step** |"),  # a p (Holm)
+    ("history.md", "| 2 | 71.27 ± 2.22 | -1.74 |", "| 2 | 71.27 ± 2.22 | -1.73 |"),  # a change
 ])
 def test_a_number_edited_by_hand_fails_the_check(tmp_path, page, shown, edited):
     for path in BOARD.glob("*.md"):
@@ -466,5 +602,6 @@ def test_a_number_edited_by_hand_fails_the_check(tmp_path, page, shown, edited):
     text = (tmp_path / page).read_text()
     assert shown in text, f"{page} no longer shows {shown!r}: pick another number to edit"
     (tmp_path / page).write_text(text.replace(shown, edited, 1))
-    check = index_problems if page == "README.md" else domain_page_problems
+    check = {"README.md": index_problems, "report.md": report_problems, "history.md": history_problems}.get(
+        page, domain_page_problems)
     assert check(tmp_path, BOARD / "results")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from scipy import stats
 from tiny_domain import synthetic_record, write_records
 
 from harness.cli import main
@@ -90,3 +91,17 @@ def test_a_version_that_diverged_on_every_seed_is_shown_as_diverged(tmp_path):
     assert cells == [["0", "diverged on 2 of 2 seeds", "–"],  # infonce
                      ["0", "diverged on 3 of 3 seeds", "–"], ["3", "85.07 ± 0.15", "–"]]  # dcl
     assert (out / "history.png").exists()
+
+
+def test_the_header_counts_the_changes_holms_correction_is_over(tmp_path):
+    """Holm's correction is over the changes that have a p: a change from one seed has none, so the page must not say
+    it corrected over every change. b -> c is the one tested (paired t on 3 seeds): its p is scipy's, times 1."""
+    records = (_version("dcl", [85.0], "a", "2026-01-01T00:00:00+00:00")
+               + _version("dcl", [85.2, 85.1, 84.9], "b", "2026-02-01T00:00:00+00:00")
+               + _version("dcl", [75.1, 75.6, 74.7], "c", "2026-03-01T00:00:00+00:00"))
+    write_records(tmp_path / "results", records)
+    assert main(["history", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "history.md").read_text()
+    assert "Holm's correction over the 1 of the 2 changes of this page that have one" in page
+    p = stats.ttest_rel([75.1, 75.6, 74.7], [85.2, 85.1, 84.9]).pvalue
+    assert [line.split(" | ")[4] for line in page.splitlines() if line.startswith("| ")][1:] == ["–", "–", f"{p:.3g}"]

@@ -117,15 +117,17 @@ def version_row(point: Point) -> list[str]:
 
 def page(history: list[list[Point]], single: int, figure: str | None) -> str:
     steps = sum(pt.step for points in history for pt in points)
+    # Holm's correction counts the changes a test could judge: one from or to a single seed has no p.
+    tested = sum(pt.change is not None and not math.isnan(pt.change.p) for points in history for pt in points)
     lines = [
         MARKER, "", "# History", "",
         f"Each setting's primary metric over the versions of the code that ran it: {len(history)} settings ran with "
         f"more than one version ({single} with one only, not shown). A version is one source digest, or for records "
         "written before the digest was recorded, one commit; versions are ordered by commit date. Change: against "
         "the version before (paired where its seeds are among the earlier version's, else Welch's t-test over all "
-        "seeds, two-sided). **step**: its p after Holm's "
-        f"correction over all {sum(len(p) - 1 for p in history)} changes of this page is below {ALPHA} "
-        f"({steps} step{'s' * (steps != 1)}).", "",
+        "seeds, two-sided). **step**: its p after Holm's correction over the "
+        f"{tested} of the {sum(len(p) - 1 for p in history)} changes of this page that have one (a change from or to "
+        f"a version with one seed has none) is below {ALPHA} ({steps} step{'s' * (steps != 1)}).", "",
     ]
     if any(not pt.group.values for points in history for pt in points):
         lines += ["A version that diverged on every seed (a non-finite metric) says so; no change is measured to or "
