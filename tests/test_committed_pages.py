@@ -1,5 +1,5 @@
-"""Every number of the committed leaderboards (the domain pages, their index ``README.md`` and ``report.md``),
-recomputed from the records they list.
+"""Every number of the committed leaderboards (the domain pages, their index ``README.md``, ``report.md``,
+``history.md`` and ``prior.md``'s estimation tables), recomputed from the records they list.
 
 ``test_committed_leaderboards.py`` checks that the pages are what the page writers give; this checks that what
 they give is right, without them (``harness.pages``, ``harness.groups``): each table is parsed from the page's
@@ -25,7 +25,9 @@ Of each of our rows of a domain page (not *published*):
   the device, the method and loss.
 
 A number matches when it is within half a unit of the page's last decimal. The committed pages show no ¶ and no
-diverged seed, so those rules are not recomputed: a row that shows either fails here until they are.
+diverged seed, so those rules are not recomputed: a row that shows either fails here until they are. Not checked:
+the published rows (numbers typed from papers, not records), prior.md's gain and cost tables and its marks, the
+figures. The index, the report, the history and prior.md each state their rules where they are checked.
 """
 
 from __future__ import annotations
@@ -548,6 +550,99 @@ def history_problems(board: Path, results: Path) -> list[str]:
     return problems
 
 
+SHARE_KEYS = ("negative_same_class_fraction", "negative_same_topic_fraction")  # the measured in-batch share
+PRIOR_PARAM = {"dcl": "tau_plus", "hcl": "tau_plus", "pucl": "alpha"}
+
+
+def spread(values: list[float], one_if_equal: bool) -> tuple[float, float | None] | None:
+    """What a prior.md cell shows of ``values``: one value (where there is one, or they agree and the column shows
+    one), else the mean and sample std; None where there are none."""
+    if not values:
+        return None
+    if len(values) == 1 or (one_if_equal and len(set(values)) == 1):
+        return values[0], None
+    return statistics.fmean(values), statistics.stdev(values)
+
+
+def spread_matches(text: str, expected: tuple[float, float | None] | None) -> bool:
+    if expected is None:
+        return text == NONE
+    mean, _, std = re.sub(r"[‡¶]+$", "", text).partition(" ± ")
+    return matches(mean, expected[0]) and (not std if expected[1] is None else bool(std) and matches(std, expected[1]))
+
+
+def structure(records: list[RunRecord]) -> str:
+    """The mean class silhouette / ARI of the records that hold them (``details.class_structure``)."""
+    measured = [r.details["class_structure"] for r in records if r.details.get("class_structure")]
+    if not measured:
+        return NONE
+    return (f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "
+            f"{statistics.fmean(m['class_ari'] for m in measured):.2f} (n={len(measured)})")
+
+
+def prior_problems(board: Path, prior: Path) -> list[str]:
+    """``prior.md``'s two estimation tables (the synthetic sets' and the real datasets'), recomputed from every
+    record in ``prior``, by the page's text: per task (domain, dataset, C), loss and estimator, the ``auto`` runs
+    (the loss's prior set to ``auto``); the label prior (``details.label_prior``); the measured share of same-class
+    negatives (``info``); the τ+ each run is judged against (its measured share, else its label prior); the final
+    estimate (``info.prior.final``); its mean relative error to that τ+; the goal on the synthetic sets (every run
+    within 25% at C ≤ 10, within a factor 2 above); the classes as clusters in these runs and in infonce's of the
+    task. The prior study ran each cell once, at one setting: the check fails, rather than choose, where a cell
+    holds a seed twice."""
+    records = [r for r in (load_record(path) for path in sorted(prior.glob("*.json"))) if r.status == "completed"
+               and r.metrics.get(r.primary_metric) is not None]
+    cells: dict[tuple, list[RunRecord]] = {}
+    for r in records:
+        if r.loss_params.get(PRIOR_PARAM.get(r.loss, "")) == "auto" and (r.info.get("prior") or {}).get("final") \
+                is not None:
+            classes = r.details.get("label_classes")
+            task = f"{r.domain} / {r.dataset}" + (f" / C={classes}" if classes is not None else "")
+            cells.setdefault((task, r.loss, r.loss_params.get("prior_estimator")), []).append(r)
+    page = (board / "prior.md").read_text()
+    sections = markdown_tables(page, "## ")
+    shown = {(c["task"], c["loss"], c["estimator"]): c for name in ("Estimation on the controlled benchmark",
+                                                                    "Real datasets") for c in sections[name]}
+    problems = [] if sorted(shown) == sorted(cells) else [f"prior: cells {sorted(set(shown) ^ set(cells))} differ"]
+    for key, members in cells.items():
+        cells_shown, where = shown.get(key), f"prior {' / '.join(map(str, key))}"
+        if cells_shown is None:
+            continue
+        if len({r.seed for r in members}) != len(members):
+            problems.append(f"{where}: a seed ran twice; this check does not choose between them")
+            continue
+        shares = [next(r.info[k] for k in SHARE_KEYS if r.info.get(k) is not None) if any(
+            r.info.get(k) is not None for k in SHARE_KEYS) else None for r in members]
+        reference = [s if s is not None else r.details["label_prior"] for s, r in zip(shares, members)]
+        estimates = [r.info["prior"]["final"] for r in members]
+        errors = [abs(e - t) / t for e, t in zip(estimates, reference)]
+        task_records = [r for r in records if r.loss == "infonce" and (r.domain, r.dataset, r.details.get(
+            "label_classes")) == (members[0].domain, members[0].dataset, members[0].details.get("label_classes"))]
+        sources = ["measured" if s is not None else "label prior" for s in shares]
+        kinds = sorted(set(sources))
+        source = kinds[0] if len(kinds) == 1 else ", ".join(f"{sources.count(k)} {k}" for k in kinds)
+        saw, _, shown_source = cells_shown["τ+ the loss saw (from)"].partition(" (")
+        ok = (cells_shown["runs"] == str(len(members))
+              and spread_matches(cells_shown["label prior"], spread(
+                  [r.details["label_prior"] for r in members if r.details.get("label_prior") is not None], True))
+              and spread_matches(cells_shown["measured same-class share of the negatives"],
+                                 spread([s for s in shares if s is not None], True))
+              and matches(saw, statistics.fmean(reference))
+              and shown_source == f"{source})"
+              and spread_matches(cells_shown["auto estimate (final)"], spread(estimates, False))
+              and matches(cells_shown["mean relative error to τ+"].rstrip("%"), 100 * statistics.fmean(errors))
+              and cells_shown["classes as clusters (silhouette / ARI): these runs"] == structure(members)
+              and cells_shown["in infonce's embeddings"] == structure(task_records))
+        if "goal" in cells_shown:
+            classes = members[0].details.get("label_classes") or 0
+            met = max(errors) <= 0.25 if classes <= 10 else max(max(e / t, t / e) for e, t in zip(
+                estimates, reference)) <= 2
+            ok = ok and cells_shown["goal"].startswith("met" if met else "missed")
+        if not ok:
+            problems.append(f"{where}: {cells_shown}, the records give {len(members)} runs, estimates {estimates}, "
+                            f"τ+ {reference}, errors {errors}, {structure(members)}, infonce {structure(task_records)}")
+    return problems
+
+
 def unmarked(row: Row, table: Table) -> str:
     """A row's mean ± std (n seeds) as the index shows it: not bold, without ‡ (which the index does not explain)."""
     return re.sub(r"\*\*|‡", "", row.cells[table.columns[4]])
@@ -573,6 +668,11 @@ def test_the_committed_history_is_its_records_by_version():
     assert not problems, "\n".join(problems)
 
 
+def test_the_committed_prior_page_estimates_are_their_records():
+    problems = prior_problems(BOARD, BOARD / "prior")
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize(("page", "shown", "edited"), [
     ("graph.md", "71.85 ± 1.86", "71.86 ± 1.86"),  # a mean
     ("graph.md", "71.85 ± 1.86", "71.85 ± 1.87"),  # a std
@@ -594,6 +694,11 @@ def test_the_committed_history_is_its_records_by_version():
     ("report.md", "χ² = 3.361", "χ² = 3.362"),  # the Friedman test
     ("history.md", "| 0.00144 | **step** |", "| 0.00145 | **step** |"),  # a p (Holm)
     ("history.md", "| 2 | 71.27 ± 2.22 | -1.74 |", "| 2 | 71.27 ± 2.22 | -1.73 |"),  # a change
+    ("prior.md", "| 0.4154 ± 0.1240‡ | 25% |", "| 0.4154 ± 0.1241‡ | 25% |"),  # an estimate
+    ("prior.md", "| 0.4154 ± 0.1240‡ | 25% |", "| 0.4154 ± 0.1240‡ | 26% |"),  # its error
+    ("prior.md", "| 0.5040 ± 0.0035 | 1% | 0.00 / 0.00 (n=5) | 0.00 / 0.00 (n=5) | met",
+     "| 0.5040 ± 0.0035 | 1% | 0.00 / 0.00 (n=5) | 0.00 / 0.00 (n=5) | missed"),  # a goal
+    ("prior.md", "| 0.09 / 0.31 (n=3) | 0.09 / 0.26 (n=1) |", "| 0.09 / 0.31 (n=3) | 0.09 / 0.26 (n=3) |"),
 ])
 def test_a_number_edited_by_hand_fails_the_check(tmp_path, page, shown, edited):
     for path in BOARD.glob("*.md"):
@@ -602,6 +707,9 @@ def test_a_number_edited_by_hand_fails_the_check(tmp_path, page, shown, edited):
     text = (tmp_path / page).read_text()
     assert shown in text, f"{page} no longer shows {shown!r}: pick another number to edit"
     (tmp_path / page).write_text(text.replace(shown, edited, 1))
+    if page == "prior.md":
+        assert prior_problems(tmp_path, BOARD / "prior")
+        return
     check = {"README.md": index_problems, "report.md": report_problems, "history.md": history_problems}.get(
         page, domain_page_problems)
     assert check(tmp_path, BOARD / "results")
