@@ -84,4 +84,10 @@ def get(name: str) -> Domain:
     return _REGISTRY[name]()
 
 
-__all__ = ["Domain", "UserError", "available", "get", "register"]
+def provider(name: str) -> str:
+    """The module that defines the domain ``name``; a built-in one's without importing it (its extras may be
+    missing, and no plugin takes a built-in name)."""
+    return _BUILTIN.get(name) or type(get(name)).__module__
+
+
+__all__ = ["Domain", "UserError", "available", "get", "provider", "register"]

@@ -146,7 +146,7 @@ def _plugin_digest(module: str) -> str:
 def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
     """The modules outside the packages that define ``domain`` and ``loss`` (plugins, however they were imported)
     -> the digest of their source (:func:`_plugin_source`). Empty where both are built in."""
-    providers = [type(domains.get(domain)).__module__] if domain else []
+    providers = [domains.provider(domain)] if domain else []
     providers += [losses.spec(loss).fn.__module__] if loss else []
     return {module: _plugin_digest(module) for module in dict.fromkeys(providers)
             if module.split(".")[0] not in PACKAGES}

@@ -24,8 +24,21 @@ def test_a_reused_results_folder_holding_a_newer_codes_records_gates_the_code_th
     out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     report = (cand / "regression-report.md").read_text()
     assert "**CANNOT DECIDE: 1 untestable" in report and out.returncode == 2, out.stdout + out.stderr
-    assert f"{cand}@{source_digest()}" in report and "| 1000.0 (1) | 1000.0 (1) |" not in report
+    assert f"{cand}@{source_digest('tiny', 'infonce')}" in report and "| 1000.0 (1) | 1000.0 (1) |" not in report
     # Another code's setting that the suite did not run is not one it left without a baseline record.
     write_records(cand, [synthetic_record("dcl", 0, 1000.0, dataset="blobs_hard", software=LATER)])
     out = script("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     assert out.returncode == 2 and "no completed baseline record" not in out.stderr, out.stdout + out.stderr
+
+
+def test_a_suite_whose_settings_run_different_plugins_is_refused_before_it_runs(tmp_path):
+    """One gate names one code: settings of a plugin loss and of a built-in one record two source digests (the
+    plugin's is part of its runs' identity), and a candidate of one of them would leave the other ungated."""
+    suite = tmp_path / "mixed.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 1\ntiny linear blobs_hard tiny_weighted_nce quick 0 1\n")
+    base = tmp_path / "baseline"
+    write_records(base, [synthetic_record("infonce", 0, 90.0, dataset="blobs_hard")])
+    out = script("--suite", str(suite), "--baseline", str(base), "--results", str(tmp_path / "cand"), "--dry-run",
+                 HARNESS_PLUGINS="tiny_domain,tiny_loss")
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    assert "the suite's settings run different code" in out.stderr and "tiny tiny_weighted_nce (line 2)" in out.stderr

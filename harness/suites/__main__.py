@@ -199,6 +199,21 @@ def update_baseline(commands: list[tuple[str, list[str]]], jobs: int, baseline: 
     return 0
 
 
+def suite_code(settings: list[Setting]) -> str:
+    """The source digest the suite's runs record (:func:`harness.version.source_digest`: the packages', with the
+    plugins that provide a setting's domain or loss): compare gates that code's records. UserError where the
+    settings run different code (other plugins), which one candidate cannot name."""
+    codes: dict[str, list[str]] = {}
+    for s in settings:
+        codes.setdefault(source_digest(s.domain, s.loss), []).append(f"{s.domain} {s.loss} (line {s.line})")
+    if len(codes) > 1:
+        raise UserError("the suite's settings run different code (plugins that provide some of their domains or "
+                        "losses), which one gate cannot name: "
+                        + "; ".join(f"{', '.join(names)}: source digest {code[:12]}" for code, names in codes.items())
+                        + "; split the suite by plugin")
+    return next(iter(codes))
+
+
 def unjudged(baseline: Path, results: Path, digest: str) -> list[str]:
     """The settings the suite ran into ``results`` (the records of the code of source digest ``digest``) that the
     baseline holds no completed record of, named as compare's report names them: compare lists them as added and
@@ -258,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         old = baseline_files(baseline, args.domain) if args.update_baseline and not args.dry_run else []
         if not args.update_baseline:
             check_gate_baseline(baseline, Path(args.results) if args.results else None)
+        digest = suite_code(settings)  # the code the runs run, which their records name
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -271,7 +287,6 @@ def main(argv: list[str] | None = None) -> int:
             tempfile.mkdtemp(prefix="regression-"))
     report = Path(args.report) if args.report else results / "regression-report.md"
     commands = run_commands(settings, results)
-    digest = source_digest()  # the code the runs run, which their records name
     compare = harness_command("compare", "--baseline", str(baseline), "--candidate", f"{results}@{digest}",
                               "--out", str(report), *tolerances)
     if args.dry_run:  # each run as the pool starts it: its thread settings lead, so that a copied line runs alike
