@@ -106,7 +106,10 @@ def test_changed_settings_show_removed_added_and_config_differences(tmp_path):
             + _group("infonce", [80.0, 81.0], overrides={"epochs": 5}))
     code, report = _compare(tmp_path, base + _group("infonce", [80.0, 81.0]), cand)
     assert code == 1
-    assert "knn_t: 0.1 → 0.07" in _section(report, "Config differences of matched groups")
+    differences = _section(report, "Config differences of matched groups")
+    assert "knn_t: 0.1 → 0.07" in differences
+    # The group is named as in every other section of the report: with its setting (preset and budget)
+    assert differences.count("- tiny / blobs / linear / dcl (") == 1 and ", quick" in differences
     assert "not in the candidate" in _section(report, "Missing")  # the removed setting (infonce, quick)
     assert "| infonce |" in _section(report, "Added in the candidate")
 

@@ -234,11 +234,7 @@ def _details(rows: list[Row]) -> list[str]:
     diffs = [r for r in rows if r.config_diff]
     if diffs:
         lines += ["## Config differences of matched groups", ""]
-        lines += [
-            _bullet(f"{r.base.domain} / {r.base.dataset} / {r.base.method} / {r.base.loss} ({r.base.hparams_label()})",
-                    "; ".join(r.config_diff))
-            for r in diffs
-        ] + [""]
+        lines += [_bullet(group_name(r.base), "; ".join(r.config_diff)) for r in diffs] + [""]
     return lines
 
 
