@@ -148,6 +148,17 @@ class PretrainResult:
 
 
 @dataclass
+class KeptModel:
+    """What a run keeps of its training (``harness run --save-model``, :meth:`Domain.trained_modules`): the trained
+    networks by name, and what rebuilding them needs besides the run's config (:meth:`Domain.build_modules`): the
+    sizes the data decides (a feature count, an action count), a tokenizer, as plain values (str, int, float,
+    bool, None, lists and dicts of them) that ``torch.load(..., weights_only=True)`` reads back."""
+
+    modules: dict[str, torch.nn.Module]
+    build: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class EvalResult:
     """What ``evaluate`` returns. ``metrics`` holds the primary metric and the other scalars;
     ``details`` the per-fold / per-task / per-episode numbers (JSON-serialisable)."""
@@ -274,6 +285,19 @@ class Domain(ABC):
     @abstractmethod
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: Any) -> EvalResult:
         """Evaluate the frozen representation with the domain's protocol on ``data`` (``Prepared.data``)."""
+
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel | None:
+        """The trained networks of ``pretrained`` worth keeping (``harness run --save-model``): the encoder a user
+        probes, plots or fine-tunes, and what trains beside it (heads, a momentum encoder, an agent's actor and
+        critic), each an ``nn.Module`` whose ``state_dict()`` is saved under its name. None: nothing to keep, as for
+        a method that trains nothing (an evaluation-only baseline); the default, for a domain that does not say."""
+        return None
+
+    def build_modules(self, spec: RunSpec, build: dict[str, Any]) -> dict[str, torch.nn.Module]:
+        """Untrained networks of the architecture :meth:`trained_modules` keeps, on the CPU and under the same
+        names, from the run's ``spec`` (its config as recorded) and the kept ``build`` values: the saved state
+        dicts load into them with ``load_state_dict(strict=True)`` (:func:`harness.run.model_file.load_model`)."""
+        raise UserError(f"domain '{self.name}' cannot rebuild the networks of a saved model")
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         """The parts of ``harness bench <domain>``, in the order they run; nothing is measured until a part's

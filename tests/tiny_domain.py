@@ -31,6 +31,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    KeptModel,
     Prepared,
     Preset,
     PretrainResult,
@@ -151,6 +152,12 @@ class TinyDomain(Domain):
         if os.environ.get("TINY_DOMAIN_DIVERGE"):  # a run that completes with a non-finite metric, as a diverged one
             accuracy = math.nan
         return EvalResult({"accuracy": accuracy, "n_test": float(len(test))}, {"per_class_n": [40, 40, 40]})
+
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel:
+        return KeptModel({"encoder": pretrained.model})
+
+    def build_modules(self, spec: RunSpec, build: dict) -> dict[str, torch.nn.Module]:
+        return {"encoder": torch.nn.Linear(spec.config.dim_in, spec.config.dim_out)}
 
     def benchmark(self, device: torch.device, data_root, quick: bool) -> list[BenchPart]:
         """A part per batch size; each row names the process that measured it (``pid``). For the tests that stop

@@ -22,6 +22,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    KeptModel,
     OpenDatasets,
     Prepared,
     Preset,
@@ -38,6 +39,7 @@ from domains.graph.config import GraphConfig, c_grid
 from domains.graph.data import TU_CATALOGUE, TU_NAME, GraphSet, check_tu_name, load_tu, tu_files
 from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
+from domains.graph.models import InfoGraph
 from losses import LOGITS, PROBABILITIES
 from losses.prior import class_structure
 
@@ -233,6 +235,16 @@ class GraphDomain(Domain):
             "class_structure": class_structure(torch.from_numpy(x), y, seed=ctx.seed),
         }
         return EvalResult({"accuracy": res["accuracy"], "accuracy_fold_std": res["accuracy_fold_std"]}, details)
+
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel:
+        """InfoGraph's GIN encoder (``encoder(x, edge_index, batch, num_graphs)[0]``: the graph embeddings the SVM
+        reads, in eval mode) and the two heads the loss scored; the node feature count sizes the first layer."""
+        model: InfoGraph = pretrained.model.model
+        return KeptModel(dict(model.named_children()), {"num_features": pretrained.model.data.num_features})
+
+    def build_modules(self, spec: RunSpec, build: dict[str, Any]) -> dict[str, torch.nn.Module]:
+        cfg: GraphConfig = spec.config
+        return dict(InfoGraph(build["num_features"], cfg.hidden, cfg.layers).named_children())
 
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.graph.bench import run_benchmark

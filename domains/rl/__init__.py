@@ -25,6 +25,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    KeptModel,
     OpenDatasets,
     Prepared,
     PretrainResult,
@@ -162,6 +163,22 @@ class RLDomain(Domain):
 
         trained, out = train(spec.config, task, spec.dataset, spec.make_loss(), ctx)
         return PretrainResult(model=trained, curve=out["curve"], throughput=out["throughput"], info=out["info"])
+
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel:
+        """What CURL's own code saves (its ``save``: actor, critic): the actor, the critic and, on its own, the
+        critic's encoder, which the contrastive loss trains and the actor shares the convolutions of."""
+        agent = pretrained.model.agent
+        action_dim = agent.actor.trunk[-1].out_features // 2  # the trunk gives the mean and log-std of each action
+        return KeptModel({"encoder": agent.critic.encoder, "actor": agent.actor, "critic": agent.critic},
+                         {"action_dim": action_dim})
+
+    def build_modules(self, spec: RunSpec, build: dict[str, Any]) -> dict[str, torch.nn.Module]:
+        """Built by CURL's agent itself, so that the actor shares the critic's convolutions as in training."""
+        from domains.rl.curl import CurlSac
+
+        cfg: CurlConfig = spec.config
+        agent = CurlSac(cfg, build["action_dim"], cfg.lr, spec.make_loss(), torch.device("cpu"))
+        return {"encoder": agent.critic.encoder, "actor": agent.actor, "critic": agent.critic}
 
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, task: TaskSpec) -> EvalResult:
         import numpy as np

@@ -24,6 +24,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    KeptModel,
     Prepared,
     Preset,
     PretrainResult,
@@ -244,7 +245,7 @@ class TextDomain(Domain):
         from domains.text.tokenize import SentenceTokenizer, train_tokenizer
 
         bert = spec.method == "quickthought-bert"
-        kind = "wordpiece" if bert else "word"
+        kind = _tokenizer_kind(spec.method)
         saved = ctx.saved_extras()
         if saved is not None:  # the vocabulary the saved weights were trained with
             tokenizer = SentenceTokenizer.from_str(saved["tokenizer"], kind, cfg.max_len)
@@ -272,6 +273,29 @@ class TextDomain(Domain):
             details.update(label_prior(sentence_labels(corpus)), label_prior_of=_LABELS_OF_SENTENCES[spec.dataset])
         return EvalResult(metrics, details)
 
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel | None:
+        """Quick-thought's two encoders, f and g (a sentence's vector is [f(s), g(s)]: ``QuickThought.embed``), and
+        the tokenizer they read (its JSON: ``SentenceTokenizer.from_str``). None for bow and hf, which train
+        nothing."""
+        from domains.text.models import QuickThoughtEncoder
+
+        if not isinstance(pretrained.model, QuickThoughtEncoder):
+            return None
+        return KeptModel(dict(pretrained.model.model.named_children()),
+                         {"tokenizer": pretrained.model.tokenizer.to_str()})
+
+    def build_modules(self, spec: RunSpec, build: dict[str, Any]) -> dict[str, torch.nn.Module]:
+        """Without reading ``word_vectors``: they only initialised the weights the saved state replaces."""
+        from domains.text.models import build_model
+        from domains.text.tokenize import SentenceTokenizer
+
+        if spec.method not in TRAINED:
+            raise UserError(f"text method '{spec.method}' trains no network: there is none to rebuild")
+        cfg: TextConfig = spec.config
+        tokenizer = SentenceTokenizer.from_str(build["tokenizer"], _tokenizer_kind(spec.method), cfg.max_len)
+        model, _ = build_model(spec.method, replace(cfg, word_vectors=""), tokenizer)
+        return dict(model.named_children())
+
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
         """Without parsing the corpus: the generator's parameters, or the hashes of the files; and the word vectors'
         hash, since they are data too (a missing file stops the run here, before it starts, with no record)."""
@@ -298,6 +322,11 @@ class TextDomain(Domain):
         from domains.text.bench import benchmark
 
         return benchmark(device, data_root, quick)
+
+
+def _tokenizer_kind(method: str) -> str:
+    """The tokenizer a trained method reads: BERT's word pieces, or the GRU's words."""
+    return "wordpiece" if method == "quickthought-bert" else "word"
 
 
 __all__ = ["TASKS", "TextConfig", "TextDomain"]

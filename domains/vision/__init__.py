@@ -22,6 +22,7 @@ from domains.base import (
     DatasetSpec,
     Domain,
     EvalResult,
+    KeptModel,
     OpenDatasets,
     Prepared,
     PretrainResult,
@@ -39,11 +40,16 @@ from domains.vision.config import PRESETS, VisionConfig
 from domains.vision.data import BIASED, DATASETS, load
 from domains.vision.hub import PREFIX, is_hub_name
 from domains.vision.images import VisionData
+from domains.vision.method import DataInfo, Method
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
 from losses.prior import class_structure
 
 METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
+# The networks of each method that --save-model keeps: what it trains (MoCo's momentum encoder too; the biased
+# track's classifier, whose accuracy it reports), not its queue or memory banks, which only training reads.
+KEPT = {"simclr": ("encoder", "head"), "moco": ("encoder", "head", "key_encoder"),
+        "cmc": ("enc_l", "enc_ab", "head_l", "head_ab"), "biased": ("encoder", "head", "classifier")}
 UNLABELLED = ("stl10",)  # pretraining sets with unlabelled images: no oracle, no supervised loss
 
 
@@ -254,7 +260,31 @@ class VisionDomain(Domain):
             details["train_bias_aligned_fraction"] = float((data.train.bias == data.train.labels).float().mean())
         return EvalResult(metrics=metrics, details=details)
 
+    def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel:
+        """The method's networks (:data:`KEPT`), and what the data decides of them and of their input: the image
+        size, the class count (the biased track's classifier), the normalisation (``Method.eval_input``)."""
+        method: Method = pretrained.model
+        info = method.info
+        return KeptModel(_kept(method, spec.method), {"image_size": info.image_size, "num_classes": info.num_classes,
+                                         "mean": list(info.mean), "std": list(info.std)})
+
+    def build_modules(self, spec: RunSpec, build: dict[str, Any]) -> dict[str, torch.nn.Module]:
+        """Built by the method itself (its choices of head and final activation depend on the config and the
+        loss); its queue or memory banks, which are not kept, get one row."""
+        info = DataInfo(1, torch.zeros(1, dtype=torch.long), build["num_classes"], build["image_size"],
+                        tuple(build["mean"]), tuple(build["std"]))
+        cfg = vcfg.resolved(spec.config, spec.method, spec.dataset)
+        loss = spec.make_loss()
+        return _kept(METHODS[spec.method](cfg, info, loss, loss.spec.needs_labels), spec.method)
+
     def benchmark(self, device: torch.device, data_root: Path, quick: bool) -> list[BenchPart]:
         from domains.vision.bench import run
 
         return run(device, quick)
+
+
+def _kept(method: Method, name: str) -> dict[str, torch.nn.Module]:
+    """The networks of ``method`` (named ``name``) that :data:`KEPT` names, less those without a state (the biased
+    track's identity head)."""
+    named = {kept: getattr(method, kept) for kept in KEPT[name]}
+    return {name: module for name, module in named.items() if module.state_dict()}
