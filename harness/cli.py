@@ -42,9 +42,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="run again even when a completed record exists; with --resume, go on with an interrupted "
                         "--force: redo only the seeds it had not redone yet")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    _add_save_model(p, "seed")
     _add_tracker(p)
     _add_time_limit(p, "at its next checkpoint")
     _add_verbose(p)
+
+
+def _add_save_model(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--save-model", action="store_true",
+                   help=f"keep each {what}'s trained networks in RESULTS/models/RUN_ID.pt, written once it completes "
+                        "(not its identity: the run id and record are the same; a run skipped as done saves none; "
+                        "default: not kept)")
 
 
 def _add_tracker(p: argparse.ArgumentParser) -> None:
@@ -108,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs (torch threads) a Ray or Slurm job asks for (default: OMP_NUM_THREADS where set, else "
                         "this machine's CPUs over --workers)")
     p.add_argument("--resume", action="store_true", help="jobs go on from the checkpoints a stopped sweep left")
+    _add_save_model(p, "job")
     _add_time_limit(p, "each running job at its next checkpoint")
     _add_tracker(p)
     _add_verbose(p)

@@ -27,7 +27,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
         seeds=cfg.parse_seeds(args.seeds) if args.seeds is not None else None, preset=args.preset,
         sets=cfg.parse_assignments(args.sets), device=args.device, data_root=args.data_root,
         results=args.results, resume=args.resume, force=args.force, quiet=args.quiet,
-        trackers=tracking.resolve(args.trackers),
+        trackers=tracking.resolve(args.trackers), save_model=args.save_model,
     )
 
 
@@ -75,6 +75,8 @@ def _print_outcome(outcome: Outcome) -> None:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record.metrics.items()))
         print(f"  seed {record.seed}: {metrics}")
         print(f"    reproduce: {reproduce_line(record)}", flush=True)
+    if outcome.model:
+        print(f"  {outcome.model}", flush=True)
 
 
 def reproduce_line(record: RunRecord) -> str:

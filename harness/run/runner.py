@@ -23,14 +23,14 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, RunSpec, did_you_mean
+from domains.base import Domain, Prepared, PretrainResult, RunSpec, did_you_mean
 from domains.context import RunContext
 from domains.errors import RunStopped, UserError
 from domains.files import refuse_link
 from harness import records
 from harness.machine import hardware_info
 from harness.run import config as cfg
-from harness.run import stopping, tracking
+from harness.run import model_file, stopping, tracking
 from harness.run.estimate import EstimatingContext
 from harness.version import software_info
 
@@ -55,6 +55,7 @@ class RunRequest:
     force: bool = False
     quiet: bool = False
     trackers: list[str] = field(default_factory=lambda: list(tracking.DEFAULT))  # live logs: a runtime option
+    save_model: bool = False  # keep the trained networks (model_file): a runtime option, outside the run's identity
 
 
 @dataclass
@@ -67,6 +68,7 @@ class Outcome:
     record: records.RunRecord | None = None
     error: str | None = None
     user_error: bool = False
+    model: str | None = None  # with --save-model: the line that says where the model went, or why there is none
 
 
 @dataclass
@@ -271,11 +273,12 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         return _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left,
                         write=False)
     if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
-        return Outcome(rid, "skipped", path, done)
+        return _skipped(req, results, rid, path, done)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
     lock_path = results / ".work" / f"{rid}.lock"
-    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid, lock_path):
+    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid, lock_path,
+                model_file.model_path(results, rid)):
         refuse_link(own, results)
     # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
     try:
@@ -285,7 +288,7 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         return Outcome(rid, "busy", path, error="another process is running it")
     try:
         if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
-            return Outcome(rid, "skipped", path, done)  # finished while we waited for the lock
+            return _skipped(req, results, rid, path, done)  # finished while we waited for the lock
         if not req.resume:  # a fresh start: drop what an interrupted earlier attempt left behind
             if (work_dir / "checkpoint.pt").exists():  # said, so that a rerun after a crash does not lose it unseen
                 warnings.warn(f"{rid}: starting over without --resume; dropped the checkpoint an interrupted "
@@ -305,6 +308,12 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
         return outcome
     finally:
         lock.release()
+
+
+def _skipped(req: RunRequest, results: Path, rid: str, path: Path, record: records.RunRecord) -> Outcome:
+    """A seed whose completed record exists: nothing runs, so ``--save-model`` has no model to save (it says so)."""
+    note = model_file.skipped_note(results, rid) if req.save_model else None
+    return Outcome(rid, "skipped", path, record, model=note)
 
 
 def _secondary_rank() -> bool:
@@ -341,7 +350,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                             trackers=trackers)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
-        outcome = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
+        outcome, pretrained = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
         if trackers:  # where the live logs are (the record's schema is unchanged)
             outcome.record.info["tracking"] = tracking.finish(
                 trackers, outcome.record.metrics if outcome.status == "completed" else None)
@@ -350,6 +359,10 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
             # A --force rerun that fails keeps the completed record; the failure is in the log.
             LOGGER.warning("run %s failed; keeping its earlier completed record", rid)
         elif write:
+            if req.save_model and outcome.status == "completed":
+                # Before the record: a seed whose record exists is skipped, so a model written after it could be
+                # lost to a crash for good; written before, a crash leaves the checkpoint, and --resume saves it.
+                outcome.model = _save_model(domain, spec, pretrained, outcome.record, path.parent, ctx)
             try:
                 records.write_json_atomic(path, outcome.record.to_json())
             except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
@@ -381,11 +394,24 @@ def timings(ctx: RunContext, *, total_s: float, pretrain_s: float | None = None,
     return {key: value for key, value in out.items() if value is not None}
 
 
+def _save_model(domain: Domain, spec: RunSpec, pretrained: PretrainResult, record: records.RunRecord,
+                results: Path, ctx: RunContext) -> str:
+    try:
+        return model_file.save_model(domain, spec, pretrained, record, results)
+    except OSError as exc:  # as for the record: the checkpoint stays, and --resume saves the model and the record
+        kept = f"the run's checkpoint is kept in {ctx.work_dir}" if ctx.checkpoint_path.exists() else \
+            "the run saved no checkpoint"
+        where = model_file.model_path(results, record.run_id)
+        raise UserError(f"cannot write the model {where}: {exc.strerror or exc}; the run's record is not written and "
+                        f"{kept}: free the space or fix the permission, then rerun with --resume") from None
+
+
 def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: dict[str, Any],
-             path: Path) -> Outcome:
-    """Seed, pretrain and evaluate on ``data``; the outcome's record is ``fields`` completed or failed. What the
-    domain returns is validated as the record is built: a metric that is not a number fails the run (a
-    ValidationError naming it), never writes a record that cannot be read back."""
+             path: Path) -> tuple[Outcome, PretrainResult | None]:
+    """Seed, pretrain and evaluate on ``data``; the outcome's record is ``fields`` completed or failed, beside the
+    trained networks of a completed one (None for a failed one). What the domain returns is validated as the
+    record is built: a metric that is not a number fails the run (a ValidationError naming it), never writes a
+    record that cannot be read back."""
     rid = fields["run_id"]
     start = time.perf_counter()
     cuda = ctx.device.type == "cuda"
@@ -424,6 +450,6 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
                                    metrics={}, details={}, curve=[], throughput={}, info={},
                                    timings=timings(ctx, total_s=time.perf_counter() - start))
-        return Outcome(rid, "failed", path, failed, error=error, user_error=user)
+        return Outcome(rid, "failed", path, failed, error=error, user_error=user), None
     LOGGER.info("run %s completed: %s", rid, record.metrics)
-    return Outcome(rid, "completed", path, record)
+    return Outcome(rid, "completed", path, record), pretrained

@@ -44,14 +44,16 @@ from domains.errors import UserError
 from harness.compare.sides import group_name
 from harness.groups import command_key, group_records
 from harness.records import load_record_files
+from harness.run.model_file import MODELS
 from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import Interrupted, run_all, thread_env
 from harness.version import source_digest
 
 BASELINE = "leaderboards/regression"
-# What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py).
-TRACKING_FOLDERS = ("tb", "wandb", "mlruns")
+# What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py)
+# and the models of --save-model (harness/run/model_file.py).
+RUN_FOLDERS = ("tb", "wandb", "mlruns", MODELS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,8 +100,9 @@ def tolerance_args(settings: list[Setting]) -> list[str]:
 
 def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
     """The files an update replaces: the baseline's records (of one ``domain``) and their logs. UserError naming
-    what the folder holds beyond run records, their logs and the runs' scratch (hidden files, tracking folders): an
-    unreadable record, or a file the update would not own (a wrong ``--baseline``, someone's notes)."""
+    what the folder holds beyond run records, their logs and the runs' scratch (hidden files, the folders of
+    :data:`RUN_FOLDERS`): an unreadable record, or a file the update would not own (a wrong ``--baseline``, someone's
+    notes)."""
     if not baseline.exists():
         return []
     try:
@@ -109,7 +112,7 @@ def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
     logs = {path.with_suffix(".log") for path, _ in records}
     foreign = [path.name for path in sorted(baseline.iterdir()) if not path.name.startswith(".")
                and path.suffix != ".json" and path not in logs
-               and not (path.is_dir() and path.name in TRACKING_FOLDERS)]
+               and not (path.is_dir() and path.name in RUN_FOLDERS)]
     if foreign:
         raise UserError(f"--update-baseline: {baseline} holds {len(foreign)} files that are not run records or their "
                         f"logs: {', '.join(foreign)}; the update replaces a folder of records only, so move them out "

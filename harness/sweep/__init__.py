@@ -29,6 +29,7 @@ from domains.files import hash_jsonable
 from harness.records import reusable, run_id
 from harness.run import config as cfg
 from harness.run import resume_command, stopping, time_limit, tracking
+from harness.run.model_file import model_path
 from harness.run.runner import (
     RunRequest,
     default_data_root,
@@ -119,7 +120,7 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
                         sets={**sets, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
                         results=args.results, resume=args.resume, force=args.force, quiet=True,
-                        trackers=trackers))
+                        trackers=trackers, save_model=args.save_model))
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
@@ -137,8 +138,9 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
 
 
 def pending(requests: list[RunRequest], mark_in: Path | None = None,
-            ) -> tuple[list[RunRequest], list[RunRequest], list[str]]:
-    """Split into jobs to run, jobs with a completed record, and invalid combinations (with the reason).
+            ) -> tuple[list[RunRequest], list[str], list[str]]:
+    """Split into jobs to run, the run ids of jobs with a completed record, and invalid combinations (with the
+    reason).
     ``mark_in``: the results folder of a ``--force`` sweep, where each job to run is marked as one to redo
     (:func:`harness.run.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
     jobs the sweep had not redone yet, queued ones included, and keeps those it redid.
@@ -172,7 +174,10 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
             continue
         if mark_in is not None and not exists:
             force_mark(mark_in, rid).touch()
-        (done if exists else todo).append(request)
+        if exists:
+            done.append(rid)
+        else:
+            todo.append(request)
     return todo, done, invalid
 
 
@@ -193,6 +198,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     for line in invalid:
         print(f"[invalid] {line}")
     print(f"sweep: {len(todo) + len(done)} runs, {len(done)} with a completed record (skipped), {len(todo)} to run")
+    unsaved = [rid for rid in done if not model_path(Path(args.results), rid).is_file()] if args.save_model else []
+    if unsaved:  # no training runs for them: there is no model to save
+        print(f"--save-model: {len(unsaved)} of the skipped runs have no saved model; rerun them with --force to "
+              "train them again and save it")
     if not todo and not done and invalid:
         raise UserError("every combination of the sweep is invalid")
     if args.dry_run:

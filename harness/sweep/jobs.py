@@ -42,7 +42,7 @@ def run_job(request: RunRequest, stop_file: str | None = None, threads: int | No
             traceback.print_exc()
         return [failed(request, error_line(exc) + ("" if show_traceback else " (sweep -v shows its traceback)"))]
     return [{"run_id": o.run_id, "status": o.status, "error": o.error, "path": str(o.path),
-             "metrics": o.record.metrics if o.record is not None else {}} for o in outcomes]
+             "metrics": o.record.metrics if o.record is not None else {}, "model": o.model} for o in outcomes]
 
 
 class SlurmJob:
@@ -99,6 +99,7 @@ def job_line(request: RunRequest, whole: bool = False) -> str:
     if whole:
         argv += ["--results", request.results, "--device", request.device]
         argv += ["--data-root", request.data_root] if request.data_root else []
+        argv += ["--save-model"] if request.save_model else []
         for tracker in request.trackers or [tracking.NONE]:
             argv += ["--tracker", tracker]
     return shlex.join(argv)
@@ -118,5 +119,7 @@ def report(job_results: list[dict[str, Any]], bar, request: RunRequest, varying:
         detail = r["error"] or "" if r["status"] not in ("completed", "skipped") else ", ".join(
             f"{k}={v:.4g}" for k, v in sorted(r.get("metrics", {}).items()) if isinstance(v, (int, float)))
         bar.write(f"[{r['status']}] {r['run_id']}{f' ({grid})' if grid else ''}: {detail}")
+        if r.get("model"):
+            bar.write(f"  {r['model']}")
     bar.update(1)
     return job_results
