@@ -77,7 +77,11 @@ def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path):
     assert harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--force").returncode == 0
     assert path.is_file()
     out = harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model")
-    assert f"  model: {path} (saved by the run that wrote the record)" in out.stdout
+    assert f"  model: {path} (saved by an earlier run of it)" in out.stdout
+    # A forced rerun without the flag replaces the record, not the model: it says the model is the earlier run's.
+    out = harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--force")
+    assert out.returncode == 0 and f"{path} holds the model of the earlier run this one replaces" in out.stderr
+    assert path.is_file()
 
 
 def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):

@@ -53,7 +53,7 @@ def skipped_note(results: Path, rid: str) -> str:
     """What ``--save-model`` says of a seed skipped as done: no training ran, so there is no model to save."""
     path = model_path(results, rid)
     if path.is_file():
-        return f"model: {path} (saved by the run that wrote the record)"
+        return f"model: {path} (saved by an earlier run of it)"
     return "no model saved: the run was skipped, its record exists; rerun with --force to train it again and save it"
 
 

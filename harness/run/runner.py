@@ -363,6 +363,10 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                 # Before the record: a seed whose record exists is skipped, so a model written after it could be
                 # lost to a crash for good; written before, a crash leaves the checkpoint, and --resume saves it.
                 outcome.model = _save_model(domain, spec, pretrained, outcome.record, path.parent, ctx)
+            elif outcome.status == "completed" and (earlier := model_file.model_path(path.parent, rid)).exists():
+                # Kept, as nothing written is lost, but said: it no longer is the model of the run's record.
+                warnings.warn(f"{rid}: {earlier} holds the model of the earlier run this one replaces; rerun with "
+                              "--force --save-model to keep this run's", UserWarning, stacklevel=2)
             try:
                 records.write_json_atomic(path, outcome.record.to_json())
             except OSError as exc:  # the checkpoint stays: nothing is lost but the last step
