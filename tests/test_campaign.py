@@ -85,6 +85,24 @@ def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path):
     assert out.returncode == 0 and "the same command again resumes them" in out.stdout
 
 
+def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_begins(tmp_path):
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 10 lr=0.01",
+                      "tiny linear blobs dcl quick 0 10 lr=0.015",
+                      "tiny linear blobs_hard dcl quick 0 10 lr=0.01  # lr=0.015 in a comment is no setting's")
+
+    def chosen(*only: str) -> list[int]:
+        out = campaign("run", str(plan), "--dry-run", *[arg for text in only for arg in ("--only", text)])
+        assert out.returncode == 0, out.stderr
+        return [int(line) for line in re.findall(r"\[line (\d+), estimate", out.stdout)]
+
+    assert chosen("lr=0.01") == [2, 4]  # a substring match took lr=0.015 too
+    assert chosen("lr=0.015") == [3]
+    assert chosen("dcl quick") == [3, 4] and chosen("blobs dcl") == [3]  # words in a row
+    assert chosen("infonce", "blobs_hard") == [2, 4]
+    out = campaign("run", str(plan), "--dry-run", "--only", "lr=0.0")
+    assert out.returncode == 2 and "no setting of" in out.stderr and "lr=0.0" in out.stderr
+
+
 @pytest.mark.parametrize("line, message", [
     ("tiny linear blobs infonce quick 0", "expected 7 columns (domain method dataset loss preset seeds cost)"),
     ("tiny linear blobs infonce quick 0 soon", "the cost 'soon' is not a positive number of seconds"),

@@ -71,12 +71,19 @@ class Plan:
 
     def runs(self, only: list[str]) -> list[tuple[Setting, int]]:
         """(setting, seed) of every run, in the plan's order; with ``only``, the settings whose line holds one of
-        those texts."""
+        those texts as whole words (:func:`holds_words`)."""
         lines = self.path.read_text().splitlines()
-        chosen = [s for s in self.settings if not only or any(text in lines[s.line - 1] for text in only)]
+        chosen = [s for s in self.settings if not only or any(holds_words(lines[s.line - 1], text) for text in only)]
         if not chosen:
-            raise UserError(f"no setting of {self.path} matches --only {' '.join(only)}")
+            raise UserError(f"no setting of {self.path} holds the whole words of --only {' | '.join(only)}")
         return [(s, seed) for s in chosen for seed in s.seeds]
+
+
+def holds_words(line: str, text: str) -> bool:
+    """Whether the plan line, its comment apart, holds the words of ``text`` one after the other, each whole: a
+    bare substring would take ``rho=0.99`` for ``rho=0.997`` too, and start runs nobody chose."""
+    words, wanted = line.split("#", 1)[0].split(), text.split()
+    return bool(wanted) and any(words[i:i + len(wanted)] == wanted for i in range(len(words) - len(wanted) + 1))
 
 
 def plan_path(name: str) -> Path:
@@ -221,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a plan's settings (or print them: --dry-run)")
     r.add_argument("plan", help=f"a plan under {PLANS} (its name) or a plan file")
     r.add_argument("--only", action="append", default=[],
-                   help="run only the settings whose plan line holds this text (repeatable: any of them)")
+                   help="run only the settings whose plan line holds these whole words, e.g. rho=0.99 (not 0.997) or "
+                        "'dcl 100k' (repeatable: any of them)")
     r.add_argument("--device", default="cuda", help="harness run --device (default: cuda)")
     r.add_argument("--jobs", type=int, default=4, help="runs at a time (default: 4)")
     r.add_argument("--threads", type=int, default=0, help="threads per run (default: the CPUs over --jobs)")
