@@ -648,28 +648,15 @@ def unmarked(row: Row, table: Table) -> str:
     return re.sub(r"\*\*|‡", "", row.cells[table.columns[4]])
 
 
-def test_every_number_of_the_committed_domain_pages_is_its_records():
-    problems = domain_page_problems(BOARD, BOARD / "results")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_committed_index_names_each_datasets_best_row_and_its_gain():
-    problems = index_problems(BOARD, BOARD / "results")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_committed_report_ranks_the_losses_of_the_records():
-    problems = report_problems(BOARD, BOARD / "results")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_committed_history_is_its_records_by_version():
-    problems = history_problems(BOARD, BOARD / "results")
-    assert not problems, "\n".join(problems)
-
-
-def test_the_committed_prior_page_estimates_are_their_records():
-    problems = prior_problems(BOARD, BOARD / "prior")
+@pytest.mark.parametrize(("check", "records"), [
+    (domain_page_problems, "results"),  # the domain pages
+    (index_problems, "results"),  # the index: each dataset's best row and its gain
+    (report_problems, "results"),  # report.md: ranks, win rates, gains, the Friedman test
+    (history_problems, "results"),  # history.md: each setting by version
+    (prior_problems, "prior"),  # prior.md's estimation tables
+], ids=["domain-pages", "index", "report", "history", "prior"])
+def test_every_number_of_a_committed_page_is_its_records(check, records):
+    problems = check(BOARD, BOARD / records)
     assert not problems, "\n".join(problems)
 
 
