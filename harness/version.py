@@ -155,7 +155,10 @@ def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[s
 def source_digest(domain: str | None = None, loss: str | None = None) -> str:
     """The identity of the code a run of ``domain`` with ``loss`` runs: :func:`package_digest` where both are
     built in, else sha256 of it and :func:`plugin_digests`."""
-    plugins = plugin_digests(domain, loss)
+    return _code_digest(plugin_digests(domain, loss))
+
+
+def _code_digest(plugins: dict[str, str]) -> str:
     return hash_jsonable({"packages": package_digest(), "plugins": plugins}) if plugins else package_digest()
 
 
@@ -169,7 +172,7 @@ def software_info(domain: str | None = None, loss: str | None = None) -> dict[st
     plugins = plugin_digests(domain, loss)
     beside = {"package_digest": package_digest(), "plugins": plugins} if plugins else {}
     return {"contrastive_harness": package_version(), "git_commit": commit, "git_commit_date": date,
-            "git_dirty": dirty, "source_digest": source_digest(domain, loss), **beside}
+            "git_dirty": dirty, "source_digest": _code_digest(plugins), **beside}
 
 
 def resolve_commit(name: str) -> str | None:

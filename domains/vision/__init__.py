@@ -283,8 +283,8 @@ class VisionDomain(Domain):
         return run(device, quick)
 
 
-def _kept(method: Method, name: str) -> dict[str, torch.nn.Module]:
-    """The networks of ``method`` (named ``name``) that :data:`KEPT` names, less those without a state (the biased
-    track's identity head)."""
-    named = {kept: getattr(method, kept) for kept in KEPT[name]}
-    return {name: module for name, module in named.items() if module.state_dict()}
+def _kept(method: Method, method_name: str) -> dict[str, torch.nn.Module]:
+    """The networks of ``method`` (named ``method_name``) that :data:`KEPT` names, less those without a state (the
+    biased track's identity head)."""
+    named = {kept: getattr(method, kept) for kept in KEPT[method_name]}
+    return {kept: module for kept, module in named.items() if module.state_dict()}
