@@ -213,6 +213,10 @@ class Domain(ABC):
     higher_is_better: ClassVar[bool] = True
     baseline_loss: ClassVar[str] = "infonce"  # the row the leaderboard measures gains against
     method_baselines: ClassVar[dict[str, str]] = {}  # method -> its own baseline loss, where it differs
+    # method -> the config keys that weight or shape its objective around the loss (a regulariser's weight): a
+    # paper's table compares "SupCon" with "eps-SupInfoNCE + FairKL", each with its own weights. The pages count
+    # them as the loss's hyper-parameters, so rows that differ only in them share one setting.
+    method_objective_keys: ClassVar[dict[str, frozenset[str]]] = {}
     # Methods that train nothing and ignore the loss (evaluation only): `harness run` needs no --loss for them, and
     # names the method's baseline loss in the record (its run id), as when a user passed that loss.
     loss_free_methods: ClassVar[frozenset[str]] = frozenset()
@@ -225,6 +229,10 @@ class Domain(ABC):
     def baseline_loss_for(self, method: str) -> str:
         """The loss a method's other rows are measured against (the domain's, unless the method sets its own)."""
         return self.method_baselines.get(method, self.baseline_loss)
+
+    def objective_keys(self, method: str) -> frozenset[str]:
+        """The config keys of ``method``'s objective beyond the loss (:attr:`method_objective_keys`)."""
+        return self.method_objective_keys.get(method, frozenset())
 
     def accepted_losses(self, method: str | None = None) -> tuple[str, ...]:
         """The core losses ``method`` (for None: any method) trains with: the registry filtered by what the method

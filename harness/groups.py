@@ -2,7 +2,9 @@
 
 A *group* is every completed record of one (domain, dataset, method, loss, loss hyper-parameters, config) and of
 one code: the same run but for the seed. A *setting* is a group without its loss: the rows a loss is compared
-against share it (same method, same config).
+against share it (same method, same config). Where a method's objective has config keys beyond the loss
+(``Domain.method_objective_keys``: Barbano et al.'s alpha and FairKL weight), those belong to the loss's side: the
+setting leaves them out, and the labels show them among the hyper-parameters.
 
 Code never mixes silently. Of the records of one experiment, a group takes those of the **newest code**
 (:func:`code_classes`): the newest source digest (``RunRecord.code``), ordered by commit date, then by when it
@@ -60,6 +62,7 @@ class Group:
     records: list[RunRecord] = field(default_factory=list, repr=False)  # the members, oldest first
     # Records of the group's code left out because they read other data than its newest record (one_data=True)
     other_data: list[RunRecord] = field(default_factory=list, repr=False)
+    objective_keys: frozenset[str] = frozenset()  # config keys on the loss's side (Domain.objective_keys)
 
     @property
     def mixed_code(self) -> bool:
@@ -86,8 +89,14 @@ class Group:
 
     @property
     def setting(self) -> str:
-        """Identity of everything but the loss: rows with equal settings are comparable."""
-        return hash_jsonable([self.domain, self.dataset, self.method, self.config])
+        """Identity of everything but the loss and its objective: rows with equal settings are comparable."""
+        config = {k: v for k, v in self.config.items() if k not in self.objective_keys}
+        return hash_jsonable([self.domain, self.dataset, self.method, config])
+
+    @property
+    def objective(self) -> dict[str, Any]:
+        """The config's values of the objective's keys (empty where the method has none)."""
+        return {k: v for k, v in sorted(self.config.items()) if k in self.objective_keys}
 
     @property
     def mean(self) -> float:
@@ -115,15 +124,19 @@ class Group:
         return self.loss if self.loss_used else "none (evaluation only)"
 
     def hparams_label(self) -> str:
-        return ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.loss_params.items())) or "–"
+        """The loss's hyper-parameters and the objective's overrides (the rest of the objective is the preset's)."""
+        params = {**self.loss_params, **{k: v for k, v in self.overrides.items() if k in self.objective_keys}}
+        return ", ".join(f"{k}={_short(v)}" for k, v in sorted(params.items())) or "–"
 
     def setting_label(self) -> str:
-        extra = ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.overrides.items()))
+        extra = ", ".join(f"{k}={_short(v)}" for k, v in sorted(self.overrides.items())
+                          if k not in self.objective_keys)
         return f"{self.preset} ({extra})" if extra else self.preset
 
     def sort_key(self) -> tuple:
         return (self.domain, self.dataset, self.method, self.setting_label(), self.setting,
-                self.loss != self.baseline_loss, self.loss, json.dumps(self.loss_params, sort_keys=True))
+                json.dumps(self.objective, sort_keys=True, default=str), self.loss != self.baseline_loss, self.loss,
+                json.dumps(self.loss_params, sort_keys=True))
 
 
 def _short(value: Any) -> str:
@@ -225,6 +238,7 @@ def group_of(members: list[RunRecord], domains: dict[str, Domain | None], other_
         baseline_loss=dom.baseline_loss_for(newest.method) if dom is not None else newest.baseline_loss,
         version=max((r.version for r in members), key=version_key), loss_used=newest.loss_used, records=members,
         other_data=other_data or [], codes={r.code: r.code_label() for r in members},
+        objective_keys=dom.objective_keys(newest.method) if dom is not None else frozenset(),
     )
 
 
@@ -300,12 +314,18 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:
-    """The baseline-loss group with the same setting (the one with most seeds, then default ordering); none for
-    an evaluation-only group, which trained no loss to compare."""
+    """The baseline-loss group with the same setting: of several, the one whose objective differs from the
+    group's in the fewest keys (none: the same config), then the one with most seeds, then default ordering; none
+    for an evaluation-only group, which trained no loss to compare."""
     if not group.loss_used:
         return None
     candidates = [g for g in groups if g.setting == group.setting and g.loss == group.baseline_loss and g.loss_used]
-    return max(candidates, key=lambda g: g.n, default=None)
+    return max(candidates, key=lambda g: (-objective_distance(g, group), g.n), default=None)
+
+
+def objective_distance(a: Group, b: Group) -> int:
+    """How many of the objective's keys two groups of one setting set to different values."""
+    return sum(a.objective.get(k) != b.objective.get(k) for k in a.objective.keys() | b.objective.keys())
 
 
 def best(groups: list[Group]) -> list[Group]:

@@ -103,6 +103,24 @@ def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_be
     assert out.returncode == 2 and "no setting of" in out.stderr and "lr=0.0" in out.stderr
 
 
+def test_seeds_takes_those_seeds_of_every_chosen_setting(tmp_path):
+    """A short session runs one seed of every setting (a table's first full row) with --seeds, in the plan's order."""
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 10", "tiny linear blobs dcl quick 1-2 10")
+
+    def chosen(*args: str) -> list[tuple[int, int]]:
+        out = campaign("run", str(plan), "--dry-run", *args)
+        assert out.returncode == 0, out.stderr
+        return [(int(line), int(seed)) for seed, line in re.findall(r"seed (\d+) \[line (\d+), estimate", out.stdout)]
+
+    assert chosen() == [(2, 0), (2, 1), (2, 2), (3, 1), (3, 2)]
+    assert chosen("--seeds", "0") == [(2, 0)]
+    assert chosen("--seeds", "1-2", "--only", "dcl") == [(3, 1), (3, 2)]
+    out = campaign("run", str(plan), "--dry-run", "--seeds", "5")
+    assert out.returncode == 2 and "has the seeds 5 (--seeds)" in out.stderr
+    out = campaign("run", str(plan), "--dry-run", "--seeds", "x")
+    assert out.returncode == 2 and "--seeds expects" in out.stderr
+
+
 @pytest.mark.parametrize("line, message", [
     ("tiny linear blobs infonce quick 0", "expected 7 columns (domain method dataset loss preset seeds cost)"),
     ("tiny linear blobs infonce quick 0 soon", "the cost 'soon' is not a positive number of seconds"),

@@ -20,7 +20,9 @@ Of each of our rows of a domain page (not *published*):
 - mean ± sample std (n seeds), ‡ (its records name more than one code), bold (the best mean of the table among the
   rows none of whose seeds diverged and, where the table has any, with at least 3 seeds);
 - Δ: against the row of the baseline loss named in the header (of several, the one the row's records name) with
-  the same method and config; † iff p < 0.05 in scipy.stats.ttest_rel over the seeds both rows share;
+  the same method and config; † iff p < 0.05 in scipy.stats.ttest_rel over the seeds both rows share. Where the
+  header names a method's objective keys ("Objective: the config keys ..."), the config leaves them out, and of
+  several such rows the baseline is the one whose values of them differ in the fewest keys, then the most seeds;
 - the secondary columns (the mean over the seeds that report the metric), the runtime (mean ``timings.total_s``),
   the device, the method and loss.
 
@@ -63,6 +65,7 @@ class Row:
 
     cells: dict[str, str]
     records: list[RunRecord] = field(default_factory=list)
+    objective_keys: frozenset[str] = frozenset()  # the header's objective keys of the row's method
 
     @property
     def first(self) -> RunRecord:
@@ -83,7 +86,12 @@ class Row:
 
     @property
     def setting(self) -> str:
-        return json.dumps([self.first.method, self.first.config], sort_keys=True)
+        config = {k: v for k, v in self.first.config.items() if k not in self.objective_keys}
+        return json.dumps([self.first.method, config], sort_keys=True)
+
+    def objective_distance(self, other: Row) -> int:
+        """In how many of the objective's keys the two rows' configs differ."""
+        return sum(self.first.config.get(k) != other.first.config.get(k) for k in self.objective_keys)
 
 
 @dataclass
@@ -103,10 +111,12 @@ class Table:
         return losses[0] if len(losses) == 1 else row.first.baseline_loss
 
     def baseline(self, row: Row) -> Row | None:
-        """The row's baseline: the baseline loss's row with the same method and config (of several, most seeds)."""
+        """The row's baseline: the baseline loss's row with the same method and config but the objective keys (of
+        several, the nearest objective, then most seeds)."""
         loss = self.baseline_loss(row)
         rows = [r for r in self.rows if r.first.loss_used and r.first.loss == loss and r.setting == row.setting]
-        return max(rows, key=lambda r: len(r.values), default=None) if row.first.loss_used else None
+        return max(rows, key=lambda r: (-r.objective_distance(row), len(r.values)), default=None) \
+            if row.first.loss_used else None
 
 
 def listed_records(board: Path, results: Path) -> dict[str, RunRecord]:
@@ -143,6 +153,7 @@ def domain_tables(board: Path, records: dict[str, RunRecord]) -> tuple[list[Tabl
     for path in pages:
         page = path.read_text()
         higher = re.search(r"Primary metric `[^`]+` \((higher|lower) is better\)", page).group(1) == "higher"
+        objective = objective_keys(board).get(path.stem, {})
         for dataset, cells in markdown_tables(page, "## ").items():
             rows = []
             for row in (Row(c) for c in cells if c["method"] != "*published*"):
@@ -152,6 +163,7 @@ def domain_tables(board: Path, records: dict[str, RunRecord]) -> tuple[list[Tabl
                     problems.append(f"{path.stem}/{dataset}: a row links {row.cells['record']}, no listed record")
                     continue
                 row.records = sorted(by_id[re.sub(r"-s\d+$", "", linked.run_id)], key=lambda r: r.seed)
+                row.objective_keys = objective.get(linked.method, frozenset())
                 rows.append(row)
                 if (int(link.group(1)), linked) != (row.first.seed, row.first):
                     problems.append(f"{linked.run_id}: the link is not to the row's first seed")
@@ -159,6 +171,15 @@ def domain_tables(board: Path, records: dict[str, RunRecord]) -> tuple[list[Tabl
                     problems.append(f"{linked.run_id}: on the page of {path.stem}/{dataset}")
             out.append(Table(path.stem, dataset, list(cells[0]), 1 if higher else -1, rows))
     return out, problems
+
+
+def objective_keys(board: Path) -> dict[str, dict[str, frozenset[str]]]:
+    """By domain page, the objective keys its header names for each method ("Objective: the config keys `a`, `b`
+    of the method `m` ...")."""
+    pattern = re.compile(r"^Objective: the config keys (.+?) of the method `([^`]+)`", flags=re.M)
+    return {path.stem: {m.group(2): frozenset(re.findall(r"`([^`]+)`", m.group(1)))
+                        for m in pattern.finditer(path.read_text())}
+            for path in sorted(board.glob("*.md"))}
 
 
 def matches(text: str, value: float) -> bool:
@@ -496,11 +517,15 @@ def history_problems(board: Path, results: Path) -> list[str]:
     seed recorded twice: its latest record), mean ± std, the change from the version before (:func:`change_and_p`)
     and its p after Holm's correction over the page's changes that have one; **step** where that is below 0.05."""
     records = listed_records(board, results)
+    objective = {(domain, method): keys for domain, methods in objective_keys(board).items()
+                 for method, keys in methods.items()}
     settings: dict[str, dict[str, list[RunRecord]]] = {}
     for r in records.values():
+        keys = objective.get((r.domain, r.method), frozenset())  # the loss's side, as on the domain page
+        params = {**r.loss_params, **{k: v for k, v in r.overrides.items() if k in keys}}
+        overrides = {k: v for k, v in r.overrides.items() if k not in keys}
         title = (f"{r.domain} / {r.dataset} / {r.method} / {r.loss if r.loss_used else 'none (evaluation only)'} "
-                 f"({assignments(r.loss_params) or NONE}), {r.preset}"
-                 + (f" ({assignments(r.overrides)})" if r.overrides else ""))
+                 f"({assignments(params) or NONE}), {r.preset}" + (f" ({assignments(overrides)})" if overrides else ""))
         version = code(r) if r.software.get("git_commit") or r.software.get("source_digest") else r.version
         settings.setdefault(title, {}).setdefault(version, []).append(r)
     history = {t: sorted(v.values(), key=version_order) for t, v in settings.items() if len(v) > 1}

@@ -247,3 +247,39 @@ def test_the_index_best_comes_from_a_setting_that_compares_losses(tmp_path):
     assert main(["leaderboard", "--results", str(tmp_path / "alone"), "--out", str(tmp_path / "out2")]) == 0
     (blobs,) = _lines((tmp_path / "out2" / "README.md").read_text(), "| [tiny](tiny.md) | blobs |")
     assert "| dcl | tau_plus=0.1 | linear | paper, 9 epochs | 91.00 ± 1.00 (3 seeds) | – | – |" in blobs
+
+
+def test_objective_keys_sit_with_the_loss(tmp_path, monkeypatch):
+    """A method's objective keys (Domain.method_objective_keys, as the biased track's alpha and FairKL weight) are
+    the loss's side: rows that differ only in them share a setting, show them as hyper-parameters, and take as
+    baseline the baseline loss's row with the nearest objective, then the one with most seeds."""
+    def config(lr: float, noise: float) -> dict:
+        return {"epochs": 3, "lr": lr, "noise": noise}
+
+    def runs(loss: str, values: list[float], lr: float, noise: float, overrides: dict) -> list[dict]:
+        return [synthetic_record(loss, s, v, config=config(lr, noise), overrides=overrides)
+                for s, v in enumerate(values)]
+
+    records = runs("infonce", [10.0, 11.0, 12.0], 0.5, 0.0, {"lr": 0.5, "noise": 0.0})  # a plain objective
+    records += runs("infonce", [50.0, 51.0], 0.05, 0.3, {})  # the preset's objective, as dcl's
+    records += runs("dcl", [85.0, 86.0, 87.0], 0.05, 0.3, {})
+    records += runs("pucl", [30.0, 31.0, 32.0], 0.5, 0.3, {"lr": 0.5})  # one key from either infonce row
+    write_records(tmp_path / "results", records)
+
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "apart")]) == 0
+    apart = (tmp_path / "apart" / "tiny.md").read_text()
+    assert "Objective:" not in apart  # the domain declares no objective keys: every config is its own setting
+    assert "| linear | pucl | – | quick (lr=0.5), 3 epochs | 31.00 ± 1.00 (3 seeds) | – |" in apart
+
+    monkeypatch.setattr(tiny_domain.TinyDomain, "method_objective_keys", {"linear": frozenset({"lr", "noise"})})
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
+    page = (tmp_path / "lb" / "tiny.md").read_text()
+    assert "Objective: the config keys `lr`, `noise` of the method `linear` weight its objective" in page
+    # dcl: against the infonce row of its own objective (2 seeds), not the one with 3 seeds.
+    assert "| linear | dcl | – | quick, 3 epochs | **86.00 ± 1.00 (3 seeds)** | +35.50† |" in page
+    # pucl: one key from either infonce row; the one with more seeds.
+    assert "| linear | pucl | lr=0.5 | quick, 3 epochs | 31.00 ± 1.00 (3 seeds) | +20.00† |" in page
+    assert "| linear | infonce | lr=0.5, noise=0 | quick, 3 epochs | 11.00 ± 1.00 (3 seeds) | baseline |" in page
+    (blobs,) = _lines((tmp_path / "lb" / "README.md").read_text(), "| [tiny](tiny.md) | blobs |")
+    assert "| dcl | – | linear | quick, 3 epochs | 86.00 ± 1.00 (3 seeds) | 50.50 ± 0.71 (2 seeds) (infonce) | " \
+           "+35.50 |" in blobs

@@ -85,6 +85,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     if metrics:
         lines += [f"Further columns: the mean over seeds of the secondary metrics "
                   f"{', '.join(f'`{m}`' for m in metrics)} where a run reports them.", ""]
+    lines += objective_lines(dom, sorted({g.method for g in groups}))
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
         winners = {id(g) for g in best(contenders(rows))}
@@ -108,6 +109,20 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         if dataset in figure:
             lines += [f"![{generated.alt_text(f'learning curves of the {dataset} rows')}]({figure[dataset]})", ""]
     return "\n".join(lines)
+
+
+def objective_lines(dom: Domain | None, methods: list[str]) -> list[str]:
+    """The header's paragraph on each method whose objective has keys beyond the loss (``Domain.objective_keys``)."""
+    lines = []
+    for method in methods:
+        keys = sorted(dom.objective_keys(method)) if dom is not None else []
+        if keys:
+            lines += [f"Objective: the config keys {', '.join(f'`{k}`' for k in keys)} of the method `{method}` "
+                      "weight its objective around the loss (a paper's table compares objectives, such as SupCon "
+                      "against eps-SupInfoNCE + FairKL). They count as the loss's hyper-parameters: a row's setting "
+                      "leaves them out, the row shows those its command set, and Δ is against the baseline loss's "
+                      "row whose values of them differ in the fewest keys, then with the most seeds.", ""]
+    return lines
 
 
 def finite(rows: list[Group]) -> list[Group]:

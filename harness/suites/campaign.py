@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from domains.errors import UserError
+from harness.run.config import parse_seeds
 from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
 from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
@@ -69,14 +70,19 @@ class Plan:
     records: str  # the repository's records folder the runs belong to
     settings: list[Setting]
 
-    def runs(self, only: list[str]) -> list[tuple[Setting, int]]:
+    def runs(self, only: list[str], seeds: list[int] | None = None) -> list[tuple[Setting, int]]:
         """(setting, seed) of every run, in the plan's order; with ``only``, the settings whose line holds one of
-        those texts as whole words (:func:`holds_words`)."""
+        those texts as whole words (:func:`holds_words`); with ``seeds``, those of their seeds (a short session
+        takes one seed of every setting, a table's first full row, before the next seeds)."""
         lines = self.path.read_text().splitlines()
         chosen = [s for s in self.settings if not only or any(holds_words(lines[s.line - 1], text) for text in only)]
         if not chosen:
             raise UserError(f"no setting of {self.path} holds the whole words of --only {' | '.join(only)}")
-        return [(s, seed) for s in chosen for seed in s.seeds]
+        runs = [(s, seed) for s in chosen for seed in s.seeds if seeds is None or seed in seeds]
+        if not runs:
+            raise UserError(f"no chosen setting of {self.path} has the seeds {', '.join(map(str, seeds or []))} "
+                            "(--seeds)")
+        return runs
 
 
 def holds_words(line: str, text: str) -> bool:
@@ -157,7 +163,7 @@ def estimate_lines(runs: list[tuple[Setting, int]], jobs: int) -> tuple[float, f
 
 def run(args: argparse.Namespace) -> int:
     the_plan = load_plan(plan_path(args.plan))
-    runs = the_plan.runs(args.only)
+    runs = the_plan.runs(args.only, parse_seeds(args.seeds) if args.seeds else None)
     time_s = parse_duration(args.time, "--time")
     # None: one of several calls, each resuming the last
     budget = parse_duration(args.budget, "--budget") if args.budget else None
@@ -230,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--only", action="append", default=[],
                    help="run only the settings whose plan line holds these whole words, e.g. rho=0.99 (not 0.997) or "
                         "'dcl 100k' (repeatable: any of them)")
+    r.add_argument("--seeds", help="run only these seeds of each setting, e.g. 0 or 1-2 (default: the plan's)")
     r.add_argument("--device", default="cuda", help="harness run --device (default: cuda)")
     r.add_argument("--jobs", type=int, default=4, help="runs at a time (default: 4)")
     r.add_argument("--threads", type=int, default=0, help="threads per run (default: the CPUs over --jobs)")
