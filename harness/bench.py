@@ -43,7 +43,7 @@ from harness.records import utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit
 from harness.run.runner import default_data_root, resolve_device
 from harness.tables import text
-from harness.version import software_info
+from harness.version import bench_digest, software_info
 
 # The issue's batch sizes: on a GPU the loss core is timed where the 2B x 2B matrices dominate.
 DEFAULT_BATCH_SIZES = {"cuda": "512,4096,16384", "cpu": "256,512,1024"}
@@ -65,10 +65,12 @@ def _cell(value: Any) -> str:
 
 def environment(device: torch.device, domain: str | None = None) -> dict[str, Any]:
     """What a figure depends on besides the code: the run records' hardware fields plus the CPU model and cuDNN;
-    and the code, a plugin's included where ``domain`` is one."""
+    and the code: every file of the packages (the benchmark's own modules are no run's), a plugin's included where
+    ``domain`` is one."""
     hardware = hardware_info(device)
     hardware["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
-    return {"hardware": hardware, "software": software_info(domain), "date": utc_now()}
+    return {"hardware": hardware, "software": {**software_info(domain), "source_digest": bench_digest(domain)},
+            "date": utc_now()}
 
 
 DEFAULT_DIM = 128  # the embedding size of the loss benchmark

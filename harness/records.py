@@ -16,10 +16,11 @@ Schema versions:
    version 2 said so as ``info["loss_ignored"]``.
 
 Since version 3, ``software`` also holds the code's identity (:func:`harness.version.software_info`): the version,
-the git commit, its date, the dirty flag and ``source_digest``, the digest of the package's sources that a run's
-identity hashes. Records written before it have no digest; :attr:`RunRecord.code` tells their code apart by commit.
-A run of a plugin's domain or loss hashes the plugin's source into ``source_digest`` too, and its ``software``
-names it: ``plugins`` (module -> digest) beside ``package_digest`` (the packages' own).
+the git commit, its date, the dirty flag and ``source_digest``, the digest of the packages' sources a run can
+execute (:mod:`harness.run_code`) that a run's identity hashes. Records written before it have no digest;
+:attr:`RunRecord.code` tells their code apart by commit. A run of a plugin's domain or loss hashes the plugin's
+source into ``source_digest`` too, and its ``software`` names it: ``plugins`` (module -> digest) beside
+``package_digest`` (the packages' own).
 
 A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
 named after it), checked on load like every other field; its other names hold no control character

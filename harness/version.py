@@ -1,15 +1,18 @@
 """The code a run ran: the package version, the git commit and dirty flag, and a digest of the package's sources.
 
 *The same code* means the same **source digest**: sha256 over the path and bytes of every ``*.py`` file of the
-three packages (``losses``, ``domains``, ``harness``), and over the source of the plugins that provide the run's
-domain and loss (a module outside the packages: ``HARNESS_PLUGINS``, an entry point, any import that registered
-it), whose digests the record names. It is part of every run's identity (``records.run_hash``): a run of other
+three packages (``losses``, ``domains``, ``harness``) that a run can execute (:mod:`harness.run_code`: the run
+command, the losses, the built-in domains and all they import; not the pages, ``compare``, sweeps, benchmarks or
+a domain's published rows), and over the source of the plugins that provide the run's domain and loss (a
+module outside the packages: ``HARNESS_PLUGINS``, an entry point, any import that registered it), whose digests
+the record names. It is part of every run's identity (``records.run_hash``): a run of other
 code is another run, so skipping a completed record and ``--resume`` reuse a result only for the same sources,
 and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the commit because
 it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a copied tree) and
-an installed wheel, and because a commit that changes only records, pages or documentation changes no result.
-A run of built-in code hashes the packages alone (:func:`package_digest`), as every record before plugins
-counted did; other plugins loaded beside it change nothing of its identity.
+an installed wheel, and because a commit that changes only records, pages, documentation or the commands around
+runs changes no result. A run of built-in code hashes the packages' run code alone (:func:`package_digest`);
+other plugins loaded beside it change nothing of its identity. Records written before 2026-11-27 hashed every
+file of the packages: their digests name that code, and a run of today's code is a new run beside them.
 
 The commit, its date and the dirty flag are recorded beside it for people (``compare --baseline <commit>``,
 ``harness history``). The version is setuptools-scm's for a checkout (``0.1.devN+g<commit>``, with ``.dYYYYMMDD``
@@ -33,9 +36,9 @@ from typing import Any
 import domains
 import losses
 from domains.files import hash_jsonable
+from harness.run_code import PACKAGES, run_files
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("losses", "domains", "harness")
 
 # setuptools-scm's default describe, without its --dirty: `git describe --dirty` refreshes and rewrites the index
 # under .git/index.lock even with GIT_OPTIONAL_LOCKS=0 (git 2.39); the dirty flag is read with `git status` instead.
@@ -116,7 +119,15 @@ def _digest_files(root: Path, paths: list[Path]) -> str:
 
 @functools.cache
 def package_digest() -> str:
-    """sha256 over the relative path and bytes of every ``*.py`` file of the packages, in path order."""
+    """sha256 over the relative path and bytes of every ``*.py`` file of the packages a run can execute
+    (:func:`harness.run_code.run_files`), in path order."""
+    return _digest_files(ROOT, list(run_files(ROOT)))
+
+
+@functools.cache
+def tree_digest() -> str:
+    """sha256 over the relative path and bytes of every ``*.py`` file of the packages, in path order: the code of
+    a benchmark, whose own modules (``harness/bench.py``, ``losses/benchmark.py``) no run imports."""
     return _digest_files(ROOT, [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))])
 
 
@@ -158,8 +169,15 @@ def source_digest(domain: str | None = None, loss: str | None = None) -> str:
     return _code_digest(plugin_digests(domain, loss))
 
 
-def _code_digest(plugins: dict[str, str]) -> str:
-    return hash_jsonable({"packages": package_digest(), "plugins": plugins}) if plugins else package_digest()
+def bench_digest(domain: str | None = None) -> str:
+    """The identity of a benchmark's code: :func:`source_digest` over every file of the packages
+    (:func:`tree_digest`), since a benchmark's own modules are no run's."""
+    return _code_digest(plugin_digests(domain), tree_digest())
+
+
+def _code_digest(plugins: dict[str, str], packages: str | None = None) -> str:
+    packages = packages or package_digest()
+    return hash_jsonable({"packages": packages, "plugins": plugins}) if plugins else packages
 
 
 def software_info(domain: str | None = None, loss: str | None = None) -> dict[str, Any]:

@@ -18,17 +18,18 @@ from tiny_domain import REPO, harness_env
 
 import domains
 from harness import version
+from harness.run_code import run_files
 
 LOSS = "tiny_weighted_nce"  # tests/tiny_loss.py's
 
 
 def _packages_digest() -> str:
-    """The source digest as harness.version computed it before plugins counted: every *.py file of the three
-    packages, in path order, as its path relative to the repository and its bytes."""
+    """The packages' part of the source digest, as harness.version computes it without plugins: every file a run
+    can execute (harness.run_code.run_files, tested in test_run_code.py), in path order, as its path relative to
+    the repository and its bytes."""
     digest = hashlib.sha256()
-    for package in ("losses", "domains", "harness"):
-        for path in sorted((REPO / package).rglob("*.py")):
-            digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in run_files(REPO):
+        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -44,7 +45,7 @@ def _records(results: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
 
 
-def test_without_plugins_the_code_identity_is_the_packages_digest_as_before():
+def test_without_plugins_the_code_identity_is_the_packages_digest():
     env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
     code = "import json, harness.version as v; print(json.dumps(v.software_info()))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)

@@ -1,0 +1,86 @@
+"""The code a run can execute: the modules of the project's packages that a run's entry points import, at any
+depth, found by reading their import statements.
+
+A run's identity names its code (:func:`harness.version.source_digest`). Hashing every file of the packages made a
+change to a page writer, the comparison gate or a domain's published rows a new run of every experiment: a
+campaign's seeds from two sessions could never share a row, though the code that trained them was the same. The
+digest covers instead the files of :func:`run_files`:
+
+- the roots: every module of ``harness/run/`` (the ``run`` command, its runner and what it writes), the
+  ``losses`` package and each built-in domain package (:data:`RUN_ROOTS`);
+- every module of the packages they import, at any depth: ``import a.b``, ``from a import b`` (``a.b`` where
+  that is a module), relative imports, imports inside functions, and the packages above each (importing ``a.b``
+  runs ``a/__init__.py``).
+
+Outside it: the CLI's other commands, the pages, ``compare``, sweeps and benchmarks, and a module that only
+``importlib`` loads by name, as the pages load a domain's published rows and notes (``domains/<name>/
+published.py``): text for pages, not code. What the CLI or a sweep decides for a run reaches it as its config,
+which is part of its identity too.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from pathlib import Path
+
+PACKAGES = ("losses", "domains", "harness")
+# The entry points of a run; a folder stands for every module in it (harness/run: each file is the run's).
+RUN_ROOTS = ("harness/run", "losses", "domains.graph", "domains.vision", "domains.text", "domains.rl")
+
+
+def module_file(root: Path, name: str) -> Path | None:
+    """The file of the module ``name`` under ``root`` (a package's ``__init__.py``), or None if it is none."""
+    path = root.joinpath(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """Every name an import statement of the file could load: ``a.b`` for ``import a.b``, ``a`` and ``a.x`` for
+    ``from a import x`` (``a.x`` counts where it is a module), relative ones resolved against ``module``."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([node.module] if node.module else [])])
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def root_modules(root: Path) -> list[str]:
+    """The module names of :data:`RUN_ROOTS`: a folder's every module, a package's own name."""
+    names = []
+    for entry in RUN_ROOTS:
+        if "/" in entry:
+            names += [".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+                      for p in sorted((root / entry).rglob("*.py"))]
+        else:
+            names.append(entry)
+    return names
+
+
+@functools.cache
+def run_files(root: Path) -> tuple[Path, ...]:
+    """The files of every module a run can execute (the module docstring), in path order."""
+    found: dict[str, Path] = {}
+    todo = root_modules(root)
+    while todo:
+        name = todo.pop()
+        if name in found or name.split(".")[0] not in PACKAGES:
+            continue
+        path = module_file(root, name)
+        if path is None:  # an attribute imported from a module, not a module
+            continue
+        found[name] = path
+        parts = name.split(".")
+        todo += [".".join(parts[:n]) for n in range(1, len(parts))]
+        todo += sorted(imported_names(path, name))
+    return tuple(sorted(found.values()))
