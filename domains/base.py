@@ -220,11 +220,32 @@ class Domain(ABC):
     # Methods that train nothing and ignore the loss (evaluation only): `harness run` needs no --loss for them, and
     # names the method's baseline loss in the record (its run id), as when a user passed that loss.
     loss_free_methods: ClassVar[frozenset[str]] = frozenset()
-    references: ClassVar[tuple[Reference, ...]] = ()
+    # The module holding the domain's page text, its REFERENCES and NOTES (:attr:`references`, :attr:`notes`): read
+    # by the pages alone and imported on demand, so that it lies outside the code a run executes and its identity
+    # (editing a note or a published number changes no run id). Run code never imports it.
+    published_module: ClassVar[str | None] = None
     leaderboard_metrics: ClassVar[tuple[str, ...]] = ()  # secondary metrics the leaderboard shows as columns
-    # dataset -> a paragraph the leaderboard prints under that dataset's table: where and why we do not
-    # reproduce a paper, what is still to run. Written by hand, so it cites records, never replaces them.
-    notes: ClassVar[dict[str, str]] = {}
+
+    # A plugin may set ``references = (...)`` and ``notes = {...}`` as class attributes instead: a subclass's
+    # attribute shadows these properties.
+    @property
+    def references(self) -> tuple[Reference, ...]:
+        """The published numbers the leaderboard shows as labelled reference rows: :attr:`published_module`'s
+        REFERENCES."""
+        return self._published("REFERENCES", ())
+
+    @property
+    def notes(self) -> dict[str, str]:
+        """dataset -> a paragraph the leaderboard prints under that dataset's table: where and why we do not
+        reproduce a paper, what is still to run. Written by hand, so it cites records, never replaces them:
+        :attr:`published_module`'s NOTES."""
+        return self._published("NOTES", {})
+
+    def _published(self, name: str, default: Any) -> Any:
+        if self.published_module is None:
+            return default
+        # import_module, not an import statement: no static import (the run's code closure) reaches the page text
+        return getattr(importlib.import_module(self.published_module), name)
 
     def baseline_loss_for(self, method: str) -> str:
         """The loss a method's other rows are measured against (the domain's, unless the method sets its own)."""

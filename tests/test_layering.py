@@ -1,6 +1,7 @@
 """The house's layers, read from the sources: the loss core imports neither the domains nor the harness, the
 domains do not import the harness (``domains/base.py`` is their one seam), and no two modules import each other
-at module level, directly or round a longer loop (an import cycle)."""
+at module level, directly or round a longer loop (an import cycle); and no import statement reaches a domain's page
+text (``domains/<name>/published.py``), which the pages load on demand, outside the run's code."""
 
 from __future__ import annotations
 
@@ -93,3 +94,28 @@ def test_no_import_cycle_at_module_level():
 def test_the_cycle_search_finds_a_loop():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _written_imports(node: ast.AST) -> list[str]:
+    """The modules an import statement names as written, relative ones with their dots (``from . import b``:
+    ``..b``), and each name it takes from one."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        module = "." * node.level + (node.module or "")
+        return [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    return []
+
+
+def test_no_import_statement_reaches_the_page_text():
+    assert {"domains.graph.published", "domains.rl.published"} <= set(MODULES)
+    wrong = sorted(f"{name} imports {written}" for name, path in MODULES.items()
+                   for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+                   for written in _written_imports(node) if "published" in written.split("."))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("statement", ["from domains.graph import published", "import domains.rl.published as p",
+                                       "from .published import NOTES", "from . import published"])
+def test_the_page_text_check_sees_each_form_of_import(statement):
+    assert any("published" in written.split(".") for written in _written_imports(ast.parse(statement).body[0]))

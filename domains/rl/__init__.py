@@ -29,40 +29,12 @@ from domains.base import (
     OpenDatasets,
     Prepared,
     PretrainResult,
-    Reference,
     RunSpec,
     Supplies,
 )
 from domains.context import RunContext
 from domains.errors import UserError
 from domains.rl.config import GYM_PREFIX, PRESETS, TASKS, CurlConfig, TaskSpec
-
-_CURL = "CURL paper (Srinivas et al. 2020), Table 1, 100k env steps"
-_DCL = "DCL paper (Chuang et al. 2020), Table 3"
-# CURL's rows are its 100k benchmark (our preset `paper`); a row of ours shows its own budget.
-_PROTOCOL = ("100k environment steps, batch 512, 10 evaluation episodes (our preset `paper`); our rows trained for "
-             "the environment steps in their setting column.")
-_DCL_PROTOCOL = ("DCL's CURL (InfoNCE) rows differ from CURL's own 100k rows by up to a factor of 2.5 either way "
-                 "(cartpole 850 against 582, finger 310 against 767), which the paper does not explain, and DCL's RL "
-                 "code is not public: their budget and settings are not checked. Our rows trained for the "
-                 "environment steps in their setting column.")
-_TASK_ORDER = ("finger-spin", "cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk", "ball_in_cup-catch")
-
-
-def _rows(source: str, label: str, loss: str, values: tuple[tuple[float, float], ...],
-          protocol: str = _PROTOCOL) -> tuple[Reference, ...]:
-    return tuple(Reference(source, task, label, value, std, method="curl", loss=loss, protocol=protocol)
-                 for task, (value, std) in zip(_TASK_ORDER, values))
-
-
-REFERENCES = (
-    *_rows(_CURL, "CURL (InfoNCE)", "infonce",
-           ((767, 56), (582, 146), (538, 233), (299, 48), (403, 24), (769, 43))),
-    *_rows(_DCL, "Biased (CURL, InfoNCE)", "infonce",
-           ((310, 33), (850, 20), (918, 96), (266, 41), (623, 120), (928, 47)), _DCL_PROTOCOL),
-    *_rows(_DCL, "Debiased (DCL, tau+ 0.1)", "dcl",
-           ((364, 36), (860, 4), (868, 177), (302, 29), (594, 33), (951, 11)), _DCL_PROTOCOL),
-)
 
 
 def _version(package: str) -> str | None:
@@ -109,7 +81,8 @@ class RLDomain(Domain):
     primary_metric = "return"
     higher_is_better = True
     baseline_loss = "infonce"
-    references = REFERENCES
+    # Its published rows and notes: page text, kept out of the run's code (Domain.published_module).
+    published_module = "domains.rl.published"
     leaderboard_metrics = ("return_std",)
 
     def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
