@@ -1,10 +1,4 @@
-"""The text domain's page text: the published rows (:data:`REFERENCES`) and the notes under a dataset's table
-(:data:`NOTES`) that its leaderboard shows.
-
-Read only by the pages, through :attr:`domains.base.Domain.published_module`, which imports it lazily: it is not run
-code and lies outside a run's code identity, so that editing a note or a published number changes no run id. Run
-code must not import it.
-"""
+"""The text domain's page text, its published rows and notes: read by the pages alone (Domain.published_module)."""
 
 from __future__ import annotations
 
