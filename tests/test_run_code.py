@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -87,3 +88,40 @@ def test_an_edit_is_other_code_only_inside_the_run_code(tmp_path):
     with (tmp_path / "losses/dcl.py").open("a") as fh:
         fh.write("\n\ndef _late():\n    from harness.sweep import hidden\n    return hidden\n")
     assert {"domains/vision/extra.py", "harness/sweep/hidden.py", "harness/sweep/__init__.py"} <= _relative(tmp_path)
+
+
+def test_seeds_of_two_commits_share_a_row_unless_the_run_code_changed(tmp_path):
+    """The promise the narrower digest keeps (README, "The same code"): a seed run after a pages-only edit joins
+    the row of the seed before it; after an edit to run code, the row shows the new code's seed alone."""
+    tree, results = tmp_path / "tree", tmp_path / "results"
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, tree / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (tree / "tests").mkdir()
+    shutil.copy(REPO / "tests" / "tiny_domain.py", tree / "tests" / "tiny_domain.py")
+    env = {**harness_env(), "PYTHONPATH": f"{tree / 'tests'}{os.pathsep}{tree}"}
+
+    def harness(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "harness", *args], cwd=tree, env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def run(seed: int) -> None:
+        harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", str(seed), "--quiet", "--tracker",
+                "none", "--results", str(results))
+
+    def row() -> str:
+        harness("leaderboard", "--results", str(results), "--out", str(tmp_path / "pages"))
+        (line,) = [x for x in (tmp_path / "pages" / "tiny.md").read_text().splitlines()
+                   if x.startswith("| linear | infonce |")]
+        return line
+
+    run(0)
+    with (tree / "harness/pages/leaderboard.py").open("a") as fh:
+        fh.write("\n# edited: a page writer, no run's code\n")
+    run(1)
+    assert "(2 seeds)" in row()
+    with (tree / "domains/base.py").open("a") as fh:
+        fh.write("\n# edited: run code\n")
+    run(2)
+    assert "(1 seed)" in row() and len(list(results.glob("*.json"))) == 3
