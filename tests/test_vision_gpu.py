@@ -23,6 +23,7 @@ from domains.vision.method import Batch, DataInfo
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
 from domains.vision.train import accelerate, multi_tensor
+from harness.run.model_file import load_model
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parent.parent
@@ -38,8 +39,9 @@ def _cfg(method: str, **kw) -> VisionConfig:
 
 
 def test_quick_preset_end_to_end_on_cuda_through_the_cli(cuda, tmp_path):
+    """The quick preset on CUDA through the CLI, with ``--save-model``: the networks come back on the CPU."""
     cmd = [sys.executable, "-m", "harness", "run", "--domain", "vision", "--loss", "infonce", "--preset", "quick",
-           "--seeds", "0",
+           "--seeds", "0", "--save-model",
            "--device", "cuda", "--quiet", "--results", str(tmp_path), "--set", "epochs=2", "--set", "knn_every=1",
            "--set", "linear_epochs=2"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=600, env=dict(os.environ))
@@ -50,6 +52,13 @@ def test_quick_preset_end_to_end_on_cuda_through_the_cli(cuda, tmp_path):
     assert record["hardware"]["device"].startswith("cuda") and record["hardware"]["peak_gpu_memory_gib"] > 0
     assert [p["epoch"] for p in record["curve"]] == [1, 2] and "knn_top1" in record["curve"][-1]
     assert 0.0 <= record["metrics"]["top1"] <= 100.0 and record["throughput"]["images_per_s"] > 0
+    kept = tmp_path / "models" / f"{record['run_id']}.pt"
+    saved = torch.load(kept, weights_only=True)
+    assert saved["run_id"] == record["run_id"] and set(saved["modules"]) == {"encoder", "head"}
+    assert all(t.device.type == "cpu" for state in saved["modules"].values() for t in state.values())
+    _, modules = load_model(kept)
+    assert {name: m.state_dict().keys() for name, m in modules.items()} == \
+        {name: state.keys() for name, state in saved["modules"].items()}
 
 
 def _step_losses(method: SimCLR, batch: Batch, device: torch.device, bf16: bool) -> tuple[float, float]:
