@@ -201,7 +201,8 @@ def test_versions_and_commits_by_name_from_one_folder(tmp_path, capsys):
     assert "the same 4 records" in capsys.readouterr().err
     assert main([*args, "--baseline", "0.3.0", "--candidate", "aaaa"]) == 2
     err = capsys.readouterr().err
-    assert "present: versions 0.1.dev5+gaaaa, 0.1.dev6+gbbbb; commits aaaaaaaa, bbbbbbbb" in err
+    assert "present: versions 0.1.dev5+gaaaa, 0.1.dev6+gbbbb; commits aaaaaaaa, bbbbbbbb; source digests " in err
+    assert "named by a prefix of its source digest" in err
 
 
 @pytest.mark.parametrize("option", [["--alpha", "nan"], ["--alpha", "1.5"], ["--tolerance", "-1"],

@@ -128,10 +128,13 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         return chosen
     versions = sorted({r.version for r in records})
     commits = sorted({r.commit[:8] for r in records if r.commit})
+    digests = sorted({str(r.software["source_digest"])[:12] for r in records if r.software.get("source_digest")})
     raise UserError(
         f"no records of version, commit or tag '{name}' in {where}; present: versions "
         f"{', '.join(versions) or 'none'}; commits {', '.join(commits[:12]) or 'none'}"
-        f"{' ...' if len(commits) > 12 else ''}"
+        f"{' ...' if len(commits) > 12 else ''}; source digests {', '.join(digests[:12]) or 'none'}"
+        f"{' ...' if len(digests) > 12 else ''} (a commit that left the code a run executes as it was runs nothing "
+        "new: its runs are the records of that code, named by a prefix of its source digest)"
     )
 
 
