@@ -15,8 +15,9 @@ its file is rewritten after each part, marked ``complete: false`` until the last
 midway (a GPU machine's call that runs out of time) leaves the parts it measured. ``--resume`` keeps the parts
 a file holds when the same code measured them on the same kind of machine with the same options, and measures
 the rest (a complete file has nothing left: the target is skipped). ``--time-limit``, SIGTERM and SIGUSR1 stop
-a benchmark between two parts: after the part under way, or before a part when the longest part so far would
-end past the limit. It then exits 75 (``stopping.EXIT_STOPPED``), and the same command with ``--resume`` goes
+a benchmark between two parts: after the part under way, or before a part that would end past the limit, judged
+by its own time when the file at ``--out`` measured it before on this kind of machine (any code), else by the
+longest part so far. It then exits 75 (``stopping.EXIT_STOPPED``), and the same command with ``--resume`` goes
 on; ``all`` starts no further target. A part that crashes (its traceback is printed) is left out of the file and
 the target's other parts still run; the target counts as failed, and ``--resume`` measures that part again.
 """
@@ -131,6 +132,20 @@ def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any])
     return saved
 
 
+def earlier_seconds(path: Path, env: dict[str, Any]) -> dict[str, float]:
+    """How long each part took when the file at ``path`` last measured it on this kind of machine, whatever code or
+    options measured it: what a time limit expects of a part before starting it (a part that took 97 s should
+    not start with 60 s left because the one before it took 13). Empty without such a file."""
+    try:
+        saved = json.loads(path.read_text())
+        if any(saved["hardware"].get(k) != env["hardware"].get(k) for k in SAME_MACHINE):
+            return {}
+        return {part: float(seconds) for session in saved.get("sessions", [])
+                for part, seconds in session.get("seconds", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 class PartsFailed(Exception):
     """Some parts of a benchmark crashed (their tracebacks were printed); the others are in its file."""
 
@@ -143,6 +158,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     names = [part.name for part in todo]
     path = Path(args.out) / f"{target}-{device.type}.json"
     env = environment(device, None if target == "losses" else target)
+    expected = earlier_seconds(path, env)  # read before this run rewrites the file
     saved = kept_parts(path, target, command, env) if args.resume else None
     done: dict[str, list[dict[str, Any]]] = {}
     header = env
@@ -159,7 +175,8 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     for part in todo:
         if part.name in done:
             continue
-        reason = stopping.stop_reason() or stopping.would_pass_deadline(longest)
+        # Its own earlier time where the file knows one, else the longest part so far.
+        reason = stopping.stop_reason() or stopping.would_pass_deadline(expected.get(part.name, longest))
         if reason:
             print(f"{target}: stopped ({reason}) with {len(done)} of {len(todo)} parts in {path}", flush=True)
             return _in_order(done, names), False

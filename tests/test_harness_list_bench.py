@@ -248,6 +248,27 @@ def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monke
     assert (tmp_path / "losses-cpu.json").exists()
 
 
+def test_bench_time_limit_expects_a_part_to_take_what_it_took_before(tmp_path, monkeypatch, capsys):
+    """Before a part, the time limit expects the part's own earlier time from the file at --out (measured on this
+    kind of machine, by any code), not only the longest part so far: here the second part once took 30 s, so with
+    1 s parts and a 2.5 s limit it is not started, where the longest part so far (1 s) would have let it."""
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
+    args = ["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]
+    assert main(args) == 0
+    path = tmp_path / "tiny-cpu.json"
+    saved = json.loads(path.read_text())
+    saved["software"]["source_digest"] = "0" * 64  # other code: its parts are not kept, its times still count
+    saved["sessions"][0]["seconds"]["B=256"] = 30.0
+    path.write_text(json.dumps(saved))
+    capsys.readouterr()
+    assert main([*args, "--time-limit", "2.5s"]) == 75
+    assert "tiny: stopped (time limit: the next part may take 30 s) with 1 of 3 parts" in capsys.readouterr().out
+    saved["hardware"]["cpu"] = "another CPU"  # another kind of machine: its times say nothing of this one's
+    path.write_text(json.dumps(saved))
+    assert main([*args, "--time-limit", "2.5s"]) == 75
+    assert json.loads(path.read_text())["parts_done"] == ["B=64", "B=256"]
+
+
 def test_bench_resume_measures_again_what_it_cannot_keep(tmp_path, capsys):
     """Other options, other code, or a file without parts: every part is measured again, and the reason said."""
     path = tmp_path / "tiny-cpu.json"
