@@ -44,7 +44,7 @@ from harness.records import utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit
 from harness.run.runner import default_data_root, resolve_device
 from harness.tables import text
-from harness.version import bench_digest, software_info
+from harness.version import software_info, tree_digest
 
 # The issue's batch sizes: on a GPU the loss core is timed where the 2B x 2B matrices dominate.
 DEFAULT_BATCH_SIZES = {"cuda": "512,4096,16384", "cpu": "256,512,1024"}
@@ -70,8 +70,7 @@ def environment(device: torch.device, domain: str | None = None) -> dict[str, An
     ``domain`` is one."""
     hardware = hardware_info(device)
     hardware["cudnn"] = torch.backends.cudnn.version() if device.type == "cuda" else None
-    return {"hardware": hardware, "software": {**software_info(domain), "source_digest": bench_digest(domain)},
-            "date": utc_now()}
+    return {"hardware": hardware, "software": software_info(domain, packages=tree_digest()), "date": utc_now()}
 
 
 DEFAULT_DIM = 128  # the embedding size of the loss benchmark
@@ -110,17 +109,33 @@ def parts(target: str, args: argparse.Namespace, device: torch.device) -> tuple[
 SAME_MACHINE = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "cudnn", "python")
 
 
-def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any]) -> dict[str, Any] | None:
-    """The file at ``path`` if ``--resume`` may keep its parts, else None, saying why on stdout."""
+def read_saved(path: Path) -> Any:
+    """What the benchmark file at ``path`` holds: None where there is none, an empty dict (no parts, no times)
+    where it cannot be read."""
     if not path.exists():
         return None
     try:
-        saved = json.loads(path.read_text())
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def same_machine(saved: dict[str, Any], env: dict[str, Any]) -> bool:
+    """Whether a file was measured on this kind of machine (:data:`SAME_MACHINE`)."""
+    return all(saved["hardware"].get(k) == env["hardware"].get(k) for k in SAME_MACHINE)
+
+
+def kept_parts(saved: Any, path: Path, target: str, command: list[str], env: dict[str, Any]) -> dict[str, Any] | None:
+    """The file at ``path`` (``saved``: :func:`read_saved`) if ``--resume`` may keep its parts, else None, saying
+    why on stdout."""
+    if saved is None:
+        return None
+    try:
         readable = (isinstance(saved["parts_done"], list) and isinstance(saved["rows"], list)
                     and isinstance(saved.get("columns", []), list))
         same = (saved["command"] == command and saved["software"]["source_digest"] == env["software"]["source_digest"]
-                and all(saved["hardware"].get(k) == env["hardware"].get(k) for k in SAME_MACHINE))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                and same_machine(saved, env))
+    except (KeyError, TypeError, AttributeError):
         readable = False
     if not readable:  # a file written before benchmarks had parts, or no benchmark file at all
         print(f"{target}: {path} holds no parts to resume; measuring every part", flush=True)
@@ -132,17 +147,16 @@ def kept_parts(path: Path, target: str, command: list[str], env: dict[str, Any])
     return saved
 
 
-def earlier_seconds(path: Path, env: dict[str, Any]) -> dict[str, float]:
-    """How long each part took when the file at ``path`` last measured it on this kind of machine, whatever code or
-    options measured it: what a time limit expects of a part before starting it (a part that took 97 s should
-    not start with 60 s left because the one before it took 13). Empty without such a file."""
+def earlier_seconds(saved: Any, env: dict[str, Any]) -> dict[str, float]:
+    """How long each part took when the file (``saved``: :func:`read_saved`) last measured it on this kind of
+    machine, whatever code or options measured it: what a time limit expects of a part before starting it (a part
+    that took 97 s should not start with 60 s left because the one before it took 13). Empty without such a file."""
     try:
-        saved = json.loads(path.read_text())
-        if any(saved["hardware"].get(k) != env["hardware"].get(k) for k in SAME_MACHINE):
+        if not same_machine(saved, env):
             return {}
         return {part: float(seconds) for session in saved.get("sessions", [])
                 for part, seconds in session.get("seconds", {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return {}
 
 
@@ -158,8 +172,9 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     names = [part.name for part in todo]
     path = Path(args.out) / f"{target}-{device.type}.json"
     env = environment(device, None if target == "losses" else target)
-    expected = earlier_seconds(path, env)  # read before this run rewrites the file
-    saved = kept_parts(path, target, command, env) if args.resume else None
+    on_disk = read_saved(path)  # read before this run rewrites the file
+    expected = earlier_seconds(on_disk, env)
+    saved = kept_parts(on_disk, path, target, command, env) if args.resume else None
     done: dict[str, list[dict[str, Any]]] = {}
     header = env
     sessions: list[dict[str, Any]] = []

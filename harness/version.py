@@ -169,28 +169,25 @@ def source_digest(domain: str | None = None, loss: str | None = None) -> str:
     return _code_digest(plugin_digests(domain, loss))
 
 
-def bench_digest(domain: str | None = None) -> str:
-    """The identity of a benchmark's code: :func:`source_digest` over every file of the packages
-    (:func:`tree_digest`), since a benchmark's own modules are no run's."""
-    return _code_digest(plugin_digests(domain), tree_digest())
-
-
 def _code_digest(plugins: dict[str, str], packages: str | None = None) -> str:
     packages = packages or package_digest()
     return hash_jsonable({"packages": packages, "plugins": plugins}) if plugins else packages
 
 
-def software_info(domain: str | None = None, loss: str | None = None) -> dict[str, Any]:
+def software_info(domain: str | None = None, loss: str | None = None, *, packages: str | None = None
+                  ) -> dict[str, Any]:
     """What a record (of a run of ``domain`` with ``loss``) says of its code: version, git commit, its date and
     dirty flag (None outside a checkout), and the source digest (always); with plugins, also the packages' digest
-    and each plugin's, by module."""
+    and each plugin's, by module. ``packages``: the packages' digest, by default :func:`package_digest` (a
+    benchmark gives :func:`tree_digest`: its own modules are no run's)."""
     commit = _git("rev-parse", "HEAD") if _is_checkout() else None
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
     date = None if commit is None else _git("show", "-s", "--format=%cI", commit)
+    packages = packages or package_digest()
     plugins = plugin_digests(domain, loss)
-    beside = {"package_digest": package_digest(), "plugins": plugins} if plugins else {}
+    beside = {"package_digest": packages, "plugins": plugins} if plugins else {}
     return {"contrastive_harness": package_version(), "git_commit": commit, "git_commit_date": date,
-            "git_dirty": dirty, "source_digest": _code_digest(plugins), **beside}
+            "git_dirty": dirty, "source_digest": _code_digest(plugins, packages), **beside}
 
 
 def resolve_commit(name: str) -> str | None:
