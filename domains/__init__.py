@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 
 from domains.base import Domain, did_you_mean
 from domains.errors import UserError
-from losses.registry import NAME, NameRefusedError
+from losses.registry import NAME, NAME_RULE, NameRefusedError
 
 _BUILTIN = {
     "graph": "domains.graph",
@@ -33,8 +33,7 @@ def register(cls: type[Domain]) -> type[Domain]:
     another class has, or that a built-in domain has (even before it is imported): a plugin replaces no domain; and
     for a name that is no plain name (a page, run ids and ``--domains a,b`` carry it)."""
     if not NAME.fullmatch(cls.name):
-        raise UserError(f"domain {cls.name!r} of {cls.__module__} is no plain name (letters, digits, _ and -, starting "
-                        "with a letter or digit)")
+        raise UserError(f"domain {cls.name!r} of {cls.__module__} is no plain name ({NAME_RULE})")
     taken, builtin = _REGISTRY.get(cls.name), _BUILTIN.get(cls.name)
     if (taken is not None and taken is not cls) or (builtin is not None and cls.__module__ != builtin):
         owner = taken.__module__ if taken is not None else builtin

@@ -180,6 +180,7 @@ _REGISTRY: dict[str, LossSpec] = {}
 
 # A loss's or a domain's name: sweeps take them comma-separated (--losses a,b), run ids and page names carry them.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+NAME_RULE = "letters, digits, _ and -, starting with a letter or digit"  # NAME in words, for the errors
 
 
 class NameRefusedError(ValueError):
@@ -190,8 +191,7 @@ def register(spec: LossSpec) -> LossSpec:
     """Register ``spec`` under its name; NameRefusedError for a name already registered (a loss plugged in from
     outside, ``HARNESS_PLUGINS``, never replaces one, a built-in loss least of all) or no plain name."""
     if not NAME.fullmatch(spec.name):
-        raise NameRefusedError(f"loss {spec.name!r} of {spec.fn.__module__} is no plain name (letters, digits, _ and "
-                               "-, starting with a letter or digit)")
+        raise NameRefusedError(f"loss {spec.name!r} of {spec.fn.__module__} is no plain name ({NAME_RULE})")
     if spec.name in _REGISTRY:
         raise NameRefusedError(f"loss '{spec.name}' of {spec.fn.__module__} is taken by "
                                f"{_REGISTRY[spec.name].fn.__module__}; a plugin's loss needs a name of its own")
