@@ -1,9 +1,10 @@
 """Helpers shared by several test files: a region where any host-device synchronisation raises, a run
-context that dies right after its first checkpoint (to test resuming), a tiny TU-format dataset, and the
-Ctrl-C a terminal gives a child process."""
+context that dies right after its first checkpoint (to test resuming), a tiny TU-format dataset, the
+Ctrl-C a terminal gives a child process, and the packages' run-code digest computed here."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,7 @@ from pathlib import Path
 import torch
 
 from domains.context import RunContext
+from harness.run_code import run_files
 
 
 @contextmanager
@@ -68,3 +70,13 @@ def record_metrics(results: Path) -> dict[str, tuple]:
 
     records = [json.loads(p.read_text()) for p in results.glob("*.json")]
     return {r["run_id"]: (r["status"], r["metrics"], [c["loss"] for c in r["curve"]]) for r in records}
+
+
+def run_code_digest(root: Path) -> str:
+    """sha256 over the relative path and bytes of each file of ``run_files(root)`` (tested in test_run_code.py), in
+    path order, as harness.version's package digest is meant to be; the files under ``root`` are read afresh."""
+    run_files.cache_clear()  # the files under root may have changed since
+    digest = hashlib.sha256()
+    for path in run_files(root):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()

@@ -4,7 +4,6 @@ Built-in code keeps the identity it had before plugins counted, so committed rec
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -14,23 +13,13 @@ from pathlib import Path
 
 import pytest
 import tiny_domain
+from support import run_code_digest
 from tiny_domain import REPO, harness_env
 
 import domains
 from harness import version
-from harness.run_code import run_files
 
 LOSS = "tiny_weighted_nce"  # tests/tiny_loss.py's
-
-
-def _packages_digest() -> str:
-    """The packages' part of the source digest, as harness.version computes it without plugins: every file a run
-    can execute (harness.run_code.run_files, tested in test_run_code.py), in path order, as its path relative to
-    the repository and its bytes."""
-    digest = hashlib.sha256()
-    for path in run_files(REPO):
-        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _harness(plugins: Path, *args: str, names: str = "tiny_domain,tiny_loss") -> subprocess.CompletedProcess:
@@ -51,7 +40,7 @@ def test_without_plugins_the_code_identity_is_the_packages_digest():
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     software = json.loads(out.stdout)
-    assert software["source_digest"] == _packages_digest()
+    assert software["source_digest"] == run_code_digest(REPO)
     assert "plugins" not in software and "package_digest" not in software  # a record as it was written before
 
 
@@ -70,7 +59,7 @@ def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_ru
     assert len(first) == 2 and all(r["status"] == "completed" and r["loss"] == LOSS for r in first.values())
     software = next(iter(first.values()))["software"]
     assert set(software["plugins"]) == {"tiny_domain", "tiny_loss"}
-    assert software["package_digest"] == _packages_digest() != software["source_digest"]
+    assert software["package_digest"] == run_code_digest(REPO) != software["source_digest"]
 
     with (plugins / "tiny_loss.py").open("a") as plugin:  # any change to its source is other code
         plugin.write("# edited\n")
@@ -148,6 +137,6 @@ def test_a_domain_under_a_taken_name_is_refused(name):
 
 def test_only_the_plugins_that_provide_a_runs_domain_or_loss_are_part_of_its_identity():
     # tiny_domain is loaded in this process; the built-in domain and loss stay the packages' alone
-    assert version.source_digest("graph", "dcl") == version.package_digest() == _packages_digest()
+    assert version.source_digest("graph", "dcl") == version.package_digest() == run_code_digest(REPO)
     assert list(version.plugin_digests("tiny", "dcl")) == ["tiny_domain"]
     assert version.source_digest("tiny", "dcl") not in (version.package_digest(), version.source_digest("graph", "dcl"))

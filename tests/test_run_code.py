@@ -4,7 +4,6 @@ edit elsewhere is not."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from support import run_code_digest
 from tiny_domain import REPO, harness_env
 
 from harness import version
@@ -19,15 +19,6 @@ from harness.run_code import PACKAGES, run_files
 
 OUTSIDE = ["harness/cli.py", "harness/pages/leaderboard.py", "harness/compare/sides.py", "harness/sweep/local.py",
            "harness/bench.py", "harness/suites/campaign.py", "harness/groups.py", "losses/benchmark.py"]
-
-
-def _digest(root: Path) -> str:
-    """sha256 over the relative path and bytes of run_files(root), as harness.version hashes them."""
-    run_files.cache_clear()  # the files under root may have changed since
-    digest = hashlib.sha256()
-    for path in run_files(root):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
 
 
 def _relative(root: Path) -> set[str]:
@@ -64,20 +55,20 @@ def test_the_commands_around_runs_and_the_published_rows_are_not_run_code():
     assert not {p for p in covered if p.endswith("/published.py")}
     assert {"harness/run/runner.py", "harness/records.py", "domains/base.py", "losses/registry.py",
             "domains/graph/__init__.py", "domains/rl/__init__.py", "domains/text/__init__.py"} <= covered
-    assert version.package_digest() == _digest(REPO)
+    assert version.package_digest() == run_code_digest(REPO)
 
 
 def test_an_edit_is_other_code_only_inside_the_run_code(tmp_path):
     for package in PACKAGES:
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    before = _digest(tmp_path)
+    before = run_code_digest(tmp_path)
     for name in OUTSIDE:  # pages, compare, sweeps, benchmarks: the same runs
         with (tmp_path / name).open("a") as fh:
             fh.write("\n# edited\n")
-    assert _digest(tmp_path) == before
+    assert run_code_digest(tmp_path) == before
     with (tmp_path / "domains/vision/train.py").open("a") as fh:
         fh.write("\n# edited\n")
-    assert _digest(tmp_path) != before
+    assert run_code_digest(tmp_path) != before
 
     # A module is run code once run code imports it: inside a function, relatively, at any depth.
     (tmp_path / "domains/vision/extra.py").write_text("VALUE = 1\n")
