@@ -40,7 +40,7 @@ def module_file(root: Path, name: str) -> Path | None:
 def imported_names(path: Path, module: str) -> set[str]:
     """Every name an import statement of the file could load: ``a.b`` for ``import a.b``, ``a`` and ``a.x`` for
     ``from a import x`` (``a.x`` counts where it is a module), relative ones resolved against ``module``."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    package = (module if path.name == "__init__.py" else module.rpartition(".")[0]).split(".")
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
@@ -48,8 +48,7 @@ def imported_names(path: Path, module: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*parent, *([node.module] if node.module else [])])
+                base = ".".join([*package[: len(package) - node.level + 1], *([node.module] if node.module else [])])
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
