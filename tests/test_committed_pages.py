@@ -153,7 +153,7 @@ def domain_tables(board: Path, records: dict[str, RunRecord]) -> tuple[list[Tabl
     for path in pages:
         page = path.read_text()
         higher = re.search(r"Primary metric `[^`]+` \((higher|lower) is better\)", page).group(1) == "higher"
-        objective = objective_keys(board).get(path.stem, {})
+        objective = page_objective_keys(page)
         for dataset, cells in markdown_tables(page, "## ").items():
             rows = []
             for row in (Row(c) for c in cells if c["method"] != "*published*"):
@@ -173,13 +173,18 @@ def domain_tables(board: Path, records: dict[str, RunRecord]) -> tuple[list[Tabl
     return out, problems
 
 
+OBJECTIVE = re.compile(r"^Objective: the config keys (.+?) of the method `([^`]+)`", flags=re.M)
+
+
+def page_objective_keys(page: str) -> dict[str, frozenset[str]]:
+    """The objective keys a domain page's header names for each method ("Objective: the config keys `a`, `b` of the
+    method `m` ...")."""
+    return {m.group(2): frozenset(re.findall(r"`([^`]+)`", m.group(1))) for m in OBJECTIVE.finditer(page)}
+
+
 def objective_keys(board: Path) -> dict[str, dict[str, frozenset[str]]]:
-    """By domain page, the objective keys its header names for each method ("Objective: the config keys `a`, `b`
-    of the method `m` ...")."""
-    pattern = re.compile(r"^Objective: the config keys (.+?) of the method `([^`]+)`", flags=re.M)
-    return {path.stem: {m.group(2): frozenset(re.findall(r"`([^`]+)`", m.group(1)))
-                        for m in pattern.finditer(path.read_text())}
-            for path in sorted(board.glob("*.md"))}
+    """By domain page, :func:`page_objective_keys`."""
+    return {path.stem: page_objective_keys(path.read_text()) for path in sorted(board.glob("*.md"))}
 
 
 def matches(text: str, value: float) -> bool:
