@@ -52,9 +52,29 @@ def _wait_for_epoch(results: Path, epoch: int) -> None:
 
 # --- runs: kill -9, Ctrl-C, concurrent writers ---------------------------------------------------------------
 
-def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path):
+def assert_resumed_as_uninterrupted(resumed: dict, whole: dict) -> None:
+    """The record of a resumed graph run is the uninterrupted run's: the same loss at every epoch, then the same
+    metrics. The curve comes first: a resume that lost state (the RNG, the optimizer's moments, an epoch) shows
+    there, while at these few epochs the SVM's accuracy swings by points between neighbouring weights."""
+    where = f"resumed at epoch {resumed['info']['resumed_at_epoch']}"
+    curves = [c["loss"] for c in resumed["curve"]], [c["loss"] for c in whole["curve"]]
+    assert curves[0] == curves[1], f"{where}: losses {curves[0]} against {curves[1]}"
+    assert resumed["metrics"] == whole["metrics"], where
+    assert resumed["details"]["fold_accuracy"] == whole["details"]["fold_accuracy"], where
+
+
+def graph_exact_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One torch thread in the graph subprocesses: a resume is exact for the same thread count (a CPU's float
+    reductions are summed per thread), and one thread keeps the count, and so the sums, the same in the
+    uninterrupted run, the stopped one and its resume on any machine and under any load."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+
+
+def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path, monkeypatch):
     """On the graph domain, whose resume is exact (the tiny test domain does not checkpoint its RNG)."""
     pytest.importorskip("torch_geometric")
+    graph_exact_env(monkeypatch)
     args = ["run", "--domain", "graph", "--loss", "pucl", "--seeds", "0", "--quiet", "--set", "epochs=4",
             "--set", "svm_folds=3", "--set", "svm_inner_folds=2"]
     assert harness(*args, "--results", str(tmp_path / "whole")).returncode == 0
@@ -69,9 +89,7 @@ def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path):
     assert out.returncode == 0, out.stderr
     [whole], [resumed] = _records(tmp_path / "whole"), _records(tmp_path / "cut")
     assert resumed["info"]["resumed_at_epoch"] >= 1 and resumed["run_id"] == whole["run_id"]
-    assert resumed["metrics"] == whole["metrics"] and resumed["details"]["fold_accuracy"] == \
-        whole["details"]["fold_accuracy"]
-    assert [c["loss"] for c in resumed["curve"]] == [c["loss"] for c in whole["curve"]]
+    assert_resumed_as_uninterrupted(resumed, whole)
 
 
 def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_run(tmp_path):
