@@ -25,6 +25,7 @@ from domains.errors import NonFiniteLossError, UserError
 from harness import records
 from harness.cli import main
 from harness.run.stopping import EXIT_STOPPED
+from harness.suites.pool import thread_env
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet"]
 STABLE = ("started_at", "finished_at", "timings", "throughput", "resumed", "info", "hardware")
@@ -66,9 +67,10 @@ def assert_resumed_as_uninterrupted(resumed: dict, whole: dict) -> None:
 def graph_exact_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """One torch thread in the graph subprocesses: a resume is exact for the same thread count (a CPU's float
     reductions are summed per thread), and one thread keeps the count, and so the sums, the same in the
-    uninterrupted run, the stopped one and its resume on any machine and under any load."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.setenv("MKL_NUM_THREADS", "1")
+    uninterrupted run, the stopped one and its resume on any machine and under any load. The regression suite's
+    runs set the same (``thread_env``)."""
+    for name, value in thread_env(1).items():
+        monkeypatch.setenv(name, value)
 
 
 def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path, monkeypatch):
