@@ -31,3 +31,17 @@ def test_curl_rows_are_its_100k_table():
     assert _rows("rl", "CURL paper") == {
         "finger-spin": (767, 56), "cartpole-swingup": (582, 146), "reacher-easy": (538, 233),
         "cheetah-run": (299, 48), "walker-walk": (403, 24), "ball_in_cup-catch": (769, 43)}
+
+
+def test_biased_mnist_rows_are_the_table_3_that_was_read():
+    # Barbano et al., "Unbiased Supervised Contrastive Learning", OpenReview submission ("Paper under double-blind
+    # review"), Table 3 "Top-1 accuracy (%) on Biased-MNIST. Reference results from Hong & Yang (2021).", columns
+    # 0.999 0.997 0.995 0.99: "ε-SupInfoNCE + FairKL 89.55±1.43 94.08±0.10 97.00±0.06 97.86±0.02" and
+    # "CE Hong & Yang (2021) 11.8±0.7 62.5±2.9 79.5±0.1 90.8±0.3"; the table has no SupCon row
+    rows = {(r.loss, r.label.rpartition("(rho ")[2].rstrip(")")): (r.value, r.std)
+            for r in domains.get("vision").references if r.dataset == "biased-mnist"}
+    assert rows == {
+        ("eps_supinfonce", "0.999"): (89.55, 1.43), ("eps_supinfonce", "0.997"): (94.08, 0.10),
+        ("eps_supinfonce", "0.995"): (97.00, 0.06), ("eps_supinfonce", "0.99"): (97.86, 0.02),
+        ("ce", "0.999"): (11.8, 0.7), ("ce", "0.997"): (62.5, 2.9), ("ce", "0.995"): (79.5, 0.1),
+        ("ce", "0.99"): (90.8, 0.3)}

@@ -13,7 +13,7 @@ _INFOGRAPH_PROTOCOL = (
     "epochs: a figure taken from such a sweep is optimistic against our one fixed setting, scored once. Its "
     "SVM is `SVC()`, whose RBF width was 1 / n_features before scikit-learn 0.22 (December 2019) and is "
     "1 / (n_features Var(X)) in ours (`--set svm_gamma=auto` runs the older one).")
-_PUCL = "PUCL paper, Table 2"
+_PUCL = "PUCL (Wang et al. 2024, arXiv 2401.08690), Table 2"
 _PUCL_PROTOCOL = (
     "PUCL's graph code is not among the public code we could read; the public code of HCL's graph experiments "
     "(joshr17/HCL, graph/deepinfomax.py and launch.sh), the baseline PUCL compares with, trains the same GIN 3x32 "
