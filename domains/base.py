@@ -89,7 +89,7 @@ class Preset:
 class Reference:
     """A published number, shown on the leaderboard as a labelled reference row, never as ours."""
 
-    source: str  # e.g. "PUCL paper, Table 2"
+    source: str  # e.g. "InfoGraph (Sun et al., ICLR 2020), Table 2"
     dataset: str
     label: str  # e.g. "InfoGraph+PUCL (alpha 0.1)"
     value: float

@@ -140,8 +140,8 @@ def field_comments(cls: type) -> dict[str, str]:
 
 
 def loss_lines(loaded: list[Domain]) -> list[str]:
-    """The core losses that train (the registry's objectives), with hyper-parameters (default and range) and the
-    domains accepting them."""
+    """The core losses that train (the registry's objectives), with hyper-parameters (default and range), the
+    domains accepting them and the paper each follows."""
     accepted: dict[str, list[str]] = {}
     for d in loaded:
         for loss in d.losses:
@@ -152,7 +152,8 @@ def loss_lines(loaded: list[Domain]) -> list[str]:
         hparams = ", ".join(f"{h.name}={h.default} {h.describe()}" for h in spec.hparams) or "no hyper-parameters"
         labels = " [needs labels]" if spec.needs_labels else ""
         where = ", ".join(accepted.get(name, [])) or "none"
-        rows.append((name, f"{spec.summary}{labels}; {hparams}; domains: {where}"))
+        paper = f"; paper: {spec.paper}" if spec.paper else ""
+        rows.append((name, f"{spec.summary}{labels}; {hparams}; domains: {where}{paper}"))
     return pairs(rows)
 
 

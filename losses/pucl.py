@@ -1,4 +1,5 @@
-"""Positive-unlabeled contrastive loss (Wang et al., "Positive-Unlabeled Contrastive Learning").
+"""Positive-unlabeled contrastive loss, PUCL (Wang et al. 2024, "Contrastive Learning with Negative Sampling
+Correction", arXiv 2401.08690; not Acharya et al.'s "Positive Unlabeled Contrastive Learning", another method).
 
 The negatives are unlabeled data with a fraction ``alpha`` of positives; ``c`` is the labelling
 frequency of the positives. The PU-corrected negative term is
@@ -23,7 +24,7 @@ C = HParam("c", 0.01, low=0.0, high=1.0)
 
 
 @register_loss("pucl", hparams=(ALPHA, C, *prior_settings()),
-               paper="Wang et al., Positive-Unlabeled Contrastive Learning",
+               paper="Wang et al. 2024, Contrastive Learning with Negative Sampling Correction (PUCL)",
                summary="PU-corrected negatives with class prior alpha and label frequency c")
 def pucl(scores: Scores, alpha: float = 0.1, c: float = 0.01) -> Tensor:
     return debiased_loss(scores, "pucl", (1.0,), log_neg_mean, (1.0 - alpha * c) / (1.0 - alpha),

@@ -37,10 +37,12 @@ def test_a_plugin_that_cannot_be_imported_is_one_line():
         assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
 
 
-def test_list_losses_shows_domains_hparams_and_labels(capsys):
+def test_list_losses_shows_domains_hparams_labels_and_papers(capsys):
     assert main(["list", "losses"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
     assert "alpha=0.1 (0, 1)" in lines["pucl"] and "tiny" in lines["pucl"].split("domains:")[1]
+    assert lines["pucl"].endswith("; paper: Wang et al. 2024, Contrastive Learning with Negative Sampling "
+                                  "Correction (PUCL)")
     assert "[needs labels]" in lines["supcon"] and "[needs labels]" not in lines["dcl"]
     assert "[needs labels]" in lines["ce"] and "tiny" in lines["ce"].split("domains:")[1]
     assert "tiny" not in lines["jsd"].split("domains:")[1]
