@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
+from test_faults import _start, _wait_for_epoch
 from tiny_domain import REPO, TinyDomain, harness, synthetic_record, write_records
 
 from domains.base import PretrainResult
 from domains.context import RunContext
 from harness.run.model_file import load_model
 from harness.run.runner import RunRequest, plan, seed_everything
+from harness.run.stopping import EXIT_STOPPED
 from harness.suites.__main__ import baseline_files
 from harness.suites.pack import collect
 
@@ -85,10 +88,15 @@ def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path):
 
 
 def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
+    # Stopped by SIGTERM once epoch 2's checkpoint is written: a time limit could end a start slowed by a loaded
+    # machine before the first checkpoint, and the rerun would then be no resume.
     args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=30",
             "--set", "sleep_s=0.2")
-    stopped = harness("run", *args, "--time-limit", "4s")
-    assert stopped.returncode == 75, stopped.stderr
+    proc = _start(["run", *args])
+    _wait_for_epoch(tmp_path, 2)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
     out = harness("run", *args, "--resume")
     assert out.returncode == 0, out.stderr
