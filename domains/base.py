@@ -99,6 +99,9 @@ class Reference:
     # How the published run differs from ours (data, budget, model), where it does: the leaderboard marks the row
     # and prints this note under its table, so a reader does not compare unlike runs unawares.
     protocol: str = ""
+    # True only for a number read in the source, or in a quotation of it that names it (a test should pin it,
+    # quoting what was read); a row left False says "(unchecked)" after its source on the page.
+    checked: bool = False
 
 
 @dataclass(frozen=True)

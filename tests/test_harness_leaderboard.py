@@ -70,7 +70,7 @@ def test_leaderboard_cells_by_hand(tmp_path):
     assert f"| linear | dcl | tau_plus=0.1 | quick, 3 epochs | **{mean:.2f} ± {std:.2f} (3 seeds)** | " \
            f"{statistics.mean(dcl) - statistics.mean(base):+.2f}† |" in page
     # No n_test column on this page: no record reports it.
-    assert "| *published* | Linear+InfoNCE | – | Tiny et al. 2024, Table 1 | 90.00 ± 1.00 |  |" in page
+    assert "| *published* | Linear+InfoNCE | – | Tiny et al. 2024, Table 1 (unchecked) | 90.00 ± 1.00 |  |" in page
     assert "50.00" not in page  # the older version's records are superseded by the latest version's
     other = (tmp_path / "other.md").read_text()
     assert "**0.2033 ± 0.0058 (3 seeds)**" in other  # lower is better: dcl is the best
@@ -199,15 +199,15 @@ def test_an_evaluation_curve_ends_at_the_final_metric(tmp_path):
 
 
 def test_a_published_row_of_another_protocol_is_marked(tmp_path, monkeypatch):
-    refs = (Reference("Paper A", "blobs", "A", 90.0, protocol="100 epochs on the full set"),
+    refs = (Reference("Paper A", "blobs", "A", 90.0, protocol="100 epochs on the full set", checked=True),
             Reference("Paper B", "blobs", "B", 91.0),
-            Reference("Paper C", "blobs", "C", 92.0, protocol="100 epochs on the full set"))
+            Reference("Paper C", "blobs", "C", 92.0, protocol="100 epochs on the full set", checked=True))
     monkeypatch.setattr(tiny_domain.TinyDomain, "references", refs)
     write_records(tmp_path / "results", synthetic_records()[:3])
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
     page = (tmp_path / "tiny.md").read_text()
     assert "| *published* | A §1 | – | Paper A |" in page and "| *published* | C §1 | – | Paper C |" in page
-    assert "| *published* | B | – | Paper B |" in page
+    assert "| *published* | B | – | Paper B (unchecked) |" in page  # its number not checked against Paper B
     assert "\n**Published under another protocol.** §1 100 epochs on the full set\n" in page
 
 

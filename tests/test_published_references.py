@@ -1,9 +1,11 @@
 """The published rows of the leaderboards against the sources they cite, where a source was found and read (the
-text of each source is quoted beside its numbers). Rows whose source could not be read are not pinned here."""
+text of each source is quoted beside its numbers). Rows whose source could not be read are not pinned here, and
+their pages say so: "(unchecked)" after the source."""
 
 from __future__ import annotations
 
 import domains
+from harness.pages.tables import protocol_marks, reference_row
 
 
 def _rows(domain: str, source_start: str) -> dict[str, tuple[float, float | None]]:
@@ -45,3 +47,20 @@ def test_biased_mnist_rows_are_the_table_3_that_was_read():
         ("eps_supinfonce", "0.995"): (97.00, 0.06), ("eps_supinfonce", "0.99"): (97.86, 0.02),
         ("ce", "0.999"): (11.8, 0.7), ("ce", "0.997"): (62.5, 2.9), ("ce", "0.995"): (79.5, 0.1),
         ("ce", "0.99"): (90.8, 0.3)}
+
+
+# The sources whose numbers were read (each pinned by a test above, quoting what was read), by domain.
+PINNED = {"graph": ("InfoGraph (Sun et al.",), "rl": ("CURL paper",),
+          "vision": ("lightly's CIFAR-10 benchmark (table of 18.02.2022)",
+                     "Barbano et al. 2023 (OpenReview submission)")}
+
+
+def test_the_rows_marked_checked_are_the_pinned_ones_and_the_page_says_unchecked_of_the_rest():
+    for name in ("graph", "vision", "text", "rl"):
+        for ref in domains.get(name).references:
+            assert ref.checked == ref.source.startswith(PINNED.get(name, ())), (name, ref.source)
+    unchecked = next(r for r in domains.get("graph").references if not r.checked)
+    cells = reference_row(unchecked, protocol_marks([unchecked]), 6)
+    assert cells[3] == f"{unchecked.source} (unchecked)"
+    checked = next(r for r in domains.get("graph").references if r.checked)
+    assert reference_row(checked, protocol_marks([checked]), 6)[3] == checked.source

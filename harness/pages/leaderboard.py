@@ -31,6 +31,7 @@ from harness.pages.tables import (
     NONE,
     OTHER_DATA,
     PROTOCOL,
+    UNCHECKED,
     data_note,
     delta_cell,
     delta_header,
@@ -74,9 +75,10 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         "mean over seeds of a run's wall time (training and evaluation), on the device named beside it; record: "
         "the JSON record of the row's first seed. Rows marked *published* are numbers reported in papers, not our "
         f"runs; {PROTOCOL} marks a published number obtained under another protocol than ours, the difference under "
-        f"the table. Each row shows the records of the newest code that ran it; {MIXED} marks a row whose seeds come "
-        f"from {MIXED_WHY}.{' ' + data if data else ''} Under each table, the learning "
-        "curves of its rows.", "",
+        f"the table, and {UNCHECKED} after its source one that we quote but could not check against that source "
+        f"(the others were read in it, or in a quotation of it). Each row shows the records of the newest code that "
+        f"ran it; {MIXED} marks a row whose seeds come from {MIXED_WHY}.{' ' + data if data else ''} Under each "
+        "table, the learning curves of its rows.", "",
     ]
     if any(g.nonfinite for g in groups):
         lines += [NONFINITE, ""]

@@ -29,6 +29,7 @@ MIXED = "‡"
 MIXED_WHY = ("several commits (records written before the harness recorded a digest of its sources, so that which "
              "code ran cannot be told apart more finely)")
 PROTOCOL = "§"
+UNCHECKED = "(unchecked)"
 OTHER_DATA = "¶"
 NONE = "–"
 
@@ -158,10 +159,12 @@ def protocol_marks(refs: Iterable[Reference]) -> dict[str, str]:
 
 
 def reference_row(ref: Reference, marks: dict[str, str], width: int) -> list[str]:
-    """A published row: its label (with its protocol mark), its source and value; ``width`` cells in all."""
+    """A published row: its label (with its protocol mark), its source (``(unchecked)`` where the number was not
+    checked against the source's text) and value; ``width`` cells in all."""
     std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
     label = f"{ref.label} {marks[ref.protocol]}" if ref.protocol else ref.label
-    cells: list[str] = [Markup("*published*"), label, NONE, ref.source, f"{fmt(ref.value)}{std}"]
+    source = ref.source if ref.checked else f"{ref.source} {UNCHECKED}"
+    cells: list[str] = [Markup("*published*"), label, NONE, source, f"{fmt(ref.value)}{std}"]
     return cells + [""] * (width - len(cells))
 
 
