@@ -49,11 +49,8 @@ def _refs() -> tuple[Reference, ...]:
     rows.append(Reference("lightly's CIFAR-10 benchmark (table of 18.02.2022), batch 512, 200 epochs", "cifar10",
                           "SimCLR (lightly), kNN top-1", 82.8, method="simclr", loss="infonce",
                           protocol=_LIGHTLY_PROTOCOL, checked=True))
-    # Table 3 as read in the paper's OpenReview submission ("Paper under double-blind review"; the search index's
-    # markdown copy of it): "Top-1 accuracy (%) on Biased-MNIST. Reference results from Hong & Yang (2021)."
-    # "| ε-SupInfoNCE + FairKL | 89.55±1.43 | 94.08±0.10 | 97.00±0.06 | 97.86±0.02 |" and
-    # "| CE Hong & Yang (2021) | 11.8±0.7 | 62.5±2.9 | 79.5±0.1 | 90.8±0.3 |" (rho 0.999, 0.997, 0.995, 0.99). It
-    # has no SupCon row (SupCon is in its Fig. 2, a plot). The revised and published texts were not readable here.
+    # Table 3 of the paper's OpenReview submission (the search index's markdown copy of it), quoted where
+    # tests/test_published_references.py pins these rows. The revised and published texts were not readable here.
     barbano = "Barbano et al. 2023 (OpenReview submission), Table 3"
     for rho, (eps, eps_std), (ce, ce_std) in ((0.999, (89.55, 1.43), (11.8, 0.7)), (0.997, (94.08, 0.10), (62.5, 2.9)),
                                               (0.995, (97.00, 0.06), (79.5, 0.1)), (0.99, (97.86, 0.02), (90.8, 0.3))):
