@@ -1,4 +1,5 @@
-"""``harness sweep`` with the local executor: the grid, hyper-parameters only where they apply, skipping."""
+"""``harness sweep`` with the local executor: the grid, hyper-parameters only where they apply, skipping; and
+what the Slurm executor decides without a cluster (tests/test_slurm.py runs it on one)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,41 @@ def test_slurm_falls_back_to_local_without_slurm(tmp_path, capsys, monkeypatch):
     assert run_slurm([], 1, args, []) is None  # submitit's AutoExecutor finds no Slurm on this machine
     assert "no Slurm cluster found (submitit detected 'local'); running with the local executor" in \
         capsys.readouterr().out
+
+
+class _Job:
+    """What :class:`harness.sweep.cluster.LeftQueue` reads of a submitit job."""
+
+    def __init__(self, job_id: str, state: str = "UNKNOWN") -> None:
+        self.job_id, self.state, self.has_result = job_id, state, False
+
+    def done(self, force_check: bool = False) -> bool:
+        return self.has_result
+
+
+def test_a_job_absent_from_the_queue_without_a_result_is_found_gone_only_after_the_grace(monkeypatch):
+    """Where Slurm keeps no accounting (submitit's state UNKNOWN), a job killed before it wrote its result would be
+    waited on for ever: one absent from squeue for GONE_S and still without a result is gone; none other is."""
+    from harness.sweep import cluster
+
+    clock, queue = [1000.0], {"5_0"}
+    monkeypatch.setattr(cluster, "time", argparse.Namespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(cluster, "_squeue", lambda: None if queue is None else set(queue))
+    listed, killed, finished, known = _Job("5_0"), _Job("5_1"), _Job("5_2"), _Job("5_3", state="FAILED")
+    jobs = [listed, killed, finished, known]
+    left = cluster.LeftQueue()
+    assert left(jobs) == set()  # 5_1, 5_2 and 5_3 absent from here on
+    clock[0] += left.CHECK_S / 2
+    assert left(jobs) == set()  # too soon to ask squeue again
+    clock[0] += left.GONE_S - left.CHECK_S / 2 - 1
+    assert left(jobs) == set()  # absent for GONE_S - 1
+    finished.has_result = True  # its result showed late
+    queue = None  # squeue does not answer: no sign of anything
+    clock[0] += left.CHECK_S
+    assert left(jobs) == set()
+    queue = {"5_0"}
+    clock[0] += left.CHECK_S
+    assert left(jobs) == {killed}  # not 5_0 (queued), 5_2 (its result came), 5_3 (sacct knows how it ended)
+    queue = {"5_0", "5_1"}  # back in the queue (requeued): absent no longer
+    clock[0] += left.CHECK_S
+    assert left(jobs) == set()

@@ -108,6 +108,18 @@ def _sinfo(env: dict[str, str]) -> str:
     return out.stdout.strip()
 
 
+def _story(env: dict[str, str], job: str, results: Path) -> str:
+    """What Slurm and the job itself logged about ``job`` (``5_0``): for a failure message."""
+    folder = Path(env["SLURM_CONF"]).parent
+    array = job.split("_")[0]
+    ctld = [line for line in (folder / "slurmctld.log").read_text().splitlines()
+            if f"JobId={array}" in line or f"JobId={job}" in line or "error" in line.lower()]
+    logs = sorted((results / ".submitit").glob(f"{array}/*_log.*"))
+    return "\n".join(["slurmctld.log:", *ctld[-40:], "slurmd.log:",
+                      *(folder / "slurmd.log").read_text().splitlines()[-20:],
+                      *(f"{log.name}:\n{log.read_text()[-1500:]}" for log in logs)])
+
+
 def _sweep(env: dict[str, str], *args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -157,10 +169,10 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_completes(tmp_pat
     reader.join()
     stderr = output[1]
     changes = [state for i, state in enumerate(states) if i == 0 or state != states[i - 1]]
-    assert "PENDING" in states, f"the job was never requeued: {changes}"
-    assert proc.returncode is not None and proc.returncode >= 0, \
-        f"the requeued job did not finish in 300 s (states {changes}): {stderr[-2000:]}"
-    assert proc.returncode == 0, stderr
+    story = f"states {changes}; the sweep's stderr: {stderr[-1500:]}\n{_story(slurm_env, job[0], tmp_path)}"
+    assert "PENDING" in states, f"the job was never requeued: {story}"
+    assert proc.returncode is not None and proc.returncode >= 0, f"the requeued job did not finish in 300 s: {story}"
+    assert proc.returncode == 0, f"stdout: {output[0]}\n{story}"
     [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     assert record["status"] == "completed" and record["resumed"] and record["info"]["start_epoch"] >= 3
     assert [c["epoch"] for c in record["curve"]] == list(range(1, 31))
@@ -181,3 +193,29 @@ def test_a_job_that_raises_says_what_it_raised(tmp_path, slurm_env):
     raised = "raised ModuleNotFoundError: import of harness.sweep.jobs halted; None in sys.modules (its traceback: "
     assert raised in line
     assert "ModuleNotFoundError" in Path(line.split("(its traceback: ")[1].rstrip(")")).read_text()
+
+
+def test_a_job_killed_without_a_result_fails_although_slurm_keeps_no_accounting(tmp_path, slurm_env):
+    """This cluster keeps no accounting (AccountingStorageType=accounting_storage/none), so sacct cannot tell
+    submitit how a job ended. A job cancelled mid-run (SIGTERM, which submitit ignores, then SIGKILL) writes no
+    result: the sweep finds it gone from the queue and fails it in one line, instead of waiting for ever."""
+    proc = _sweep(slurm_env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
+                  "epochs=60", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
+                  "--results", str(tmp_path))
+    deadline = time.time() + 120
+    while time.time() < deadline and not any("epoch 2:" in p.read_text() for p in tmp_path.glob("*.log")):
+        time.sleep(0.2)
+    job = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True).stdout.split()
+    assert len(job) == 1, job
+    subprocess.run(["scancel", job[0]], env=slurm_env, check=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        story = _story(slurm_env, job[0], tmp_path)
+        pytest.fail(f"the sweep still waits for its cancelled job: {stderr[-1500:]}\n{story}")
+    assert proc.returncode == 1, stderr
+    [line] = [x for x in stdout.splitlines() if x.startswith("[failed]")]
+    assert f"Slurm job {job[0]} left the queue without a result" in line and "--resume" in line
+    assert not list(tmp_path.glob(f".submitit/{job[0].split('_')[0]}/*_result.pkl"))

@@ -9,6 +9,7 @@ import importlib
 import itertools
 import logging
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -93,20 +94,25 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
     print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
     results: list[dict[str, Any]] = []
     waiting = dict(zip(jobs, requests))
+    left_queue = LeftQueue()
     with progress(len(jobs)) as bar:
         while waiting:
-            for job in [j for j in waiting if j.done()]:
+            gone = left_queue(list(waiting))
+            for job in [j for j in waiting if j in gone or j.done()]:
                 request = waiting.pop(job)
-                try:
-                    results += report(job.result(), bar, request, varying)
-                except Exception as exc:  # noqa: BLE001 - raised, cancelled, killed, out of memory: the others go on
-                    cancelled = stop_file is not None and stopping.stop_reason() is not None
-                    raised = _raised(exc) if isinstance(exc, submitit.core.utils.FailedJobError) else None
-                    error = (f"Slurm job {job.job_id} raised {raised} (its traceback: {job.paths.stderr})" if raised
-                             else f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); rerun the "
-                                  "sweep with --resume")
-                    results += not_started([request]) if cancelled else report([failed(request, error)], bar,
-                                                                                 request, varying)
+                if job in gone:
+                    error = (f"Slurm job {job.job_id} left the queue without a result, and Slurm keeps no accounting "
+                             "here to say how it ended (cancelled, killed, out of memory, a requeue that could not "
+                             f"start: its log is {job.paths.stderr}); rerun the sweep with --resume")
+                else:
+                    try:
+                        results += report(job.result(), bar, request, varying)
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - raised, cancelled, killed, out of memory: the others go on
+                        error = _failure(job, exc, submitit)
+                cancelled = stop_file is not None and stopping.stop_reason() is not None
+                results += not_started([request]) if cancelled else report([failed(request, error)], bar, request,
+                                                                             varying)
             if stop_file is not None and stopped(stop_file):
                 for job in waiting:
                     if job.state == "PENDING":
@@ -114,6 +120,49 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
             if waiting:
                 time.sleep(POLL_S)
     return results
+
+
+class LeftQueue:
+    """The jobs that left Slurm's queue without writing their result. submitit learns how a job ended from sacct;
+    where Slurm keeps no accounting, sacct fails and a job killed before it wrote its result (cancelled, out of
+    memory, a node lost, a requeued job that could not start) would be waited on for ever. squeue still lists every
+    job that is pending, running or completing: one that submitit cannot place (state UNKNOWN), absent from squeue
+    for ``GONE_S`` and still without a result, has ended without one. The wait covers a result file that a shared
+    filesystem shows late. squeue is asked at most every ``CHECK_S``; one that does not answer is no sign."""
+
+    CHECK_S = 10.0
+    GONE_S = 60.0
+
+    def __init__(self) -> None:
+        self._checked = 0.0
+        self._absent_since: dict[Any, float] = {}
+
+    def __call__(self, jobs: list[Any]) -> set[Any]:
+        now = time.monotonic()
+        if now - self._checked < self.CHECK_S:
+            return set()
+        self._checked = now
+        unknown = [job for job in jobs if job.state == "UNKNOWN"]
+        listed = _squeue() if unknown else None
+        if listed is None:
+            return set()
+        for job in unknown:
+            if job.job_id in listed:
+                self._absent_since.pop(job, None)
+            else:
+                self._absent_since.setdefault(job, now)
+        return {job for job in unknown
+                if now - self._absent_since.get(job, now) >= self.GONE_S and not job.done(force_check=True)}
+
+
+def _squeue() -> set[str] | None:
+    """The ids of this user's jobs in Slurm's queue, array tasks one by one (``5_0``); None when squeue fails."""
+    try:
+        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.split()) if out.returncode == 0 else None
 
 
 def _submission_error(exc: Exception, folder: Path) -> str:
@@ -128,6 +177,14 @@ def _submission_error(exc: Exception, folder: Path) -> str:
         return (f"--executor slurm: sbatch answered without a job id ({said}); the array may be queued anyway: "
                 f"see squeue before submitting again; its script is in {folder}")
     return f"--executor slurm: sbatch refused the job array ({said}); nothing was submitted; its script is in {folder}"
+
+
+def _failure(job: Any, exc: Exception, submitit: Any) -> str:
+    """One line for a job whose result could not be read: the exception it raised, or how it ended."""
+    raised = _raised(exc) if isinstance(exc, submitit.core.utils.FailedJobError) else None
+    if raised:
+        return f"Slurm job {job.job_id} raised {raised} (its traceback: {job.paths.stderr})"
+    return f"Slurm job {job.job_id} ended without a result ({type(exc).__name__}); rerun the sweep with --resume"
 
 
 def _raised(failed: Exception) -> str | None:
