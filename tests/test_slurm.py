@@ -152,18 +152,25 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_completes(tmp_pat
     # Requeued, the job is pending until its begin time. The hold is lifted whenever the job shows as pending, until
     # the sweep ends: under load slurmctld can set the begin time after the job already shows as pending (undoing
     # one early update), and a squeue that times out prints nothing, which is no sign that the job ended.
+    # It is lifted no sooner than 2 s after the job first shows as pending, as the 2-minute hold makes sure of: slurmd
+    # refuses a launch whose credential was made within the second its job was killed (it compares whole seconds),
+    # and slurmctld then ends the job ("Killing non-startable batch JobId=N: Job credential revoked"): it leaves the
+    # queue without having run again. Lifting the hold at once did so to 1 plain requeued job in 12 here; after 2 s,
+    # to none in 15.
     # The sweep's output is read meanwhile: a full pipe would stop it.
     output: list[str] = []
     reader = threading.Thread(target=lambda: output.extend(proc.communicate()))
     reader.start()
-    states, deadline = [], time.time() + 300
+    states, deadline, pending_since = [], time.time() + 300, None
     while reader.is_alive() and time.time() < deadline:
         states.append(subprocess.run(["squeue", "-h", "-o", "%T", "-j", job[0]], env=slurm_env,
                                      capture_output=True, text=True).stdout.strip())
-        if states[-1] == "PENDING":
+        if states[-1] == "PENDING" and pending_since is None:
+            pending_since = time.time()
+        if states[-1] == "PENDING" and time.time() >= pending_since + 2:
             subprocess.run(["scontrol", "update", f"jobid={job[0]}", "StartTime=now"], env=slurm_env)
         time.sleep(0.5)
-    if reader.is_alive():  # end the sweep (it would wait for its job for ever) and say where it was
+    if reader.is_alive():  # end the sweep (a job still pending would keep it waiting) and say where it was
         proc.kill()
         subprocess.run(["scancel", job[0]], env=slurm_env)
     reader.join()
