@@ -1,6 +1,7 @@
 """``harness sweep --executor slurm`` on a real one-node Slurm (Debian's slurm-wlm and munge, started here as root
-by the fixture, on this machine only): a job array writes the records of a local sweep, and a job that Slurm
-signals before its time limit is requeued by submitit and completes from its checkpoint.
+by the fixture, on this machine only): a job array writes the records of a local sweep, a job that Slurm
+signals before its time limit is requeued by submitit and completes from its checkpoint, and a job cancelled
+mid-run fails the sweep's line for it although this cluster keeps no accounting.
 
 CI installs the daemons with ``apt-get install -y --no-install-recommends slurm-wlm munge``; without them, or
 without root (slurmd runs jobs as their user), the tests skip."""
@@ -125,6 +126,19 @@ def _sweep(env: dict[str, str], *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+def _one_job_at_epoch(env: dict[str, str], results: Path, epochs: int, epoch: int) -> tuple[subprocess.Popen, str]:
+    """A sweep of one slow job (0.5 s an epoch) on Slurm, once its run has logged ``epoch``; and the job's id."""
+    proc = _sweep(env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
+                  f"epochs={epochs}", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
+                  "--results", str(results))
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(f"epoch {epoch}:" in p.read_text() for p in results.glob("*.log")):
+        time.sleep(0.2)
+    job = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
+    assert len(job) == 1, job
+    return proc, job[0]
+
+
 def test_a_slurm_array_writes_the_records_of_a_local_sweep(tmp_path, slurm_env):
     local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
     assert local.returncode == 0, local.stderr
@@ -140,15 +154,8 @@ def test_a_slurm_array_writes_the_records_of_a_local_sweep(tmp_path, slurm_env):
 def test_a_job_signalled_before_its_time_limit_is_requeued_and_completes(tmp_path, slurm_env):
     """Slurm sends submitit's jobs SIGUSR2 90 s before their limit (``--signal=USR2@90``): sent here by hand, as
     waiting for a real limit would take minutes. The requeued job's 2-minute hold is lifted by hand too."""
-    proc = _sweep(slurm_env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
-                  "epochs=30", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
-                  "--results", str(tmp_path))
-    deadline = time.time() + 120
-    while time.time() < deadline and not any("epoch 3:" in p.read_text() for p in tmp_path.glob("*.log")):
-        time.sleep(0.2)
-    job = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True).stdout.split()
-    assert len(job) == 1, job
-    subprocess.run(["scancel", "--signal=USR2", job[0]], env=slurm_env, check=True)
+    proc, job = _one_job_at_epoch(slurm_env, tmp_path, epochs=30, epoch=3)
+    subprocess.run(["scancel", "--signal=USR2", job], env=slurm_env, check=True)
     # Requeued, the job is pending until its begin time. The hold is lifted whenever the job shows as pending, until
     # the sweep ends: under load slurmctld can set the begin time after the job already shows as pending (undoing
     # one early update), and a squeue that times out prints nothing, which is no sign that the job ended.
@@ -163,20 +170,20 @@ def test_a_job_signalled_before_its_time_limit_is_requeued_and_completes(tmp_pat
     reader.start()
     states, deadline, pending_since = [], time.time() + 300, None
     while reader.is_alive() and time.time() < deadline:
-        states.append(subprocess.run(["squeue", "-h", "-o", "%T", "-j", job[0]], env=slurm_env,
+        states.append(subprocess.run(["squeue", "-h", "-o", "%T", "-j", job], env=slurm_env,
                                      capture_output=True, text=True).stdout.strip())
         if states[-1] == "PENDING" and pending_since is None:
             pending_since = time.time()
         if states[-1] == "PENDING" and time.time() >= pending_since + 2:
-            subprocess.run(["scontrol", "update", f"jobid={job[0]}", "StartTime=now"], env=slurm_env)
+            subprocess.run(["scontrol", "update", f"jobid={job}", "StartTime=now"], env=slurm_env)
         time.sleep(0.5)
     if reader.is_alive():  # end the sweep (a job still pending would keep it waiting) and say where it was
         proc.kill()
-        subprocess.run(["scancel", job[0]], env=slurm_env)
+        subprocess.run(["scancel", job], env=slurm_env)
     reader.join()
     stderr = output[1]
     changes = [state for i, state in enumerate(states) if i == 0 or state != states[i - 1]]
-    story = f"states {changes}; the sweep's stderr: {stderr[-1500:]}\n{_story(slurm_env, job[0], tmp_path)}"
+    story = f"states {changes}; the sweep's stderr: {stderr[-1500:]}\n{_story(slurm_env, job, tmp_path)}"
     assert "PENDING" in states, f"the job was never requeued: {story}"
     assert proc.returncode is not None and proc.returncode >= 0, f"the requeued job did not finish in 300 s: {story}"
     assert proc.returncode == 0, f"stdout: {output[0]}\n{story}"
@@ -206,23 +213,16 @@ def test_a_job_killed_without_a_result_fails_although_slurm_keeps_no_accounting(
     """This cluster keeps no accounting (AccountingStorageType=accounting_storage/none), so sacct cannot tell
     submitit how a job ended. A job cancelled mid-run (SIGTERM, which submitit ignores, then SIGKILL) writes no
     result: the sweep finds it gone from the queue and fails it in one line, instead of waiting for ever."""
-    proc = _sweep(slurm_env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
-                  "epochs=60", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
-                  "--results", str(tmp_path))
-    deadline = time.time() + 120
-    while time.time() < deadline and not any("epoch 2:" in p.read_text() for p in tmp_path.glob("*.log")):
-        time.sleep(0.2)
-    job = subprocess.run(["squeue", "-h", "-o", "%i"], env=slurm_env, capture_output=True, text=True).stdout.split()
-    assert len(job) == 1, job
-    subprocess.run(["scancel", job[0]], env=slurm_env, check=True)
+    proc, job = _one_job_at_epoch(slurm_env, tmp_path, epochs=60, epoch=2)
+    subprocess.run(["scancel", job], env=slurm_env, check=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)
     except subprocess.TimeoutExpired:
         proc.kill()
         stdout, stderr = proc.communicate()
-        story = _story(slurm_env, job[0], tmp_path)
+        story = _story(slurm_env, job, tmp_path)
         pytest.fail(f"the sweep still waits for its cancelled job: {stderr[-1500:]}\n{story}")
     assert proc.returncode == 1, stderr
     [line] = [x for x in stdout.splitlines() if x.startswith("[failed]")]
-    assert f"Slurm job {job[0]} left the queue without a result" in line and "--resume" in line
-    assert not list(tmp_path.glob(f".submitit/{job[0].split('_')[0]}/*_result.pkl"))
+    assert f"Slurm job {job} left the queue without a result" in line and "--resume" in line
+    assert not list(tmp_path.glob(f".submitit/{job.split('_')[0]}/*_result.pkl"))
