@@ -101,9 +101,9 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
             for job in [j for j in waiting if j in gone or j.done()]:
                 request = waiting.pop(job)
                 if job in gone:
-                    error = (f"Slurm job {job.job_id} left the queue without a result, and Slurm keeps no accounting "
-                             "here to say how it ended (cancelled, killed, out of memory, a requeue that could not "
-                             f"start: its log is {job.paths.stderr}); rerun the sweep with --resume")
+                    error = (f"Slurm job {job.job_id} left the queue without a result, and sacct cannot say how it "
+                             "ended (no accounting here): cancelled, killed, out of memory, or requeued and not "
+                             f"started (its log: {job.paths.stderr}); rerun the sweep with --resume")
                 else:
                     try:
                         results += report(job.result(), bar, request, varying)
