@@ -158,8 +158,9 @@ class LeftQueue:
 def _squeue() -> set[str] | None:
     """The ids of this user's jobs in Slurm's queue, array tasks one by one (``5_0``); None when squeue fails."""
     try:
-        out = subprocess.run(["squeue", "--me", "--noheader", "--array", "--format=%i"], capture_output=True,
-                             text=True, timeout=60)
+        # --user, not --me: Slurm before 20.11 has no --me
+        out = subprocess.run(["squeue", f"--user={os.getuid()}", "--noheader", "--array", "--format=%i"],
+                             capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return set(out.stdout.split()) if out.returncode == 0 else None
