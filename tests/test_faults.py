@@ -45,8 +45,8 @@ def _start(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
-def _wait_for_epoch(results: Path, epoch: int) -> None:
-    deadline = time.time() + 60
+def _wait_for_epoch(results: Path, epoch: int, timeout: float = 60) -> None:
+    deadline = time.time() + timeout
     while time.time() < deadline and f"epoch {epoch}:" not in "".join(p.read_text() for p in results.glob("*.log")):
         time.sleep(0.05)
 

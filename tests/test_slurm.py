@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support import record_metrics
+from test_faults import _wait_for_epoch
 from tiny_domain import REPO, harness, harness_env
 
 pytestmark = pytest.mark.slurm
@@ -131,9 +132,7 @@ def _one_job_at_epoch(env: dict[str, str], results: Path, epochs: int, epoch: in
     proc = _sweep(env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
                   f"epochs={epochs}", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
                   "--results", str(results))
-    deadline = time.time() + 120
-    while time.time() < deadline and not any(f"epoch {epoch}:" in p.read_text() for p in results.glob("*.log")):
-        time.sleep(0.2)
+    _wait_for_epoch(results, epoch, timeout=120)  # a Slurm job starts later than a local run
     job = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
     assert len(job) == 1, job
     return proc, job[0]
