@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the jobs and exit")
     p.add_argument("--slurm-partition", help="Slurm partition (default: the cluster's default partition)")
     p.add_argument("--timeout-min", type=int, default=240, help="Slurm time limit per job, minutes (default: 240)")
+    p.add_argument("--slurm-lost-after", type=float, default=60, metavar="SECONDS",
+                   help="where sacct cannot say how a job ended (no Slurm accounting), fail a job once it has been "
+                        "gone from squeue this long without a result; raise it where the shared file system shows "
+                        "result files later (default: 60)")
     p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
     p.add_argument("--cpus-per-job", type=int,
                    help="CPUs (torch threads) a Ray or Slurm job asks for (default: OMP_NUM_THREADS where set, else "

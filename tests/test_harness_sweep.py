@@ -127,7 +127,8 @@ class _Job:
 
 def test_a_job_absent_from_the_queue_without_a_result_is_found_gone_only_after_the_grace(monkeypatch):
     """Where Slurm keeps no accounting (submitit's state UNKNOWN), a job killed before it wrote its result would be
-    waited on for ever: one absent from squeue for GONE_S and still without a result is gone; none other is."""
+    waited on for ever: one absent from squeue for ``--slurm-lost-after`` and still without a result is gone; none
+    other is."""
     from harness.sweep import cluster
 
     clock, queue = [1000.0], {"5_0"}
@@ -135,19 +136,35 @@ def test_a_job_absent_from_the_queue_without_a_result_is_found_gone_only_after_t
     monkeypatch.setattr(cluster, "_squeue", lambda: None if queue is None else set(queue))
     listed, killed, finished, known = _Job("5_0"), _Job("5_1"), _Job("5_2"), _Job("5_3", state="FAILED")
     jobs = [listed, killed, finished, known]
-    left = cluster.LeftQueue()
+    left = cluster.LeftQueue(60.0)
     assert left(jobs) == set()  # 5_1, 5_2 and 5_3 absent from here on
-    clock[0] += left.CHECK_S / 2
+    clock[0] += left.check_s / 2
     assert left(jobs) == set()  # too soon to ask squeue again
-    clock[0] += left.GONE_S - left.CHECK_S / 2 - 1
-    assert left(jobs) == set()  # absent for GONE_S - 1
+    clock[0] += left.gone_s - left.check_s / 2 - 1
+    assert left(jobs) == set()  # absent for gone_s - 1
     finished.has_result = True  # its result showed late
     queue = None  # squeue does not answer: no sign of anything
-    clock[0] += left.CHECK_S
+    clock[0] += left.check_s
     assert left(jobs) == set()
     queue = {"5_0"}
-    clock[0] += left.CHECK_S
+    clock[0] += left.check_s
     assert left(jobs) == {killed}  # not 5_0 (queued), 5_2 (its result came), 5_3 (sacct knows how it ended)
     queue = {"5_0", "5_1"}  # back in the queue (requeued): absent no longer
-    clock[0] += left.CHECK_S
+    clock[0] += left.check_s
     assert left(jobs) == set()
+
+
+def test_a_grace_shorter_than_the_squeue_interval_is_kept(monkeypatch):
+    """``--slurm-lost-after 3``: squeue is asked every 3 s, not every 10, so a lost job is failed after 3 s."""
+    from harness.sweep import cluster
+
+    clock = [1000.0]
+    monkeypatch.setattr(cluster, "time", argparse.Namespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(cluster, "_squeue", lambda: set())
+    killed = _Job("5_0")
+    left = cluster.LeftQueue(3.0)
+    assert left([killed]) == set()  # absent from here on
+    clock[0] += 2.5
+    assert left([killed]) == set()
+    clock[0] += 0.5
+    assert left([killed]) == {killed}

@@ -127,11 +127,12 @@ def _sweep(env: dict[str, str], *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
-def _one_job_at_epoch(env: dict[str, str], results: Path, epochs: int, epoch: int) -> tuple[subprocess.Popen, str]:
+def _one_job_at_epoch(env: dict[str, str], results: Path, epochs: int, epoch: int,
+                      *options: str) -> tuple[subprocess.Popen, str]:
     """A sweep of one slow job (0.5 s an epoch) on Slurm, once its run has logged ``epoch``; and the job's id."""
     proc = _sweep(env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
                   f"epochs={epochs}", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
-                  "--results", str(results))
+                  *options, "--results", str(results))
     _wait_for_epoch(results, epoch, timeout=120)  # a Slurm job starts later than a local run
     job = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
     assert len(job) == 1, job
@@ -211,8 +212,9 @@ def test_a_job_that_raises_says_what_it_raised(tmp_path, slurm_env):
 def test_a_job_killed_without_a_result_fails_although_slurm_keeps_no_accounting(tmp_path, slurm_env):
     """This cluster keeps no accounting (AccountingStorageType=accounting_storage/none), so sacct cannot tell
     submitit how a job ended. A job cancelled mid-run (SIGTERM, which submitit ignores, then SIGKILL) writes no
-    result: the sweep finds it gone from the queue and fails it in one line, instead of waiting for ever."""
-    proc, job = _one_job_at_epoch(slurm_env, tmp_path, epochs=60, epoch=2)
+    result: the sweep finds it gone from the queue and fails it in one line, instead of waiting for ever. After
+    ``--slurm-lost-after`` 5 s here, not the default minute: the rule is the same (tests/test_harness_sweep.py)."""
+    proc, job = _one_job_at_epoch(slurm_env, tmp_path, 60, 2, "--slurm-lost-after", "5")
     subprocess.run(["scancel", job], env=slurm_env, check=True)
     try:
         stdout, stderr = proc.communicate(timeout=240)

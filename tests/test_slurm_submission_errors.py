@@ -53,16 +53,23 @@ def test_a_failed_submission_is_one_error_line(case, tmp_path, monkeypatch, caps
 
 
 @pytest.mark.timeout(60)  # the old code submitted and then waited on the fake job for ever
-@pytest.mark.parametrize("minutes", ["0", "-5"])
-def test_a_timeout_under_a_minute_is_refused_before_anything_is_submitted(minutes, tmp_path, monkeypatch, capsys):
-    """``--timeout-min 0`` became ``#SBATCH --time=0``, which Slurm reads as no time limit at all."""
+@pytest.mark.parametrize(("option", "value", "says"), [
+    ("--timeout-min", "0", "--timeout-min must be at least 1 (got 0)"),
+    ("--timeout-min", "-5", "--timeout-min must be at least 1 (got -5)"),
+    ("--slurm-lost-after", "0", "--slurm-lost-after must be more than 0 seconds (got 0)"),
+    ("--slurm-lost-after", "-1.5", "--slurm-lost-after must be more than 0 seconds (got -1.5)"),
+    ("--slurm-lost-after", "nan", "--slurm-lost-after must be more than 0 seconds (got nan)")])
+def test_a_limit_out_of_range_is_refused_before_anything_is_submitted(option, value, says, tmp_path, monkeypatch,
+                                                                      capsys):
+    """``--timeout-min 0`` became ``#SBATCH --time=0``, which Slurm reads as no time limit at all; a lost job would
+    be failed at once under ``--slurm-lost-after 0``, and never under nan."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _script(bin_dir / "srun", "exit 0")
     _script(bin_dir / "sbatch", f'touch "{tmp_path}/submitted"; echo "Submitted batch job 7"')
     monkeypatch.setenv("PATH", str(bin_dir))
-    assert main([*SWEEP, "--timeout-min", minutes, "--results", str(tmp_path / "results")]) == 2
-    assert f"error: --timeout-min must be at least 1 (got {minutes})" in capsys.readouterr().err
+    assert main([*SWEEP, option, value, "--results", str(tmp_path / "results")]) == 2
+    assert f"error: {says}" in capsys.readouterr().err
     assert not (tmp_path / "submitted").exists()
 
 

@@ -188,6 +188,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError("--workers must be at least 1")
     if args.executor == "slurm" and args.timeout_min < 1:  # Slurm reads --time=0 as no limit at all
         raise UserError(f"--timeout-min must be at least 1 (got {args.timeout_min})")
+    if args.executor == "slurm" and not args.slurm_lost_after > 0:
+        raise UserError(f"--slurm-lost-after must be more than 0 seconds (got {args.slurm_lost_after:g})")
     resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
     threads(args.workers)  # a bad OMP_NUM_THREADS too
     limit = time_limit(args)

@@ -94,7 +94,7 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
     print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
     results: list[dict[str, Any]] = []
     waiting = dict(zip(jobs, requests))
-    left_queue = LeftQueue()
+    left_queue = LeftQueue(args.slurm_lost_after)
     with progress(len(jobs)) as bar:
         while waiting:
             gone = left_queue(list(waiting))
@@ -127,19 +127,21 @@ class LeftQueue:
     where Slurm keeps no accounting, sacct fails and a job killed before it wrote its result (cancelled, out of
     memory, a node lost, a requeued job that could not start) would be waited on for ever. squeue still lists every
     job that is pending, running or completing: one that submitit cannot place (state UNKNOWN), absent from squeue
-    for ``GONE_S`` and still without a result, has ended without one. The wait covers a result file that a shared
-    filesystem shows late. squeue is asked at most every ``CHECK_S``; one that does not answer is no sign."""
+    for ``gone_s`` (``--slurm-lost-after``) and still without a result, has ended without one. The wait covers a
+    result file that a shared filesystem shows late. squeue is asked at most every ``CHECK_S`` (or ``gone_s`` when
+    shorter); one that does not answer is no sign."""
 
     CHECK_S = 10.0
-    GONE_S = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, gone_s: float) -> None:
+        self.gone_s = gone_s
+        self.check_s = min(self.CHECK_S, gone_s)
         self._checked = 0.0
         self._absent_since: dict[Any, float] = {}
 
     def __call__(self, jobs: list[Any]) -> set[Any]:
         now = time.monotonic()
-        if now - self._checked < self.CHECK_S:
+        if now - self._checked < self.check_s:
             return set()
         self._checked = now
         unknown = [job for job in jobs if job.state == "UNKNOWN"]
@@ -152,7 +154,7 @@ class LeftQueue:
             else:
                 self._absent_since.setdefault(job, now)
         return {job for job in unknown
-                if now - self._absent_since.get(job, now) >= self.GONE_S and not job.done(force_check=True)}
+                if now - self._absent_since.get(job, now) >= self.gone_s and not job.done(force_check=True)}
 
 
 def _squeue() -> set[str] | None:
