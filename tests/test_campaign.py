@@ -19,6 +19,7 @@ import pytest
 from tiny_domain import REPO, harness_env
 
 from harness.suites.campaign import PLANS, load_plan
+from harness.suites.campaign import main as campaign_main
 from harness.suites.pack import CAMPAIGN_LOG
 
 SCRIPT = REPO / "tools" / "campaign"
@@ -28,6 +29,25 @@ def campaign(*args: str, **env: str) -> subprocess.CompletedProcess:
     """``tools/campaign`` in a subprocess with this interpreter and the tiny domain plugged in."""
     return subprocess.run([str(SCRIPT), *args], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable, **env},
                           capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def planned(capsys, monkeypatch):
+    """``tools/campaign ARGS`` for what only plans (a dry run, a refusal before any run): the script's own ``main``
+    in this process, from the repository root, as :func:`campaign` runs it, without a fresh interpreter's seconds of
+    imports for each call. The tests that start runs, and one dry run, go through the script."""
+    monkeypatch.chdir(REPO)
+
+    def call(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = campaign_main(list(args))
+        except SystemExit as exc:  # argparse's own refusals
+            code = exc.code
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(["tools/campaign", *args], code, said.out, said.err)
+
+    return call
 
 
 def write_plan(folder: Path, *lines: str) -> Path:
@@ -73,25 +93,25 @@ def test_dry_run_prints_every_run_and_the_estimated_totals(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
-def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path):
+def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path, planned):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300")
-    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")
+    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")
     assert out.returncode == 2
     assert "error: the plan cannot fit: at least 600 s with 2 jobs, over the 540 s given" in out.stderr
-    out = campaign("run", str(plan), "--jobs", "2", "--budget", "9m", "--stage", str(tmp_path / "s"))
+    out = planned("run", str(plan), "--jobs", "2", "--budget", "9m", "--stage", str(tmp_path / "s"))
     assert out.returncode == 2 and not (tmp_path / "s").exists()  # refused before anything runs
     # Without --budget a plan longer than one call's --time is one of several calls, each resuming the last.
-    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--time", "9m")
+    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--time", "9m")
     assert out.returncode == 0 and "the same command again resumes them" in out.stdout
 
 
-def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_begins(tmp_path):
+def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_begins(tmp_path, planned):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 10 lr=0.01",
                       "tiny linear blobs dcl quick 0 10 lr=0.015",
                       "tiny linear blobs_hard dcl quick 0 10 lr=0.01  # lr=0.015 in a comment is no setting's")
 
     def chosen(*only: str) -> list[int]:
-        out = campaign("run", str(plan), "--dry-run", *[arg for text in only for arg in ("--only", text)])
+        out = planned("run", str(plan), "--dry-run", *[arg for text in only for arg in ("--only", text)])
         assert out.returncode == 0, out.stderr
         return [int(line) for line in re.findall(r"\[line (\d+), estimate", out.stdout)]
 
@@ -99,25 +119,25 @@ def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_be
     assert chosen("lr=0.015") == [3]
     assert chosen("dcl quick") == [3, 4] and chosen("blobs dcl") == [3]  # words in a row
     assert chosen("infonce", "blobs_hard") == [2, 4]
-    out = campaign("run", str(plan), "--dry-run", "--only", "lr=0.0")
+    out = planned("run", str(plan), "--dry-run", "--only", "lr=0.0")
     assert out.returncode == 2 and "no setting of" in out.stderr and "lr=0.0" in out.stderr
 
 
-def test_seeds_takes_those_seeds_of_every_chosen_setting(tmp_path):
+def test_seeds_takes_those_seeds_of_every_chosen_setting(tmp_path, planned):
     """A short session runs one seed of every setting (a table's first full row) with --seeds, in the plan's order."""
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 10", "tiny linear blobs dcl quick 1-2 10")
 
     def chosen(*args: str) -> list[tuple[int, int]]:
-        out = campaign("run", str(plan), "--dry-run", *args)
+        out = planned("run", str(plan), "--dry-run", *args)
         assert out.returncode == 0, out.stderr
         return [(int(line), int(seed)) for seed, line in re.findall(r"seed (\d+) \[line (\d+), estimate", out.stdout)]
 
     assert chosen() == [(2, 0), (2, 1), (2, 2), (3, 1), (3, 2)]
     assert chosen("--seeds", "0") == [(2, 0)]
     assert chosen("--seeds", "1-2", "--only", "dcl") == [(3, 1), (3, 2)]
-    out = campaign("run", str(plan), "--dry-run", "--seeds", "5")
+    out = planned("run", str(plan), "--dry-run", "--seeds", "5")
     assert out.returncode == 2 and "has the seeds 5 (--seeds)" in out.stderr
-    out = campaign("run", str(plan), "--dry-run", "--seeds", "x")
+    out = planned("run", str(plan), "--dry-run", "--seeds", "x")
     assert out.returncode == 2 and "--seeds expects" in out.stderr
 
 
@@ -131,21 +151,21 @@ def test_seeds_takes_those_seeds_of_every_chosen_setting(tmp_path):
     ("tiny linear blobs_hard infonce quick 0 10 loss.tau_plus=0.1", "tau_plus"),
     ("tiny linear2 blobs_hard infonce quick 0 10", "does not support blobs_hard"),
 ])
-def test_a_bad_line_gets_one_line_naming_it(tmp_path, line, message):
+def test_a_bad_line_gets_one_line_naming_it(tmp_path, planned, line, message):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 10", line)
-    out = campaign("run", str(plan), "--dry-run")
+    out = planned("run", str(plan), "--dry-run")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith(f"error: {plan}:3: ") and message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("folder", ["/etc", "leaderboards/..", "leaderboards/.work"])
-def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path, folder):
+def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path, planned, folder):
     empty = write_plan(tmp_path)
-    out = campaign("run", str(empty), "--dry-run")
+    out = planned("run", str(empty), "--dry-run")
     assert out.returncode == 2 and "lists no setting" in out.stderr
     plan = write_plan(tmp_path, f"#! records: {folder}", "tiny linear blobs infonce quick 0 10")
-    out = campaign("run", str(plan), "--dry-run")
+    out = planned("run", str(plan), "--dry-run")
     assert out.returncode == 2 and "must be leaderboards/<folder>" in out.stderr
 
 

@@ -74,7 +74,7 @@ def test_the_estimate_waits_for_the_steps_past_a_cheap_first_phase(monkeypatch, 
 def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path):
     """The estimate is printed once per run, from its first seed, and names the seeds it covers."""
     pytest.importorskip("torch_geometric")
-    args = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=10",
+    args = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=3",
             "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--results", str(tmp_path), "--quiet"]
     paper = harness(*args, "--preset", "paper")
     assert paper.returncode == 0, paper.stderr

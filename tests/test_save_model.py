@@ -18,6 +18,7 @@ from tiny_domain import REPO, TinyDomain, harness, synthetic_record, write_recor
 
 from domains.base import PretrainResult
 from domains.context import RunContext
+from harness.cli import main
 from harness.run.model_file import load_model
 from harness.run.runner import RunRequest, plan, seed_everything
 from harness.run.stopping import EXIT_STOPPED
@@ -69,21 +70,25 @@ def test_a_run_keeps_its_trained_encoder_under_the_same_identity(tmp_path):
     assert _tiny_accuracy(encoder, 1) == record["metrics"]["accuracy"]
 
 
-def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path):
-    assert harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path)).returncode == 0
+def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, capsys):
+    """In this process (``main``, what the command calls): the command itself is the first test's."""
+    run = ["run", *TINY, "--seeds", "0", "--results", str(tmp_path)]
+    assert main(run) == 0
     rid = _record(tmp_path)["run_id"]
     path = tmp_path / "models" / f"{rid}.pt"
-    out = harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model")
-    assert out.returncode == 0, out.stderr
-    assert f"[skipped] {rid}" in out.stdout and "no model saved: the run was skipped" in out.stdout
-    assert "--force" in out.stdout and not path.exists()
-    assert harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--force").returncode == 0
+    capsys.readouterr()
+    assert main([*run, "--save-model"]) == 0
+    out = capsys.readouterr().out
+    assert f"[skipped] {rid}" in out and "no model saved: the run was skipped" in out
+    assert "--force" in out and not path.exists()
+    assert main([*run, "--save-model", "--force"]) == 0
     assert path.is_file()
-    out = harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model")
-    assert f"  model: {path} (saved by an earlier run of it)" in out.stdout
+    capsys.readouterr()
+    assert main([*run, "--save-model"]) == 0
+    assert f"  model: {path} (saved by an earlier run of it)" in capsys.readouterr().out
     # A forced rerun without the flag replaces the record, not the model: it says the model is the earlier run's.
-    out = harness("run", *TINY, "--seeds", "0", "--results", str(tmp_path), "--force")
-    assert out.returncode == 0 and f"{path} holds the model of the earlier run this one replaces" in out.stderr
+    assert main([*run, "--force"]) == 0
+    assert f"{path} holds the model of the earlier run this one replaces" in capsys.readouterr().err
     assert path.is_file()
 
 
@@ -107,11 +112,11 @@ def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
     assert _tiny_accuracy(modules["encoder"], 0, sets) == record["metrics"]["accuracy"]
 
 
-def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_path):
+def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_path, capsys):
     sweep = ("sweep", "--domains", "tiny", "--losses", "infonce", "--results", str(tmp_path), "--tracker", "none")
     assert harness(*sweep, "--seeds", "0").returncode == 0
-    dry = harness(*sweep, "--seeds", "0,1", "--save-model", "--dry-run")
-    assert dry.returncode == 0 and " --save-model " in dry.stdout.strip().splitlines()[-1]
+    assert main([*sweep, "--seeds", "0,1", "--save-model", "--dry-run"]) == 0  # prints the jobs, starts none
+    assert " --save-model " in capsys.readouterr().out.strip().splitlines()[-1]
     out = harness(*sweep, "--seeds", "0,1", "--save-model")
     assert out.returncode == 0, out.stderr
     assert "--save-model: 1 of the skipped runs have no saved model; rerun them with --force" in out.stdout
@@ -120,11 +125,10 @@ def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_pa
     assert torch.load(saved, weights_only=True)["seed"] == 1
 
 
-def test_a_method_that_trains_nothing_says_so_and_the_run_goes_on(tmp_path):
-    out = harness("run", "--domain", "text", "--method", "bow", "--seeds", "0", "--results", str(tmp_path),
-                  "--tracker", "none", "--quiet", "--save-model", timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "  no model saved: method 'bow' of domain 'text' trains no network to keep" in out.stdout
+def test_a_method_that_trains_nothing_says_so_and_the_run_goes_on(tmp_path, capsys):
+    assert main(["run", "--domain", "text", "--method", "bow", "--seeds", "0", "--results", str(tmp_path),
+                 "--tracker", "none", "--quiet", "--save-model"]) == 0
+    assert "  no model saved: method 'bow' of domain 'text' trains no network to keep" in capsys.readouterr().out
     assert _record(tmp_path)["status"] == "completed" and not (tmp_path / "models").exists()
 
 
@@ -133,10 +137,8 @@ def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path):
     assert harness("run", *TINY, "--seeds", "0,1", "--results", str(results), "--save-model").returncode == 0
     assert len(list((results / "models").glob("*.pt"))) == 2
     shutil.copytree(results, tmp_path / "copy")
-    page = harness("leaderboard", "--results", str(results), "--out", str(tmp_path / "pages"))
-    assert page.returncode == 0, page.stderr
-    gate = harness("compare", "--baseline", str(results), "--candidate", str(tmp_path / "copy"))
-    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert main(["leaderboard", "--results", str(results), "--out", str(tmp_path / "pages")]) == 0
+    assert main(["compare", "--baseline", str(results), "--candidate", str(tmp_path / "copy")]) == 0
     # The regression suite's update replaces a folder of records only: the models folder is the runs' own.
     assert {p.suffix for p in baseline_files(results)} == {".json", ".log"}
     # tools/campaign pack takes a stage's records and logs, never its models.
