@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -58,3 +60,22 @@ def cuda() -> torch.device:
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     return torch.device("cuda")
+
+
+@pytest.fixture
+def run_main(capsys, monkeypatch) -> Callable[..., subprocess.CompletedProcess]:
+    """``run_main(main, *args)``: a command's ``main`` called in this process from the repository root, seen as its
+    subprocess would be (the exit status, argparse's refusals included, and what it printed). For checks of what
+    only plans or refuses, without a fresh interpreter's seconds of imports; each command keeps a subprocess test."""
+    monkeypatch.chdir(REPO)
+
+    def call(main: Callable[[list[str]], int], *args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        try:
+            code = main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+        said = capsys.readouterr()
+        return subprocess.CompletedProcess(list(args), code, said.out, said.err)
+
+    return call

@@ -5,6 +5,7 @@ to overwrite a different record and the refusal to pack nothing."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -32,22 +33,10 @@ def campaign(*args: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def planned(capsys, monkeypatch):
-    """``tools/campaign ARGS`` for what only plans (a dry run, a refusal before any run): the script's own ``main``
-    in this process, from the repository root, as :func:`campaign` runs it, without a fresh interpreter's seconds of
-    imports for each call. The tests that start runs, and one dry run, go through the script."""
-    monkeypatch.chdir(REPO)
-
-    def call(*args: str) -> subprocess.CompletedProcess:
-        capsys.readouterr()
-        try:
-            code = campaign_main(list(args))
-        except SystemExit as exc:  # argparse's own refusals
-            code = exc.code
-        said = capsys.readouterr()
-        return subprocess.CompletedProcess(["tools/campaign", *args], code, said.out, said.err)
-
-    return call
+def planned(run_main):
+    """``tools/campaign ARGS`` in this process (conftest's ``run_main``), for what only plans or refuses; the tests
+    that start runs, and one dry run, go through the script."""
+    return functools.partial(run_main, campaign_main)
 
 
 def write_plan(folder: Path, *lines: str) -> Path:

@@ -3,6 +3,7 @@ whole gate end to end on the tiny domain: a new baseline, a passing run, a plant
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import domains
 from domains.errors import UserError
 from harness.suites import SUITES, load_suite, suite_path
 from harness.suites.__main__ import baseline_files
+from harness.suites.__main__ import main as suite_main
 from harness.version import source_digest
 
 SCRIPT = REPO / "tools" / "regression-suite"
@@ -24,6 +26,13 @@ def script(*args: str, **env: str) -> subprocess.CompletedProcess:
     """``tools/regression-suite`` in a subprocess with this interpreter and the tiny domain plugged in."""
     return subprocess.run([str(SCRIPT), *args], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable, **env},
                           capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def planned(run_main):
+    """``tools/regression-suite ARGS`` in this process (conftest's ``run_main``), for what only plans or refuses
+    before any run; the runs, and one dry run, go through the script."""
+    return functools.partial(run_main, suite_main)
 
 
 def test_the_suite_names_a_regression_setting_of_every_domain():
@@ -55,10 +64,10 @@ def test_a_bad_line_names_its_file_and_line(tmp_path, line, message):
     assert str(error.value).startswith(f"{path}:4: ")
 
 
-def test_two_tolerances_for_one_domain_and_dataset_are_refused(tmp_path):
+def test_two_tolerances_for_one_domain_and_dataset_are_refused(planned, tmp_path):
     suite = tmp_path / "suite.txt"
     suite.write_text("tiny linear blobs infonce quick 0-2 1\ntiny linear blobs dcl quick 0-2 2 loss.tau_plus=0.1\n")
-    out = script("--suite", str(suite), "--dry-run")
+    out = planned("--suite", str(suite), "--dry-run")
     assert out.returncode == 2 and "lines 1 and 2 give tiny/blobs two tolerances (1 and 2)" in out.stderr
 
 
@@ -87,17 +96,17 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_dry_run_of_an_update_runs_beside_the_baseline_and_removes_nothing(tmp_path):
+def test_dry_run_of_an_update_runs_beside_the_baseline_and_removes_nothing(planned, tmp_path):
     (tmp_path / "kept.json").write_text("{}")
-    out = script("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
+    out = planned("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
     assert out.returncode == 0, out.stderr
     new = tmp_path.parent / f".{tmp_path.name}-new-XXXXXX"  # the new baseline's folder, swapped in when complete
     assert all(f"--results {new} --quiet" in line for line in out.stdout.splitlines())
     assert "compare" not in out.stdout and (tmp_path / "kept.json").exists() and not new.exists()
 
 
-def test_dry_run_of_one_domains_update_runs_only_its_settings(tmp_path):
-    out = script("--dry-run", "--update-baseline", "--domain", "graph", "--baseline", str(tmp_path))
+def test_dry_run_of_one_domains_update_runs_only_its_settings(planned, tmp_path):
+    out = planned("--dry-run", "--update-baseline", "--domain", "graph", "--baseline", str(tmp_path))
     assert out.returncode == 0, out.stderr
     graph = [s for s in load_suite(suite_path("regression")) if s.domain == "graph"]
     lines = out.stdout.splitlines()
@@ -128,12 +137,12 @@ def test_one_domains_baseline_files_are_its_records_and_their_logs(tmp_path):
     (["--domain", "graph"], "error: --domain applies to --update-baseline only"),
     (["--update-baseline", "--domain", "chemistry"], "no setting of that domain (its domains: rl, text"),
 ])
-def test_bad_arguments_exit_2_before_any_run(args, message):
-    out = script(*args, "--dry-run")
+def test_bad_arguments_exit_2_before_any_run(planned, args, message):
+    out = planned(*args, "--dry-run")
     assert out.returncode == 2 and message in out.stderr and out.stdout == ""
 
 
-def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(tmp_path):
+def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(planned, tmp_path):
     """No baseline folder, one without a completed record, or --results that is the baseline folder (however
     spelt): refused before the suite runs, not after minutes of runs (nor with runs written among the baseline)."""
     suite = tmp_path / "tiny.txt"
@@ -146,7 +155,7 @@ def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(tmp_path):
                           (["--baseline", str(tmp_path / "empty")], "holds no completed run record"),
                           (["--baseline", str(base), "--results", str(tmp_path / "empty" / ".." / "baseline")],
                            "is the baseline folder")):
-        out = script("--suite", str(suite), *args)
+        out = planned("--suite", str(suite), *args)
         assert out.returncode == 2 and message in out.stderr and out.stdout == "", out.stdout + out.stderr
     assert sorted(base.iterdir()) == before
 
