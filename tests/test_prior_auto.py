@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 import losses
+from harness.cli import main
 from losses.registry import AUTO
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,13 +109,14 @@ def _harness(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, timeout=600)
 
 
-def test_the_command_line_refuses_a_bad_prior_setting(tmp_path):
-    proc = _harness("run", "--domain", "graph", "--loss", "dcl", "--set", "loss.prior_every=2", "--seeds", "0",
-                    "--results", str(tmp_path / "r"), tmp_path=tmp_path)
+def test_the_command_line_refuses_a_bad_prior_setting(tmp_path, run_main):
+    proc = run_main(main, "run", "--domain", "graph", "--loss", "dcl", "--set", "loss.prior_every=2", "--seeds", "0",
+                    "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and "add tau_plus=auto" in proc.stderr
-    proc = _harness("run", "--domain", "graph", "--loss", "dcl", "--set", "loss.tau_plus=often", "--seeds", "0",
-                    "--results", str(tmp_path / "r"), tmp_path=tmp_path)
+    proc = run_main(main, "run", "--domain", "graph", "--loss", "dcl", "--set", "loss.tau_plus=often", "--seeds", "0",
+                    "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and "tau_plus must be a number in [0, 1) or auto, got 'often'" in proc.stderr
+    assert not (tmp_path / "r").exists()  # refused before any run
 
 
 RUNS = {
