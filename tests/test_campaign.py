@@ -53,14 +53,17 @@ def estimate(out: str) -> tuple[float, float]:
 
 def test_every_committed_plan_loads_and_orders_its_items_as_the_issue():
     names = sorted(p.stem for p in PLANS.glob("*.txt"))
-    assert names == ["2-biased-head", "2-biased-table3", "3a-cifar-debiased-pos", "3b-cifar-bench", "3c-cifar-prior",
-                     "4-curl-100k", "5-quickthought-books"]
+    assert names == ["2-biased-colouring", "2-biased-head", "2-biased-table3", "3a-cifar-debiased-pos",
+                     "3b-cifar-bench", "3c-cifar-prior", "4-curl-100k", "5-quickthought-books"]
     for name in names:
         plan = load_plan(PLANS / f"{name}.txt")
         assert all(s.cost_s > 0 for s in plan.settings)
     grid = load_plan(PLANS / "2-biased-table3.txt")
     runs = {(s.loss, dict(kv.split("=") for kv in s.sets)["rho"], seed) for s in grid.settings for seed in s.seeds}
     assert len(runs) == 4 * 3 * 3  # every run: the committed seed-0 runs name an older source digest
+    draws = load_plan(PLANS / "2-biased-colouring.txt").settings
+    assert sorted(s.sets[-1] for s in draws) == [f"colour_seed={k}" for k in range(1, 5)]
+    assert all(s.sets[:-1] == ("rho=0.999", "loss.epsilon=0.5") for s in draws)
     assert load_plan(PLANS / "3c-cifar-prior.txt").records == "leaderboards/prior"
     curl = load_plan(PLANS / "4-curl-100k.txt")
     assert {s.dataset for s in curl.settings} == {"cartpole-swingup", "reacher-easy", "cheetah-run", "walker-walk",

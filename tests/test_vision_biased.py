@@ -202,6 +202,30 @@ def test_real_biased_mnist_is_read_from_the_data_root(data_root, data_set, tmp_p
     assert again.bias.tolist() == [0, 1, 2]
 
 
+def test_a_colour_seed_redraws_the_colouring_of_both_sets(tmp_path):
+    """``colour_seed`` k > 0 is the k-th draw of the colouring (Barbano et al. redraw it with each trial): the same
+    labels, every class keeps its colour on the same share of its images, others take it, and the fingerprint and
+    the run's identity name the draw. 0 is the draw of every run before the option (the committed fingerprints: test
+    ``test_default_digits_keep_the_committed_fingerprints``), and nowhere in the identity."""
+    pytest.importorskip("sklearn")
+    from domains.base import split_config
+    from domains.errors import UserError
+    from domains.vision.data import load
+
+    first, same, other = (load("biased-digits", tmp_path, rho=0.9, colour_seed=k) for k in (0, 0, 1))
+    assert same.fingerprint == first.fingerprint and "colour_seed" not in first.fingerprint
+    assert other.fingerprint["colour_seed"] == 1 and other.fingerprint["splits"] != first.fingerprint["splits"]
+    for part in ("train", "test"):
+        a, b = getattr(first, part), getattr(other, part)
+        assert torch.equal(a.labels, b.labels) and not torch.equal(a.bias, b.bias)
+        assert [int((a.bias[a.labels == c] == c).sum()) for c in range(10)] == \
+               [int((b.bias[b.labels == c] == c).sum()) for c in range(10)]
+    assert "colour_seed" not in split_config(VisionConfig())[0]
+    assert split_config(VisionConfig(colour_seed=1))[0]["colour_seed"] == 1
+    with pytest.raises(UserError, match="colour_seed=2: only biased-digits and biased-mnist are coloured here"):
+        load("digits", tmp_path, colour_seed=2)
+
+
 def test_short_biased_run_records_the_online_classifier(tmp_path):
     cfg = replace(VisionConfig(), epochs=2, batch_size=128, linear_epochs=2, knn_every=0, optimizer="sgd",
                   lr=0.05, objective="authors", alpha=1.0, fairkl_lambda=0.5, fairkl_form="authors", rho=0.99)

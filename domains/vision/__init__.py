@@ -156,7 +156,7 @@ class VisionDomain(Domain):
         c: VisionConfig = spec.config
         data = load(spec.dataset, Path(ctx.data_root), image_size=c.image_size, rho=c.rho, bias_percent=c.bias_percent,
                     download=c.download, first_classes=c.classes, image_column=c.image_column,
-                    label_column=c.label_column)
+                    label_column=c.label_column, colour_seed=c.colour_seed)
         return Prepared(data, data.fingerprint)
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, data: VisionData) -> PretrainResult:

@@ -49,6 +49,9 @@ class VisionConfig:
     cmc_momentum: Momentum = 0.5  # memory-bank momentum (Tian et al.)
     moco_momentum: Momentum = 0.99  # key-encoder momentum (0.999 in MoCo on ImageNet)
     rho: Probability = 0.99  # biased datasets: probability that the colour matches the class
+    # biased-digits and biased-mnist: which draw of the colouring (train and test; 0: the draw of every run before
+    # the option). Barbano et al. redraw it with each trial's seed; here a seed varies training only.
+    colour_seed: NonNegativeInt = field(default=0, metadata={ADDED: True})
     # digits and biased digits: keep the digits 0..classes-1 (2..10), a known class prior about 1/classes; 0: all 10
     classes: NonNegativeInt = 0
     bias_percent: str = "0.5pct"  # Corrupted CIFAR-10 / bFFHQ: the conflicting-sample split
@@ -147,7 +150,8 @@ PRESETS = {
         "epoch (their best-over-epochs beside it), images normalised with mean 0.5 and std 0.5. Add "
         "--set loss.epsilon=0.5 for eps_supinfonce; supcon and ce baselines: --set alpha=1 --set "
         "fairkl_lambda=0. Float32 as theirs (bf16 off). Differences from their run: the colouring drawn "
-        "once (theirs redrawn per trial), kNN monitor off, the paper's alpha/lambda (their yaml sets neither)",
+        "once (theirs redrawn per trial; --set colour_seed=k takes the k-th draw), kNN monitor off, the paper's "
+        "alpha/lambda (their yaml sets neither)",
         BARBANO_MNIST,
     ),
     "paper-biased-head": Preset(

@@ -8,8 +8,8 @@ biased-data track, bias labels.
   ``classes``) keeps the digits 0..C-1 of both, for a known class prior: τ+ = Σ_c p_c², about 1/C (the
   digits' classes are nearly balanced); the colouring of the kept images is the one of the ten-class set.
 - Biased-MNIST (Bahng et al., ICML 2020), coloured as Barbano et al. ran it (:mod:`domains.vision.colouring`);
-  the unbiased test set uses rho = 0.1. Difference: the colouring is drawn once (fixed seed), where theirs is
-  redrawn with each trial's seed.
+  the unbiased test set uses rho = 0.1. Difference: the colouring is one draw (``colour_seed``, 0 by default) for
+  every seed of a run, where theirs is redrawn with each trial's seed; ``colour_seed`` k draws the k-th colouring.
 - CIFAR-10/100, STL-10 (pretraining on train + unlabeled), MNIST in either layout under the data root:
   torchvision's files, or a folder of the Hugging Face hub's parquet shards of that set (``cifar10/``,
   ``cifar100/``, ``stl10/``, ``mnist/``, or the hub id's path, e.g. ``uoft-cs/cifar10/``), read by
@@ -87,7 +87,13 @@ IMAGENET100 = tuple(sorted("""
     n03837869 n03494278 n04136333 n03794056 n03492542 n02018207 n04067472 n03930630 n03584829 n02123045
     n04229816 n02100583 n03642806 n04336792 n03259280 n02116738 n02108089 n03424325 n01855672 n02090622
 """.split()))
-SPLIT_SEED = 0  # the digits split and the colouring are fixed: seeds vary training only
+SPLIT_SEED = 0  # the digits split is fixed, and the colouring is the config's draw: seeds vary training only
+
+
+def _colour_seeds(colour_seed: int) -> tuple[int, int]:
+    """The generator seeds of the training and the test colouring of draw ``colour_seed`` (0: 0 and 1, the draw
+    of every run before the option)."""
+    return SPLIT_SEED + 2 * colour_seed, SPLIT_SEED + 2 * colour_seed + 1
 UNBIASED_TEST_RHO = 0.1
 
 
@@ -246,10 +252,14 @@ def _bias_folder(name: str, root: Path, percent: str, size: int) -> tuple[ImageS
 
 def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_percent: str = "0.5pct",
          download: bool = False, first_classes: int = 0, image_column: str = "",
-         label_column: str = "") -> VisionData:
+         label_column: str = "", colour_seed: int = 0) -> VisionData:
     """The dataset ``name`` at ``image_size`` (0: its own size); digits and biased digits: only the classes
-    0..``first_classes``-1 (0: all ten)."""
+    0..``first_classes``-1 (0: all ten); biased digits and Biased-MNIST: the colouring's draw ``colour_seed``."""
     root = Path(root)
+    if colour_seed and name not in BIASED[:2]:
+        raise UserError(f"colour_seed={colour_seed}: only biased-digits and biased-mnist are coloured here; "
+                        f"{name} has its own bias (colour_seed=0)")
+    train_seed, test_seed = _colour_seeds(colour_seed)
     stats = CIFAR_STATS
     source: dict | None = None  # a set read in the hub's format: the files read (their sha256), the columns
     if first_classes and name not in ("digits", "biased-digits"):
@@ -264,7 +274,7 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
         if name == "digits":
             train, test = ImageSet(_gray_to_rgb(g_tr), y_tr), ImageSet(_gray_to_rgb(g_te), y_te)
         else:
-            train, test = biased(g_tr, y_tr, rho, SPLIT_SEED), biased(g_te, y_te, UNBIASED_TEST_RHO, SPLIT_SEED + 1)
+            train, test = biased(g_tr, y_tr, rho, train_seed), biased(g_te, y_te, UNBIASED_TEST_RHO, test_seed)
         if first_classes:
             classes = first_classes
             train, test = _first_classes(train, classes), _first_classes(test, classes)
@@ -272,8 +282,8 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
     elif name == "biased-mnist":
         size, stats, classes = image_size or 28, HALF_STATS, 10
         d_tr, y_tr, d_te, y_te, source = _mnist(root, download)
-        train, test = biased_mnist(d_tr, y_tr, rho, SPLIT_SEED), biased_mnist(d_te, y_te, UNBIASED_TEST_RHO,
-                                                                              SPLIT_SEED + 1)
+        train, test = biased_mnist(d_tr, y_tr, rho, train_seed), biased_mnist(d_te, y_te, UNBIASED_TEST_RHO,
+                                                                              test_seed)
         train, test = (ImageSet(_resize(p.images, size), p.labels, p.bias) for p in (train, test))
         parts = (train, train, test)
     elif name in TORCHVISION:
@@ -300,7 +310,8 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
         raise DatasetMissingError(f"unknown vision dataset '{name}'; available: {', '.join(DATASETS)}")
     data = VisionData(name, *parts, num_classes=classes, image_size=size, mean=stats[0], std=stats[1])
     data.fingerprint = fingerprint(data, rho=rho if name in BIASED[:2] else None,
-                                   classes=first_classes if 0 < first_classes < 10 else None)
+                                   classes=first_classes if 0 < first_classes < 10 else None,
+                                   colour_seed=colour_seed or None)
     if source is not None:
         data.fingerprint["source"] = source
     return data

@@ -88,4 +88,5 @@ NOTES: dict[str, str] = {"biased-mnist": (
     "class-colour pairs of the unbiased test set (84 at rho 0.997, 80 at 0.995, 89 at 0.99; counted on our "
     "colouring). Drawn per trial, the missing pairs change from seed to seed; drawn once, all our seeds miss the "
     "same 27. The expectation over draws is the same, but our seeds' spread leaves out the draw's, and one draw may"
-    " be an unlucky one.")}
+    " be an unlucky one. `--set colour_seed=k` (k > 0) takes another draw, of the training and the test set; the "
+    "campaign plan `2-biased-colouring` measures the spread over four more draws at rho 0.999 (not run yet).")}
