@@ -222,7 +222,7 @@ def test_a_colour_seed_redraws_the_colouring_of_both_sets(tmp_path):
                [int((b.bias[b.labels == c] == c).sum()) for c in range(10)]
     assert "colour_seed" not in split_config(VisionConfig())[0]
     assert split_config(VisionConfig(colour_seed=1))[0]["colour_seed"] == 1
-    with pytest.raises(UserError, match="colour_seed=2: only biased-digits and biased-mnist are coloured here"):
+    with pytest.raises(UserError, match="only biased-digits and biased-mnist are coloured here, not digits"):
         load("digits", tmp_path, colour_seed=2)
 
 

@@ -88,13 +88,13 @@ IMAGENET100 = tuple(sorted("""
     n04229816 n02100583 n03642806 n04336792 n03259280 n02116738 n02108089 n03424325 n01855672 n02090622
 """.split()))
 SPLIT_SEED = 0  # the digits split is fixed, and the colouring is the config's draw: seeds vary training only
+UNBIASED_TEST_RHO = 0.1
 
 
 def _colour_seeds(colour_seed: int) -> tuple[int, int]:
     """The generator seeds of the training and the test colouring of draw ``colour_seed`` (0: 0 and 1, the draw
     of every run before the option)."""
     return SPLIT_SEED + 2 * colour_seed, SPLIT_SEED + 2 * colour_seed + 1
-UNBIASED_TEST_RHO = 0.1
 
 
 def _digits(size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -257,8 +257,8 @@ def load(name: str, root: Path, *, image_size: int = 0, rho: float = 0.99, bias_
     0..``first_classes``-1 (0: all ten); biased digits and Biased-MNIST: the colouring's draw ``colour_seed``."""
     root = Path(root)
     if colour_seed and name not in BIASED[:2]:
-        raise UserError(f"colour_seed={colour_seed}: only biased-digits and biased-mnist are coloured here; "
-                        f"{name} has its own bias (colour_seed=0)")
+        raise UserError(f"colour_seed={colour_seed}: only biased-digits and biased-mnist are coloured here, not "
+                        f"{name} (leave colour_seed at 0)")
     train_seed, test_seed = _colour_seeds(colour_seed)
     stats = CIFAR_STATS
     source: dict | None = None  # a set read in the hub's format: the files read (their sha256), the columns
