@@ -143,7 +143,7 @@ def _board(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
 
 
 @pytest.mark.parametrize("damage", ["truncated", "not json", "not a record", "nested too deep", "a huge integer"])
-def test_a_damaged_record_is_named_and_the_pages_are_untouched(tmp_path, capsys, damage):
+def test_a_damaged_record_is_named_and_the_pages_are_untouched(tmp_path, run_main, damage):
     """In this process (``main``, what the command calls); the next test runs the command itself once."""
     results, out, pages = _board(tmp_path)
     victim = sorted(results.glob("*.json"))[0]
@@ -151,39 +151,33 @@ def test_a_damaged_record_is_named_and_the_pages_are_untouched(tmp_path, capsys,
     victim.write_text({"truncated": text[: len(text) // 2], "not json": "\x00\x01garbage",
                        "not a record": "[1, 2, 3]", "nested too deep": "[" * 100_000,
                        "a huge integer": re.sub(r'"seed": \d+', '"seed": ' + "9" * 5000, text)}[damage])
-    capsys.readouterr()
     for command in ("leaderboard", "report"):
-        assert main([command, "--results", str(results), "--out", str(out)]) == 2
-        said = capsys.readouterr().err
-        assert victim.name in said and "cannot be read" in said
-    assert main(["compare", "--baseline", str(results), "--candidate", str(results)]) == 2
-    assert victim.name in capsys.readouterr().err
+        proc = run_main(main, command, "--results", str(results), "--out", str(out))
+        assert proc.returncode == 2 and victim.name in proc.stderr and "cannot be read" in proc.stderr
+    proc = run_main(main, "compare", "--baseline", str(results), "--candidate", str(results))
+    assert proc.returncode == 2 and victim.name in proc.stderr
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == pages
 
 
-def test_a_mistyped_results_folder_writes_and_deletes_nothing(tmp_path, capsys):
+def test_a_mistyped_results_folder_writes_and_deletes_nothing(tmp_path, run_main):
     results, out, pages = _board(tmp_path)
-    proc = harness("leaderboard", "--results", str(tmp_path / "reslts"), "--out", str(out))  # the command's own exit
-    assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith(f"error: results folder '{tmp_path / 'reslts'}' does not exist")
-    capsys.readouterr()
-    assert main(["report", "--results", str(tmp_path / "reslts"), "--out", str(out)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: results folder '{tmp_path / 'reslts'}' does not exist")
+    mistyped = ("--results", str(tmp_path / "reslts"), "--out", str(out))
+    for proc in (harness("leaderboard", *mistyped), run_main(main, "report", *mistyped)):  # the command, then main
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.startswith(f"error: results folder '{tmp_path / 'reslts'}' does not exist")
     (tmp_path / "empty").mkdir()
-    assert main(["leaderboard", "--results", str(tmp_path / "empty"), "--out", str(out)]) == 2
+    assert run_main(main, "leaderboard", "--results", str(tmp_path / "empty"), "--out", str(out)).returncode == 2
     assert {p.name: p.read_text() for p in out.iterdir() if p.is_file()} == pages
 
 
 @pytest.mark.parametrize("candidate", ["empty", "other"])
-def test_compare_with_nothing_to_compare_fails(tmp_path, capsys, candidate):
+def test_compare_with_nothing_to_compare_fails(tmp_path, run_main, candidate):
     results, _, _ = _board(tmp_path)
     (tmp_path / "empty").mkdir()
     write_records(tmp_path / "other", [synthetic_record("infonce", s, 80.0, dataset="blobs_hard") for s in range(2)])
-    capsys.readouterr()
-    assert main(["compare", "--baseline", str(results), "--candidate", str(tmp_path / candidate)]) == 2
-    said = capsys.readouterr().err
-    assert "PASS" not in said
-    assert ("has no completed records" if candidate == "empty" else "no baseline group has a matching") in said
+    proc = run_main(main, "compare", "--baseline", str(results), "--candidate", str(tmp_path / candidate))
+    assert proc.returncode == 2 and "PASS" not in proc.stderr
+    assert ("has no completed records" if candidate == "empty" else "no baseline group has a matching") in proc.stderr
 
 
 def test_a_truncated_record_of_a_run_is_run_again_and_kept_aside(tmp_path, capsys):

@@ -96,18 +96,19 @@ def test_user_errors_are_one_line_exit_2(tmp_path, capsys, args, expected):
     assert not list(tmp_path.glob("*.json"))
 
 
-def test_an_evaluation_only_method_needs_no_loss_and_names_its_baseline_as_before(tmp_path, capsys):
+def test_an_evaluation_only_method_needs_no_loss_and_names_its_baseline_as_before(tmp_path, run_main):
     """text's bow trains nothing: --loss was required all the same, and entered the run id. Without it the record
     names the method's baseline loss, so the run is the one a user who passed that loss ran (its record reused)."""
     args = ["run", "--domain", "text", "--method", "bow", "--seeds", "0", "--set", "max_sentences=400",
             "--results", str(tmp_path), "--quiet"]
-    assert main(args) == 0
+    first = run_main(main, *args)
+    assert first.returncode == 0, first.stderr
     [record] = _records(tmp_path)
-    assert record["loss"] == "infonce" and record["loss_used"] is False and "--loss infonce" in capsys.readouterr().out
-    assert main([*args[:-3], "--loss", "infonce", *args[-3:]]) == 0
-    assert "[skipped]" in capsys.readouterr().out
-    assert main(["run", "--domain", "text", "--seeds", "0", "--results", str(tmp_path)]) == 2
-    assert "only bow, hf ignore it" in capsys.readouterr().err
+    assert record["loss"] == "infonce" and record["loss_used"] is False and "--loss infonce" in first.stdout
+    again = run_main(main, *args[:-3], "--loss", "infonce", *args[-3:])
+    assert again.returncode == 0 and "[skipped]" in again.stdout, again.stdout + again.stderr
+    refused = run_main(main, "run", "--domain", "text", "--seeds", "0", "--results", str(tmp_path))
+    assert refused.returncode == 2 and "only bow, hf ignore it" in refused.stderr
 
 
 def test_failures_write_a_failed_record(tmp_path, capsys):

@@ -70,25 +70,23 @@ def test_a_run_keeps_its_trained_encoder_under_the_same_identity(tmp_path):
     assert _tiny_accuracy(encoder, 1) == record["metrics"]["accuracy"]
 
 
-def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, capsys):
+def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, run_main):
     """In this process (``main``, what the command calls): the command itself is the first test's."""
-    run = ["run", *TINY, "--seeds", "0", "--results", str(tmp_path)]
-    assert main(run) == 0
+    run = ("run", *TINY, "--seeds", "0", "--results", str(tmp_path))
+    assert run_main(main, *run).returncode == 0
     rid = _record(tmp_path)["run_id"]
     path = tmp_path / "models" / f"{rid}.pt"
-    capsys.readouterr()
-    assert main([*run, "--save-model"]) == 0
-    out = capsys.readouterr().out
-    assert f"[skipped] {rid}" in out and "no model saved: the run was skipped" in out
-    assert "--force" in out and not path.exists()
-    assert main([*run, "--save-model", "--force"]) == 0
+    out = run_main(main, *run, "--save-model")
+    assert out.returncode == 0, out.stderr
+    assert f"[skipped] {rid}" in out.stdout and "no model saved: the run was skipped" in out.stdout
+    assert "--force" in out.stdout and not path.exists()
+    assert run_main(main, *run, "--save-model", "--force").returncode == 0
     assert path.is_file()
-    capsys.readouterr()
-    assert main([*run, "--save-model"]) == 0
-    assert f"  model: {path} (saved by an earlier run of it)" in capsys.readouterr().out
+    out = run_main(main, *run, "--save-model")
+    assert f"  model: {path} (saved by an earlier run of it)" in out.stdout
     # A forced rerun without the flag replaces the record, not the model: it says the model is the earlier run's.
-    assert main([*run, "--force"]) == 0
-    assert f"{path} holds the model of the earlier run this one replaces" in capsys.readouterr().err
+    out = run_main(main, *run, "--force")
+    assert out.returncode == 0 and f"{path} holds the model of the earlier run this one replaces" in out.stderr
     assert path.is_file()
 
 
@@ -112,11 +110,11 @@ def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
     assert _tiny_accuracy(modules["encoder"], 0, sets) == record["metrics"]["accuracy"]
 
 
-def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_path, capsys):
+def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_path, run_main):
     sweep = ("sweep", "--domains", "tiny", "--losses", "infonce", "--results", str(tmp_path), "--tracker", "none")
     assert harness(*sweep, "--seeds", "0").returncode == 0
-    assert main([*sweep, "--seeds", "0,1", "--save-model", "--dry-run"]) == 0  # prints the jobs, starts none
-    assert " --save-model " in capsys.readouterr().out.strip().splitlines()[-1]
+    dry = run_main(main, *sweep, "--seeds", "0,1", "--save-model", "--dry-run")  # prints the jobs, starts none
+    assert dry.returncode == 0 and " --save-model " in dry.stdout.strip().splitlines()[-1]
     out = harness(*sweep, "--seeds", "0,1", "--save-model")
     assert out.returncode == 0, out.stderr
     assert "--save-model: 1 of the skipped runs have no saved model; rerun them with --force" in out.stdout
@@ -125,20 +123,23 @@ def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_pa
     assert torch.load(saved, weights_only=True)["seed"] == 1
 
 
-def test_a_method_that_trains_nothing_says_so_and_the_run_goes_on(tmp_path, capsys):
-    assert main(["run", "--domain", "text", "--method", "bow", "--seeds", "0", "--results", str(tmp_path),
-                 "--tracker", "none", "--quiet", "--save-model"]) == 0
-    assert "  no model saved: method 'bow' of domain 'text' trains no network to keep" in capsys.readouterr().out
+def test_a_method_that_trains_nothing_says_so_and_the_run_goes_on(tmp_path, run_main):
+    out = run_main(main, "run", "--domain", "text", "--method", "bow", "--seeds", "0", "--results", str(tmp_path),
+                   "--tracker", "none", "--quiet", "--save-model")
+    assert out.returncode == 0, out.stderr
+    assert "  no model saved: method 'bow' of domain 'text' trains no network to keep" in out.stdout
     assert _record(tmp_path)["status"] == "completed" and not (tmp_path / "models").exists()
 
 
-def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path):
+def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path, run_main):
     results = tmp_path / "results"
     assert harness("run", *TINY, "--seeds", "0,1", "--results", str(results), "--save-model").returncode == 0
     assert len(list((results / "models").glob("*.pt"))) == 2
     shutil.copytree(results, tmp_path / "copy")
-    assert main(["leaderboard", "--results", str(results), "--out", str(tmp_path / "pages")]) == 0
-    assert main(["compare", "--baseline", str(results), "--candidate", str(tmp_path / "copy")]) == 0
+    page = run_main(main, "leaderboard", "--results", str(results), "--out", str(tmp_path / "pages"))
+    assert page.returncode == 0, page.stderr
+    gate = run_main(main, "compare", "--baseline", str(results), "--candidate", str(tmp_path / "copy"))
+    assert gate.returncode == 0, gate.stdout + gate.stderr
     # The regression suite's update replaces a folder of records only: the models folder is the runs' own.
     assert {p.suffix for p in baseline_files(results)} == {".json", ".log"}
     # tools/campaign pack takes a stage's records and logs, never its models.
