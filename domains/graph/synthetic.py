@@ -23,6 +23,7 @@ members for the stratified nested 10-fold SVM of the evaluation.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -55,13 +56,14 @@ ATLAS_NODES, ATLAS_EDGES, ATLAS_SEED = 7, 9, 1
 MIN_GRAPHS, GRAPHS_PER_CLASS = 500, 20
 
 
-def atlas_family() -> list[int]:
+@functools.cache  # (reading the atlas takes a second)
+def atlas_family() -> tuple[int, ...]:
     """Indices in networkx's graph atlas of the connected graphs with ``ATLAS_NODES`` nodes and
     ``ATLAS_EDGES`` edges, in the fixed order motifs are taken from."""
     nx = require("networkx", "graph")
     family = [i for i, g in enumerate(nx.graph_atlas_g()) if g.number_of_nodes() == ATLAS_NODES
               and g.number_of_edges() == ATLAS_EDGES and nx.is_connected(g)]
-    return [family[i] for i in np.random.default_rng(ATLAS_SEED).permutation(len(family))]
+    return tuple(family[i] for i in np.random.default_rng(ATLAS_SEED).permutation(len(family)))
 
 
 def params_for(classes: int = 2) -> dict[str, Any]:
@@ -78,12 +80,13 @@ def params_for(classes: int = 2) -> dict[str, Any]:
             "motif_source": f"networkx graph atlas: connected, {ATLAS_NODES} nodes, {ATLAS_EDGES} edges"}
 
 
-def motif_edges(name: str) -> list[tuple[int, int]]:
+@functools.cache  # each graph of a set asks for its class's motif, and networkx reads the atlas file up to it each time
+def motif_edges(name: str) -> tuple[tuple[int, int], ...]:
     """The edge list of a motif: ``house``, ``bowtie`` or ``atlas-<index in networkx's graph atlas>``."""
     if name in _MOTIF_EDGES:
-        return _MOTIF_EDGES[name]
+        return tuple(_MOTIF_EDGES[name])
     nx = require("networkx", "graph")
-    return sorted(nx.graph_atlas(int(name.removeprefix("atlas-"))).edges())
+    return tuple(sorted(nx.graph_atlas(int(name.removeprefix("atlas-"))).edges()))
 
 
 def generate(params: dict[str, Any] | None = None) -> list:
