@@ -177,7 +177,8 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwritten(tmp_path):
+def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwritten(tmp_path, planned):
+    """Through subprocesses as a user runs them; the later checks of the same commands in this process."""
     repo, stage, out = _repo(tmp_path), tmp_path / "stage", tmp_path / "out"
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-1 5", "tiny linear blobs dcl quick 0 5 fail=true")
     done = campaign("run", str(plan), "--device", "cpu", "--jobs", "2", "--stage", str(stage), "--repo", str(repo))
@@ -209,11 +210,11 @@ def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwri
     assert not (repo / "leaderboards" / "results" / failed.name).exists()
     assert (side / "failed" / failed.name).is_file()
     assert (repo / "leaderboards" / "bench" / "tiny-cpu.json").read_text() == '{"rows": [1]}\n'
-    again = campaign("unpack", str(tarball), "--repo", str(repo), "--side", str(side))
+    again = planned("unpack", str(tarball), "--repo", str(repo), "--side", str(side))
     assert again.returncode == 0 and "0 new records" in again.stdout  # identical files: nothing to do
 
     # The stage's records and bench file are now the repository's: nothing new to pack.
-    nothing = campaign("pack", "--stage", str(stage), "--out", str(tmp_path / "out2"), "--repo", str(repo))
+    nothing = planned("pack", "--stage", str(stage), "--out", str(tmp_path / "out2"), "--repo", str(repo))
     assert nothing.returncode == 2 and "nothing to pack" in nothing.stderr
 
     # A record of the same run id that differs: the whole tarball is refused, nothing written.
@@ -223,7 +224,7 @@ def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwri
     mine.write_text(json.dumps(edited))
     other = repo / "leaderboards" / "results" / completed[1].name
     other.unlink()
-    refused = campaign("unpack", str(tarball), "--repo", str(repo))
+    refused = planned("unpack", str(tarball), "--repo", str(repo))
     assert refused.returncode == 2 and "would replace a different record" in refused.stderr
     assert completed[0].name in refused.stderr
     assert json.loads(mine.read_text())["metrics"]["accuracy"] == 1.0 and not other.exists()

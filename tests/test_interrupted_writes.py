@@ -62,7 +62,7 @@ def test_a_sweep_killed_at_once_leaves_no_worker_and_its_job_resumes(tmp_path):
     its job at a checkpoint and end, not run on (or wait forever) holding the run's lock and its memory."""
     psutil = pytest.importorskip("psutil")
     args = [sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0",
-            "--set", "epochs=100", "--set", "sleep_s=0.2", "--results", str(tmp_path)]
+            "--set", "epochs=40", "--set", "sleep_s=0.2", "--results", str(tmp_path)]
     sweep = subprocess.Popen(args, cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list((tmp_path / ".work").glob("*/checkpoint.pt")):
@@ -71,7 +71,9 @@ def test_a_sweep_killed_at_once_leaves_no_worker_and_its_job_resumes(tmp_path):
     assert workers
     sweep.kill()
     sweep.wait()
-    _, alive = psutil.wait_procs(workers, timeout=15)  # its next epoch boundary is 0.2 s away, the job 20 s
+    # Its next epoch boundary is 0.2 s away, the job's end 8 s: a worker that ran on would have written its record
+    # within the wait, one that waited forever would be alive at its end.
+    _, alive = psutil.wait_procs(workers, timeout=15)
     for process in alive:
         process.kill()
     assert not alive, [process.cmdline() for process in alive]
@@ -115,7 +117,7 @@ def test_a_run_that_could_write_nothing_does_not_claim_a_checkpoint(tmp_path, mo
 
     monkeypatch.setattr(context, "write_atomic", full_disk)  # every checkpoint
     monkeypatch.setattr(records, "write_atomic", full_disk)  # and the record
-    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet",
+    assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet", "--tracker", "none",
                  "--results", str(tmp_path)]) == 2
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: cannot write the record ") and "the run saved no checkpoint" in line
