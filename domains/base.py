@@ -371,6 +371,12 @@ def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
     return f"; did you mean '{prefix}{by_lower[close[0]]}'?" if close else "."
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 run``, ``2 runs``, ``0 runs``: a count with its noun in the number it takes (``plural`` where adding an s
+    does not make it)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 RUNTIME = "runtime"  # config field metadata key: field(default=..., metadata={RUNTIME: True})
 # Config field metadata key for an experiment field added after records were committed: field(default=...,
 # metadata={ADDED: True}). At its default it is left out of the experiment part (the run's identity), so a run

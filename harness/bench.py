@@ -25,23 +25,27 @@ the target's other parts still run; the target counts as failed, and ``--resume`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import domains
-from domains.base import BenchPart
+from domains.base import BenchPart, did_you_mean
 from domains.errors import UserError
 from harness.machine import hardware_info
 from harness.pages.bench import PART_KEY, TARGETS, figures
 from harness.records import utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit
+from harness.run.output import output_settings
 from harness.run.runner import default_data_root, resolve_device
 from harness.tables import text
 from harness.version import software_info, tree_digest
@@ -193,7 +197,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         # Its own earlier time where the file knows one, else the longest part so far.
         reason = stopping.stop_reason() or stopping.would_pass_deadline(expected.get(part.name, longest))
         if reason:
-            print(f"{target}: stopped ({reason}) with {len(done)} of {len(todo)} parts in {path}", flush=True)
+            print(f"{target}: stopped ({reason}) {_stopped_with(done, len(todo), path, reason)}", flush=True)
             return _in_order(done, names), False
         print(f"{target}: measuring {part.name}", flush=True)
         tic = time.perf_counter()
@@ -228,6 +232,17 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
     return rows, True
 
 
+def _stopped_with(done: dict[str, list[dict[str, Any]]], parts: int, path: Path, reason: str) -> str:
+    """What a stopped benchmark leaves: the parts in its file, or (none measured nor kept) that the file was not
+    written, where "0 of N parts in <file>" would name a file that may not exist. The --resume hint follows."""
+    if done:
+        return f"with {len(done)} of {parts} parts in {path}"
+    untouched = f"{path} is left as it was" if path.exists() else f"nothing was written to {path}"
+    # The same limit would stop the resumed command at once again.
+    longer = "; give a longer --time-limit" if reason.startswith("time limit") else ""
+    return f"before measuring any of its {parts} parts: {untouched}{longer}"
+
+
 def _as_measured(row: dict[str, Any], columns: list[str]) -> dict[str, Any]:
     """A kept row with its keys back in the order the benchmark emitted them: the file writes keys sorted, and
     keeps that order in its ``columns``; the keys not among them (:data:`PART_KEY`) go last."""
@@ -260,8 +275,9 @@ def all_targets(names: str | None) -> list[str]:
     chosen = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in known]
     if unknown or not chosen:
-        raise UserError(f"--targets: unknown target(s) {', '.join(unknown) or '(none given)'}; "
-                        f"available: {', '.join(known)}")
+        hint = did_you_mean(unknown[0], known) if unknown else "."
+        raise UserError(f"--targets: unknown target(s) {', '.join(unknown) or '(none given)'}{hint} "
+                        f"Available: {', '.join(known)}")
     return list(dict.fromkeys(chosen))
 
 
@@ -306,7 +322,41 @@ def _stopped(args: argparse.Namespace) -> int:
     return stopping.EXIT_STOPPED
 
 
+def check_target(target: str) -> None:
+    """UserError naming the closest target when ``target`` is none: the loss benchmark, ``all`` or a domain (the
+    domain registry alone would offer only the domains)."""
+    known = ["losses", "all", *domains.available()]
+    if target not in known:
+        raise UserError(f"unknown target '{target}'{did_you_mean(target, known)} Available: {', '.join(known)}")
+
+
+# The profiler's C++ side (Kineto; the loss benchmark counts kernels and memory with torch.profiler) logs every
+# profiler start and stop ("USDT:") and, on a CPU-only machine with torch's CUDA build, an "ERROR:" that it found
+# no GPU: neither is an error of the benchmark. Kineto reads its level from this variable once, when a profiler
+# first starts; 6 is above its highest level (USDT is 5). TORCH_CPP_LOG_LEVEL does not reach these lines (torch
+# 2.14.1).
+KINETO_LEVEL = ("KINETO_LOG_LEVEL", "6")
+
+
+@contextlib.contextmanager
+def quiet_libraries(verbose: bool) -> Iterator[None]:
+    """What ``harness run`` hides unless ``-v`` (:func:`harness.run.output.output_settings`: library warnings
+    such as PyG's torch.jit.script FutureWarning, INFO logs), and Kineto's log lines; a Kineto level the user set
+    stays. Undone afterwards, as ``main`` also runs inside other programs."""
+    name, level = KINETO_LEVEL
+    quiet = not verbose and name not in os.environ
+    with output_settings(verbose):
+        if quiet:
+            os.environ[name] = level
+        try:
+            yield
+        finally:
+            if quiet:
+                os.environ.pop(name, None)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    check_target(args.target)
     device = resolve_device(args.device)
     if args.targets is not None and args.target != "all":
         raise UserError("--targets only goes with 'harness bench all'")
@@ -317,7 +367,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         "its own")
     if args.target == "losses" and args.quick:
         raise UserError("--quick is for a domain's benchmark (or 'all'); 'losses' measures the --batch-sizes given")
-    with stopping.graceful(stopping.STOP_SIGNALS, time_limit(args)):
+    with quiet_libraries(args.verbose), stopping.graceful(stopping.STOP_SIGNALS, time_limit(args)):
         if args.target == "all":
             return bench_all(args, device)
         try:

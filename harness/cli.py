@@ -24,8 +24,8 @@ DATA_ROOT_HELP = "data folder (default: $HARNESS_DATA_ROOT or ~/.cache/contrasti
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--domain", required=True, help="domain name (harness list domains)")
     p.add_argument("--loss", help="loss name accepted by the domain (harness list losses); required, except by a "
-                                  "method that trains nothing (text's bow and hf; for them, default: the domain's "
-                                  "baseline loss, which the record names)")
+                                  "method that trains nothing (text's bow and hf), which takes only its baseline "
+                                  "loss, the one its record names (default)")
     p.add_argument("--method", help="method (default: the domain's default)")
     p.add_argument("--dataset", help="dataset (default: the domain's embedded default)")
     p.add_argument("--seeds", help="comma-separated seeds or a range, e.g. 0,1,2 or 0-9 (default: the preset's)")
@@ -41,7 +41,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true",
                    help="run again even when a completed record exists; with --resume, go on with an interrupted "
                         "--force: redo only the seeds it had not redone yet")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars; the results, warnings and the tracking line (where the live logs are) "
+                        "still show")
     _add_save_model(p, "seed")
     _add_tracker(p)
     _add_time_limit(p, "at its next checkpoint")
@@ -87,8 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")
     p.add_argument("--datasets", help="comma-separated datasets (default: each domain's default)")
     p.add_argument("--methods", help="comma-separated methods (default: each domain's default)")
-    p.add_argument("--losses", help="comma-separated losses (default: every loss each method trains; a method "
-                   "that trains nothing, its baseline loss)")
+    p.add_argument("--losses", help="comma-separated losses (default: every loss each method trains); a method "
+                   "that trains nothing runs once, under its baseline loss alone")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a swept key and its values, e.g. loss.alpha=0.1,0.5: a config field, or loss.NAME for "
                         "the losses that have it (repeatable)")
@@ -185,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep the parts the files at --out hold when this code measured them on this kind of machine "
                         "with these options; measure the rest")
     _add_time_limit(p, "between two parts of a benchmark")
+    _add_verbose(p)
     return parser
 
 
@@ -220,7 +223,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "leaderboard":
         from harness.pages.leaderboard import cmd_leaderboard
         # One command writes the pages and bench.md, so a broken bench file fails before any page is written.
-        return cmd_leaderboard(args.results, args.out, args.bench or f"{args.out}/bench")
+        return cmd_leaderboard(args.results, args.out, args.bench)
     if args.command == "report":
         from harness.pages.report import cmd_report
         return cmd_report(args.results, args.out)

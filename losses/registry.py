@@ -63,12 +63,37 @@ class HParam:
     prior_setting: bool = False
 
     def describe(self) -> str:
+        """The allowed values, short (``harness list losses``): ``one of a, b``, ``[0, 1)``, ``>= 0``, ``an
+        integer >= 1``, each with ``or auto`` where the value may be estimated."""
         if self.choices:
-            return "one of " + ", ".join(self.choices)
-        left = "(" if self.low_open else "["
-        right = ")" if self.high_open else "]"
-        kind = "an integer in " if self.integer else ""
-        return f"{kind}{left}{self.low:g}, {self.high:g}{right}" + (" or auto" if self.auto else "")
+            return "one of " + ", ".join(self.choices) + (" or auto" if self.auto else "")
+        return self._allowed("an integer" if self.integer else "")
+
+    def expected(self, finite: bool = False) -> str:
+        """What a value must be, as the object of "must be": ``a number in [0, 1)``, ``an integer >= 1``,
+        ``a finite number >= 0`` (``finite``: said to an infinite or NaN value, which ``>= 0`` alone would not
+        rule out), ``one of a, b``."""
+        if self.choices:
+            return self.describe()
+        return self._allowed("an integer" if self.integer else "a finite number" if finite else "a number")
+
+    def _allowed(self, kind: str) -> str:
+        """``kind`` with the range: ``in [0, 1)`` between two finite bounds (the interval alone without a kind),
+        ``>= 1`` or ``< 1`` with one, nothing with none; an interval with an infinite end would read ``[1, inf]``."""
+        low, high = math.isfinite(self.low), math.isfinite(self.high)
+        if low and high:
+            left, right = "(" if self.low_open else "[", ")" if self.high_open else "]"
+            bounds = f"{'in ' if kind else ''}{left}{self.low:g}, {self.high:g}{right}"
+        elif low:
+            bounds = f"{'>' if self.low_open else '>='} {self.low:g}"
+        elif high:
+            bounds = f"{'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            bounds = "" if kind else "any number"
+        return " ".join(filter(None, (kind, bounds))) + (" or auto" if self.auto else "")
+
+    def _refuse(self, value: Any, finite: bool = False) -> ValueError:
+        return ValueError(f"{self.name} must be {self.expected(finite)}, got {_shown(value)}")
 
     def check(self, value: Any, *, allow_auto: bool = False) -> Any:
         """Return ``value`` if allowed, else raise ValueError naming the parameter and its range.
@@ -81,19 +106,19 @@ class HParam:
                              f"losses.get(..., {self.name}='auto')")
         if self.integer and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                  and math.isfinite(value) and float(value).is_integer()):
-            raise ValueError(f"{self.name} must be {self.describe()}, got {value!r}")
+            raise self._refuse(value)
         if self.choices:
             if value not in self.choices:
-                raise ValueError(f"{self.name} must be {self.describe()}, got {value!r}")
+                raise self._refuse(value)
             return value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{self.name} must be a number in {self.describe()}, got {value!r}")
+            raise self._refuse(value)
+        if not math.isfinite(value):
+            raise self._refuse(value, finite=True)
         too_low = value <= self.low if self.low_open else value < self.low
         too_high = value >= self.high if self.high_open else value > self.high
-        if not math.isfinite(value):
-            raise ValueError(f"{self.name} must be a finite number in {self.describe()}, got {value!r}")
         if too_low or too_high:
-            raise ValueError(f"{self.name} must lie in {self.describe()}, got {value!r}")
+            raise self._refuse(value)
         return int(value) if self.integer else float(value)
 
     def parse(self, text: str) -> Any:
@@ -104,9 +129,16 @@ class HParam:
         try:
             number = float(text)
         except ValueError:
-            kind = "" if self.integer else "a number in "
-            raise ValueError(f"{self.name} must be {kind}{self.describe()}, got {text!r}") from None
+            raise self._refuse(text) from None
         return self.check(number, allow_auto=True)
+
+
+def _shown(value: Any) -> str:
+    """A refused value as the user wrote it: ``0``, not the ``0.0`` that the command line's text was read as; a
+    fraction or a text as Python writes it (``0.1``, ``'often'``)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
 
 
 def prior_settings() -> tuple[HParam, ...]:
@@ -163,9 +195,11 @@ class LossSpec:
         prior = self.prior_hparam
         auto = prior is not None and hparams.get(prior.name) == AUTO
         settings = {h.name for h in self.hparams if h.prior_setting}
-        if not auto and set(hparams) & settings:
-            raise ValueError(f"{', '.join(sorted(set(hparams) & settings))} of loss '{self.name}' only apply "
-                             f"to an estimated prior: add {prior.name}=auto")
+        given = sorted(set(hparams) & settings)
+        if not auto and given:
+            # "can only apply": a verb that agrees with one setting and with several
+            raise ValueError(f"{', '.join(given)} of loss '{self.name}' can only apply to an estimated prior: add "
+                             f"{prior.name}=auto")
         return {name: h.check(hparams.get(name, h.default), allow_auto=True) for name, h in known.items()
                 if auto or not h.prior_setting}
 

@@ -226,7 +226,22 @@ def test_a_record_that_cannot_be_written_keeps_the_checkpoint_and_says_how_to_re
 def test_an_unusable_results_folder_is_named_before_anything_runs(tmp_path):
     (tmp_path / "file").write_text("")
     proc = harness(*TINY, "--results", str(tmp_path / "file" / "results"))
-    assert proc.returncode == 2 and "cannot use the results folder" in proc.stderr and "file/results" in proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"error: --results {tmp_path}/file/results lies under the file {tmp_path}/file, not in a " \
+                          "folder\n"
+
+
+@pytest.mark.parametrize("command", [
+    ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet"],
+    ["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0"],
+    ["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--dry-run"],
+])
+def test_a_results_path_that_is_a_file_is_named_as_one(tmp_path, run_main, command):
+    """Was mkdir's "...: File exists" (run), or a dry run that went on as if the folder could be written (sweep)."""
+    (tmp_path / "file").write_text("kept\n")
+    proc = run_main(main, *command, "--results", str(tmp_path / "file"))
+    assert proc.returncode == 2 and proc.stderr == f"error: --results {tmp_path}/file is a file, not a folder\n"
+    assert (tmp_path / "file").read_text() == "kept\n"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permissions")
@@ -328,9 +343,11 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
 
 # --- data: mistyped, missing, corrupted, changed --------------------------------------------------------------
 
-def _graph_run(tmp_path: Path, dataset: str, *extra: str) -> list[str]:
+def _graph_run(tmp_path: Path, dataset: str, *extra: str, **sets: object) -> list[str]:
+    """``sets`` replace the small defaults: a --set key given twice is refused."""
+    sets = {"epochs": 1, "svm_folds": 3, "svm_inner_folds": 2, "hidden": 8, **sets}
     return ["run", "--domain", "graph", "--dataset", dataset, "--loss", "jsd", "--seeds", "0", "--quiet",
-            "--set", "epochs=1", "--set", "svm_folds=3", "--set", "svm_inner_folds=2", "--set", "hidden=8",
+            *(arg for key, value in sets.items() for arg in ("--set", f"{key}={value}")),
             "--data-root", str(tmp_path / "data"), "--results", str(tmp_path / "results"), *extra]
 
 
@@ -394,7 +411,7 @@ def test_changed_data_is_a_new_run_and_resume_does_not_reuse_the_old_one(tmp_pat
 
 def test_values_that_would_fail_after_training_are_refused_before_it(tmp_path, graph_cache, capsys):
     toy_tu(tmp_path / "data")
-    assert main([*_graph_run(tmp_path, "TOY"), "--set", "svm_folds=1000"]) == 2
+    assert main(_graph_run(tmp_path, "TOY", svm_folds=1000)) == 2
     err = capsys.readouterr().err
     assert "svm_folds=1000" in err and "largest class has 12 graphs" in err
     [record] = _records(tmp_path / "results")
@@ -403,7 +420,7 @@ def test_values_that_would_fail_after_training_are_refused_before_it(tmp_path, g
 
 def test_a_diverging_run_stops_with_a_failed_record_that_says_so(tmp_path, graph_cache, capsys):
     toy_tu(tmp_path / "data")
-    assert main([*_graph_run(tmp_path, "TOY"), "--set", "lr=1e8", "--set", "epochs=5", "--set", "batch_size=4"]) == 2
+    assert main(_graph_run(tmp_path, "TOY", lr="1e8", epochs=5, batch_size=4)) == 2
     err = capsys.readouterr().err
     assert "the loss is nan at training step" in err and "lower learning rate (now --set lr=1e+08)" in err
     [record] = _records(tmp_path / "results")
@@ -501,8 +518,12 @@ def test_a_cuda_device_must_be_one_this_machine_has(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert [str(resolve_device(n)) for n in ("auto", "cuda", "cuda:1", "cpu")] == ["cuda", "cuda", "cuda:1", "cpu"]
-    with pytest.raises(UserError, match=r"--device cuda:2: this machine has 2 CUDA device\(s\), cuda:0 to cuda:1"):
+    with pytest.raises(UserError, match=r"--device cuda:2: this machine has 2 CUDA devices, cuda:0 to cuda:1"):
         resolve_device("cuda:2")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(UserError, match=r"--device cuda:1: this machine has 1 CUDA device, cuda:0$"):
+        resolve_device("cuda:1")  # was "1 CUDA device(s), cuda:0 to cuda:0"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     for name in ("cuda:x", "meta", "cuda:", "xla"):
         with pytest.raises(UserError, match=f"unknown --device '{name}'; this machine offers auto, cpu, cuda, cuda:N"):
             resolve_device(name)

@@ -315,3 +315,81 @@ def test_a_part_that_crashes_leaves_the_others_and_is_measured_again_on_resume(t
     monkeypatch.setenv("TINY_BENCH_FAIL", "B=64")
     assert main(["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]) == 1  # one target: exit 1 as well
     assert "error: tiny: 1 of 3 parts failed (B=64)" in capsys.readouterr().err
+
+
+def test_bench_an_unknown_target_names_the_closest_and_every_target(run_main):
+    """It said ``unknown domain 'lossess'. Available: graph, rl, text, vision``: no 'losses', no 'all', no hint."""
+    import domains
+
+    out = run_main(main, "bench", "lossess")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == (f"error: unknown target 'lossess'; did you mean 'losses'? Available: losses, all, "
+                          f"{', '.join(domains.available())}\n")
+    assert "did you mean 'graph'?" in run_main(main, "bench", "all", "--targets", "grph").stderr
+
+
+def test_a_benchmark_stopped_before_its_first_part_says_it_wrote_nothing(tmp_path, run_main, monkeypatch):
+    """It said ``0 of 3 parts in <file>`` of a file it never wrote; a file an earlier run left is kept as it was."""
+    from harness.run import stopping
+
+    path = tmp_path / "tiny-cpu.json"
+    args = ["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]
+    stopping.request_stop("SIGTERM")  # as if it came before the first part (cmd_bench's graceful() resets it)
+    try:
+        out = run_main(main, *args)
+    finally:
+        stopping.reset()
+    assert out.returncode == 75 and not path.exists()
+    assert f"tiny: stopped (SIGTERM) before measuring any of its 3 parts: nothing was written to {path}\n" \
+        in out.stdout
+    assert run_main(main, *args).returncode == 0
+    saved = json.loads(path.read_text())
+    saved["sessions"][0]["seconds"]["B=64"] = 30.0  # the first part once took 30 s: a 2.5 s limit starts none
+    path.write_text(json.dumps(saved))
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "0")
+    out = run_main(main, *args, "--time-limit", "2.5s")
+    assert out.returncode == 75 and json.loads(path.read_text()) == saved
+    assert (f"tiny: stopped (time limit: the next part may take 30 s) before measuring any of its 3 parts: {path} "
+            "is left as it was; give a longer --time-limit\n") in out.stdout
+
+
+NOISY_PLUGIN = """
+import warnings
+
+import domains
+from domains.base import BenchPart
+from tiny_domain import TinyDomain
+
+
+def _rows():
+    # What importing torch_geometric does (torch.jit.script's deprecation), without its seconds of imports.
+    warnings.warn("`torch.jit.script` is deprecated.", FutureWarning)
+    return [{"rows": 1}]
+
+
+@domains.register
+class Noisy(TinyDomain):
+    name = "noisy"
+
+    def benchmark(self, device, data_root, quick):
+        return [BenchPart("all", _rows)]
+"""
+
+
+def test_bench_hides_the_profilers_log_lines_and_library_warnings(tmp_path):
+    """On a CPU-only machine with torch's CUDA build the loss benchmark's profiler printed ``USDT: ...
+    profiler_start/stop`` lines and ``ERROR: ... gpuGetDeviceCount failed``, and a library's FutureWarning showed,
+    where ``harness run`` hides them. A subprocess: Kineto reads its level once per process."""
+    (tmp_path / "noisy_bench.py").write_text(NOISY_PLUGIN)
+    env = harness_env()
+    env.pop("KINETO_LOG_LEVEL", None)
+    env["HARNESS_PLUGINS"] = "tiny_domain,noisy_bench"
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    out = subprocess.run([sys.executable, "-m", "harness", "bench", "all", "--targets", "losses,noisy", "--quick",
+                          "--batch-sizes", "2", "--device", "cpu", "--out", str(tmp_path / "bench")],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "written losses, noisy" in out.stdout
+    noise = [line for line in out.stderr.splitlines() if line.startswith(("ERROR:", "USDT:", "STAGE:"))
+             or "FutureWarning" in line]
+    assert not noise, out.stderr

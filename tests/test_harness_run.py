@@ -83,7 +83,8 @@ def test_a_misspelt_name_is_answered_with_the_closest_one(field, typo, meant):
     (["--domain", "tiny", "--loss", "infonce", "--seeds", "5-2"], "--seeds range '5-2' is empty: it ends before "
                                                                    "it starts; write 2-5"),
     (["--domain", "tiny", "--loss", "infonce", "--set", "epochs=x"], "--set epochs=x: must be a valid integer"),
-    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must lie in (0, 1)"),
+    (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpha=2"], "alpha must be a number in (0, 1) or auto, "
+                                                                       "got 2"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.beta=1"], "Valid: loss.alpha, loss.c"),
     (["--domain", "tiny", "--loss", "pucl", "--set", "loss.alpah=0.1"], "did you mean 'loss.alpha'?"),
     (["--domain", "tiny"], "--loss is required: method 'linear' of domain 'tiny' trains with one (harness list "
@@ -109,6 +110,59 @@ def test_an_evaluation_only_method_needs_no_loss_and_names_its_baseline_as_befor
     assert again.returncode == 0 and "[skipped]" in again.stdout, again.stdout + again.stderr
     refused = run_main(main, "run", "--domain", "text", "--seeds", "0", "--results", str(tmp_path))
     assert refused.returncode == 2 and "only bow, hf ignore it" in refused.stderr
+
+
+@pytest.mark.parametrize("method", ["bow", "hf"])
+def test_an_evaluation_only_method_refuses_a_loss_other_than_its_baseline(tmp_path, run_main, method):
+    """Any --loss was taken, each giving the same evaluation under another run id (text-...-bow-hcl-...)."""
+    refused = run_main(main, "run", "--domain", "text", "--method", method, "--loss", "hcl", "--seeds", "0",
+                       "--results", str(tmp_path))
+    assert refused.returncode == 2 and refused.stderr == (
+        f"error: method '{method}' of domain 'text' trains nothing, so --loss hcl would repeat its evaluation under "
+        "another run id: leave --loss out (its record names infonce)\n")
+    assert not list(tmp_path.glob("*.json"))
+    sets = {"hf_model_dir": str(tmp_path)}  # hf's plan checks that its model folder exists
+    spec = plan(RunRequest(domain="text", method=method, loss="infonce", seeds=[0], sets=sets)).specs[0]
+    assert spec.loss == "infonce" and spec == plan(RunRequest(domain="text", method=method, loss=None, seeds=[0],
+                                                              sets=sets)).specs[0]
+
+
+def test_a_set_key_given_twice_is_refused_as_sweep_refuses_it(tmp_path, run_main):
+    """Was: the last value silently won (epochs=2 ran)."""
+    proc = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
+                    "--set", "epochs=2", "--results", str(tmp_path))
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --set epochs is given twice (epochs=1 and epochs=2); give it once\n"
+    assert not tmp_path.exists() or not list(tmp_path.glob("*.json"))
+
+
+def test_quiet_hides_the_progress_bars_not_where_the_live_logs_are(tmp_path, run_main):
+    """--quiet (its help and the README: no progress bars) hid the tracking line as well."""
+    proc = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
+                    "--results", str(tmp_path), "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert f"tracking: tensorboard --logdir {tmp_path / 'tb'}\n" in proc.stderr
+    assert "epoch" not in proc.stderr  # no progress bar
+    helped = run_main(main, "run", "--help")
+    assert helped.returncode == 0 and "the tracking line" in " ".join(helped.stdout.split())
+
+
+def test_verbose_shows_the_harness_log_lines_not_the_version_library_s(run_main, capsys, monkeypatch):
+    """-v showed "INFO vcs_versioning._scm_version: version 0.0 -> 0.0" (where the record says 0.1.devN)."""
+    import logging
+
+    from harness.run.output import output_settings
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])  # as in a fresh process: -v's basicConfig applies
+    capsys.readouterr()
+    with output_settings(True):
+        logging.getLogger("vcs_versioning._scm_version").info("version 0.0 -> 0.0")
+        logging.getLogger("harness").info("run tiny-...")
+        logging.getLogger("absl").info("a library's line")  # -v shows library log lines
+    err = capsys.readouterr().err
+    assert "INFO harness: run tiny-..." in err and "INFO absl: a library's line" in err
+    assert "vcs_versioning" not in err
+    assert logging.getLogger("vcs_versioning").level == logging.NOTSET  # put back afterwards
 
 
 def test_failures_write_a_failed_record(tmp_path, capsys):

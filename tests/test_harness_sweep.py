@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 
+import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 from tiny_domain import harness
 
@@ -40,6 +41,48 @@ def test_without_losses_each_method_runs_the_losses_it_trains(tmp_path, capsys):
         ("bow", "infonce")])
 
 
+def test_with_losses_an_evaluation_only_method_runs_its_baseline_loss_once(tmp_path, run_main):
+    """bow trains nothing: with --losses it ran once per loss (the same evaluation under several run ids, each
+    job now refused by harness run); it runs its baseline loss alone, and the plan says so."""
+    proc = run_main(main, "sweep", "--domains", "text", "--methods", "bow,quickthought", "--losses", "hcl,dcl",
+                    "--seeds", "0", "--results", str(tmp_path), "--dry-run")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "[invalid]" not in proc.stdout
+    assert sorted(re.findall(r"--method (\S+) --loss (\S+)", proc.stdout)) == [
+        ("bow", "infonce"), ("quickthought", "dcl"), ("quickthought", "hcl")]
+    assert "sweep: method 'bow' of domain 'text' trains nothing: it runs once, under its baseline loss infonce, " \
+           "not under hcl, dcl" in proc.stdout
+    proc = run_main(main, "sweep", "--domains", "text", "--methods", "bow", "--losses", "infonce", "--seeds", "0",
+                    "--results", str(tmp_path), "--dry-run")
+    assert re.findall(r"--method (\S+) --loss (\S+)", proc.stdout) == [("bow", "infonce")]
+    assert "trains nothing" not in proc.stdout  # asked for its baseline alone: nothing to say
+
+
+@pytest.mark.parametrize("option, typo, meant", [("--grid", "loss.alpah=0.1,0.2", "loss.alpha"),
+                                                 ("--grid", "epoch=1,2", "epochs"),
+                                                 ("--set", "loss.alpah=0.1", "loss.alpha")])
+def test_a_misspelt_sweep_key_is_answered_with_the_closest_one(tmp_path, run_main, option, typo, meant):
+    proc = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce,pucl", option, typo, "--seeds", "0",
+                    "--results", str(tmp_path), "--dry-run")
+    key = typo.partition("=")[0]
+    assert proc.returncode == 2 and proc.stderr == \
+        f"error: {option} {key} applies to no domain/loss of the sweep; did you mean '{meant}'?\n"
+
+
+def test_a_set_key_given_twice_is_refused(tmp_path, run_main):
+    """Was: the last value silently won, where a --grid key given twice was refused."""
+    proc = run_main(main, "sweep", "--domains", "tiny", "--set", "epochs=1", "--set", "epochs=2",
+                    "--results", str(tmp_path), "--dry-run")
+    assert proc.returncode == 2
+    assert proc.stderr == "error: --set epochs is given twice (epochs=1 and epochs=2); give it once\n"
+
+
+def test_a_sweep_of_one_job_counts_one_run(tmp_path, run_main):
+    proc = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0",
+                    "--results", str(tmp_path), "--dry-run")
+    assert proc.returncode == 0 and "sweep: 1 run, 0 with a completed record (skipped), 1 to run" in proc.stdout
+
+
 def test_a_dry_run_prints_the_command_each_job_runs(tmp_path, capsys):
     assert main(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--device", "cpu",
                  "--tracker", "none", "--results", str(tmp_path), "--dry-run"]) == 0
@@ -68,7 +111,7 @@ def test_an_invalid_grid_point_fails_the_sweep_after_the_others_ran(tmp_path):
     out = harness(*args, timeout=300)  # the workers must know the tiny domain: a subprocess
     assert out.returncode == 1, out.stderr
     assert "[invalid]" in out.stdout and "loss.alpha=abc" in out.stdout
-    assert "sweep done: 1 completed, 1 invalid combination(s) not run (listed above)" in out.stdout
+    assert "sweep done: 1 completed, 1 invalid combination not run (listed above)" in out.stdout
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 

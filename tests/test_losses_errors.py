@@ -15,12 +15,12 @@ GOOD = losses.pair_scores(Z1, Z2, 0.5)
 # (loss, hyper-parameter, bad value, text the message must contain: the name and the allowed range)
 OUT_OF_RANGE = [
     ("dcl", "tau_plus", -0.1, "[0, 1)"), ("dcl", "tau_plus", 1.0, "[0, 1)"), ("dcl", "tau_plus", math.nan, "[0, 1)"),
-    ("hcl", "tau_plus", 1.5, "[0, 1)"), ("hcl", "beta", -1.0, "[0, inf]"),
+    ("hcl", "tau_plus", 1.5, "[0, 1)"), ("hcl", "beta", -1.0, "beta must be a number >= 0, got -1"),
     ("pucl", "alpha", 0.0, "(0, 1)"), ("pucl", "alpha", 1.0, "(0, 1)"),
     ("pucl", "c", -0.01, "[0, 1]"), ("pucl", "c", 1.01, "[0, 1]"),
     ("debiased_pos", "tau_plus", 0.0, "(0, 1)"), ("debiased_pos", "tau_plus", 1.0, "(0, 1)"),
     ("debiased_pos", "aggregation", "mean", "grouping, combination"),
-    ("eps_supcon", "epsilon", -0.5, "[0, inf]"), ("eps_supinfonce", "epsilon", -1e-9, "[0, inf]"),
+    ("eps_supcon", "epsilon", -0.5, ">= 0, got -0.5"), ("eps_supinfonce", "epsilon", -1e-9, ">= 0, got -1e-09"),
     ("dcl", "tau_plus", "0.1", "tau_plus"), ("hcl", "beta", True, "beta"),
 ]
 

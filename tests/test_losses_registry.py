@@ -95,11 +95,24 @@ def test_parse_gives_the_checked_value_of_a_command_line_text(name, text, value)
 
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("tau_plus", "often", "tau_plus must be a number in [0, 1) or auto, got 'often'"),
-    ("tau_plus", "1.5", "tau_plus must lie in [0, 1) or auto, got 1.5"),
-    ("prior_every", "2.5", "prior_every must be an integer in [1, inf], got 2.5"),
-    ("prior_every", "x", "prior_every must be an integer in [1, inf], got 'x'"),
+    ("tau_plus", "1.5", "tau_plus must be a number in [0, 1) or auto, got 1.5"),
+    ("tau_plus", "-inf", "tau_plus must be a finite number in [0, 1) or auto, got -inf"),
+    ("prior_every", "2.5", "prior_every must be an integer >= 1, got 2.5"),
+    ("prior_every", "x", "prior_every must be an integer >= 1, got 'x'"),
+    ("prior_every", "0", "prior_every must be an integer >= 1, got 0"),  # was "must lie in an integer in [1, inf]"
+    ("prior_momentum", "1", "prior_momentum must be a number in [0, 1), got 1"),
+    ("prior_estimator", "knn", "prior_estimator must be one of kmeans, pu, got 'knn'"),
 ])
 def test_parse_refuses_a_bad_text_as_check_words_it(name, text, message):
     with pytest.raises(ValueError) as err:
         losses.spec("dcl").parse({name: text})
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize("settings", [{"prior_every": 2}, {"prior_every": 2, "prior_momentum": 0.1}])
+def test_prior_settings_without_auto_are_refused_in_words_that_agree(settings):
+    """Was "prior_every of loss 'dcl' only apply to ...", for one setting as for two."""
+    with pytest.raises(ValueError) as err:
+        losses.spec("dcl").resolve(tau_plus=0.1, **settings)
+    assert str(err.value) == f"{', '.join(settings)} of loss 'dcl' can only apply to an estimated prior: add " \
+                             "tau_plus=auto"

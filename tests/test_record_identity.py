@@ -68,7 +68,7 @@ def test_another_runs_record_copied_under_a_run_id_is_refused_not_skipped(tmp_pa
 
 
 def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, capsys):
-    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 0
+    assert _run(tmp_path, "--seeds", "0") == 0
     [rid] = _records(tmp_path)
     outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
     outside.write_text("precious\n")
@@ -77,7 +77,7 @@ def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, c
     log.symlink_to(outside)
     (tmp_path / f"{rid}.json").unlink()
     capsys.readouterr()
-    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 2
+    assert _run(tmp_path, "--seeds", "0") == 2
     assert f"{log} is a symbolic link" in capsys.readouterr().err
     assert outside.read_text() == "precious\n"
     # So is a lock file that is a link (filelock would open it; its target is never truncated, but it is no lock).
@@ -85,10 +85,10 @@ def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, c
     lock = tmp_path / ".work" / f"{rid}.lock"
     lock.unlink(missing_ok=True)
     lock.symlink_to(outside)
-    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 2
+    assert _run(tmp_path, "--seeds", "0") == 2
     assert f"{lock} is a symbolic link" in capsys.readouterr().err
     lock.unlink()
-    assert _run(tmp_path, "--seeds", "0", "--set", "epochs=1") == 0
+    assert _run(tmp_path, "--seeds", "0") == 0
     (tmp_path / "board").mkdir()
     (tmp_path / "board" / ".leaderboard.lock").symlink_to(outside)
     assert main(["leaderboard", "--results", str(tmp_path), "--out", str(tmp_path / "board")]) == 2

@@ -117,7 +117,7 @@ def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_pa
     assert dry.returncode == 0 and " --save-model " in dry.stdout.strip().splitlines()[-1]
     out = harness(*sweep, "--seeds", "0,1", "--save-model")
     assert out.returncode == 0, out.stderr
-    assert "--save-model: 1 of the skipped runs have no saved model; rerun them with --force" in out.stdout
+    assert "--save-model: 1 of the skipped runs has no saved model; rerun it with --force" in out.stdout
     [saved] = sorted((tmp_path / "models").glob("*.pt"))
     assert saved.name.endswith("-s1.pt") and f"  model -> {saved}" in out.stdout
     assert torch.load(saved, weights_only=True)["seed"] == 1

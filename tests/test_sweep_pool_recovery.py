@@ -106,7 +106,7 @@ def test_workers_that_cannot_start_stop_the_sweep_at_once_with_the_cause_and_lea
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.strip().splitlines()[-1] == (
         "error: the sweep's worker processes cannot start: ModuleNotFoundError: import of harness.sweep.local "
-        "halted; None in sys.modules (exit code 1); 3 job(s) not run (none marked failed): fix that, then rerun "
+        "halted; None in sys.modules (exit code 1); 3 jobs not run (none marked failed): fix that, then rerun "
         "the sweep with --resume")
     assert "[failed]" not in out.stdout + out.stderr and not list((tmp_path / "results").glob("*.json"))
     rerun = tiny_domain.harness(*argv, "--resume")

@@ -29,6 +29,7 @@ from domains.base import (
     PretrainResult,
     RunSpec,
     Supplies,
+    counted,
     label_prior,
 )
 from domains.context import RunContext
@@ -111,7 +112,8 @@ class GraphDomain(Domain):
     baseline_loss = "jsd"
 
     def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
-        return f"{config['epochs']} epochs, batch {config['batch_size']}, GIN {config['layers']}x{config['hidden']}"
+        return (f"{counted(config['epochs'], 'epoch')}, batch {config['batch_size']}, "
+                f"GIN {config['layers']}x{config['hidden']}")
 
     def validate(self, spec: RunSpec) -> None:
         if spec.loss not in self.losses:

@@ -30,6 +30,7 @@ from domains.base import (
     PretrainResult,
     RunSpec,
     Supplies,
+    counted,
     label_prior,
 )
 from domains.context import RunContext
@@ -129,7 +130,8 @@ class TextDomain(Domain):
                          else "all sentences")
             model = (f"BERT {config['bert_layers']}x{config['bert_hidden']}" if method == "quickthought-bert"
                      else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
-            parts.append(f"{config['epochs']} epochs{steps}, {sentences}, batch {config['batch_size']}, {model}")
+            parts.append(f"{counted(config['epochs'], 'epoch')}{steps}, {sentences}, batch {config['batch_size']}, "
+                         f"{model}")
         if config.get("classifier") in _CLASSIFIER_LABELS:
             features = "z-scored features" if config.get("probe_standardize") else "SentEval's protocol"
             parts.append(f"{features} ({_CLASSIFIER_LABELS[config['classifier']]})")

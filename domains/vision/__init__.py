@@ -28,6 +28,7 @@ from domains.base import (
     PretrainResult,
     RunSpec,
     Supplies,
+    counted,
     label_prior,
 )
 from domains.context import RunContext
@@ -109,7 +110,7 @@ class VisionDomain(Domain):
 
     def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
         arch = vcfg.arch_for(config["arch"], method, dataset)
-        return f"{config['epochs']} epochs, batch {config['batch_size']}, {arch}"
+        return f"{counted(config['epochs'], 'epoch')}, batch {config['batch_size']}, {arch}"
 
     def resolve_config(self, config: VisionConfig, method: str, dataset: str) -> VisionConfig:
         return vcfg.resolved(config, method, dataset)

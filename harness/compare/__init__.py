@@ -275,7 +275,20 @@ def validate(args: argparse.Namespace) -> None:
     """Every option checked before anything is read."""
     if not (math.isfinite(args.alpha) and 0 < args.alpha < 1):
         raise UserError(f"--alpha must be a number between 0 and 1 (exclusive), got {args.alpha}")
+    _check_results(args.results)
     args.tolerances = parse_tolerances(args.tolerance)
+
+
+def _check_results(results: str | None) -> None:
+    """UserError when ``--results`` is given and is no folder: each side's NAME would then be read as a folder of
+    its own, and the error would blame ``--baseline`` for the mistyped ``--results``."""
+    if results is None:
+        return
+    path = Path(results)
+    if not path.exists():
+        raise UserError(f"--results '{results}' does not exist")
+    if not path.is_dir():
+        raise UserError(f"--results '{results}' is {'a file, ' if path.is_file() else ''}not a folder")
 
 
 def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
@@ -332,11 +345,23 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
     return code, report(args, base, cand, rows) + f"\n**{verdict}** ({summary}).\n", verdict
 
 
+# How the record loader (and the page commands) end an error: true of them, not of compare with --out, which
+# writes the error's report.
+NOTHING_WRITTEN = "; nothing was written"
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """0: every baseline group compared and held; 1: a regression or a missing group; 2: cannot decide."""
+    # --out must not keep an earlier comparison's verdict: it gets a report of the error (bad input: 2; a crash: 1).
     try:
         code, text, verdict = _gate(args)
-    except Exception as exc:  # --out must not keep an earlier comparison's verdict (bad input: 2; a crash: 1)
+    except UserError as exc:
+        if not args.out:
+            raise
+        error = UserError(str(exc).removesuffix(NOTHING_WRITTEN))
+        write_atomic(Path(args.out), error_report(args.baseline, args.candidate, error))
+        raise UserError(f"{error}; wrote {args.out}, a CANNOT DECIDE report") from None
+    except Exception as exc:
         if args.out:
             write_atomic(Path(args.out), error_report(args.baseline, args.candidate, exc))
         raise

@@ -312,10 +312,19 @@ def bench_page(benches: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def read_benches(bench_dir: Path) -> dict[str, dict[str, Any]]:
+def read_benches(bench_dir: Path, *, required: bool = False) -> dict[str, dict[str, Any]]:
     """The bench files ``bench_dir/*.json`` by file stem, each read and checked (:func:`load_bench`): UserError on
-    the first that cannot be, so that a broken file fails before any page is written. Empty when there is none."""
+    the first that cannot be, so that a broken file fails before any page is written. Empty when there is none,
+    unless ``required`` (a folder the user named with ``--bench``): then a folder that is missing or holds no bench
+    file is a UserError, since a page built from nothing would leave an old bench.md standing as if current."""
+    if required and not Path(bench_dir).is_dir():
+        what = ("does not exist" if not Path(bench_dir).exists()
+                else f"is {'a file, ' if Path(bench_dir).is_file() else ''}not a folder")
+        raise UserError(f"--bench '{bench_dir}' {what}; nothing was written")
     paths = sorted(p for p in Path(bench_dir).glob("*.json") if not p.name.startswith("."))
+    if required and not paths:
+        raise UserError(f"--bench '{bench_dir}' holds no bench file (the <target>-<device>.json files `harness bench` "
+                        "writes); nothing was written")
     return {p.stem: load_bench(p) for p in paths}
 
 

@@ -235,13 +235,14 @@ def manifest_text(paths: Iterable[Path]) -> str:
                       *names, ""])
 
 
-def write_leaderboards(results: Path, out: Path, bench_dir: Path) -> list[Path]:
+def write_leaderboards(results: Path, out: Path, bench_dir: Path, *, bench_named: bool = False) -> list[Path]:
     """Regenerate the pages, the list of their records and the learning curves, and ``bench.md`` from the bench
     files in ``bench_dir`` where there are any; remove generated pages of domains that no longer have records and
     the figures of datasets no longer drawn. UserError, before anything is written, when there is no completed
-    record to show, a bench file cannot be read, or a file to replace is not one a page command generated."""
+    record to show, a bench file cannot be read, ``bench_dir`` was named (``--bench``) and holds no bench file, or
+    a file to replace is not one a page command generated."""
     groups, files = completed_groups(results)
-    benches = bench.read_benches(bench_dir)
+    benches = bench.read_benches(bench_dir, required=bench_named)
     domains = sorted({g.domain for g in groups})
     planned = curves.plan(groups)
     previous = curves.drawn_before(out, "leaderboard")
@@ -276,7 +277,11 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path) -> list[Path]:
     return written
 
 
-def cmd_leaderboard(results: str, out: str, bench_dir: str) -> int:
-    for path in write_leaderboards(Path(results), Path(out), Path(bench_dir)):
+def cmd_leaderboard(results: str, out: str, bench_dir: str | None = None) -> int:
+    """``bench_dir``: the ``--bench`` folder the user named, which must hold bench files; None for the default,
+    ``OUT/bench``, where ``harness bench`` writes: often absent (no benchmark run yet), which is no error."""
+    named = bench_dir is not None
+    for path in write_leaderboards(Path(results), Path(out), Path(bench_dir) if named else Path(out) / "bench",
+                                   bench_named=named):
         print(f"wrote {path}")
     return 0

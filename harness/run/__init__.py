@@ -14,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from domains.base import counted
 from domains.errors import RunStopped
 from harness.records import RunRecord
 from harness.run import config as cfg
@@ -25,7 +26,7 @@ def request_from_args(args: argparse.Namespace) -> RunRequest:
     return RunRequest(
         domain=args.domain, loss=args.loss, method=args.method, dataset=args.dataset,
         seeds=cfg.parse_seeds(args.seeds) if args.seeds is not None else None, preset=args.preset,
-        sets=cfg.parse_assignments(args.sets), device=args.device, data_root=args.data_root,
+        sets=cfg.parse_assignments(args.sets, once=True), device=args.device, data_root=args.data_root,
         results=args.results, resume=args.resume, force=args.force, quiet=args.quiet,
         trackers=tracking.resolve(args.trackers), save_model=args.save_model,
     )
@@ -132,7 +133,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     busy = sum(o.status == "busy" for o in outcomes)
     if busy:
         # Not done yet: a script running `harness run && harness leaderboard` must not publish without them.
-        print(f"not finished: {busy} seed{'s' * (busy > 1)} busy in another process; once it is done, continue "
+        print(f"not finished: {counted(busy, 'seed')} busy in another process; once it is done, continue "
               f"with: {resume_command(args.argv)}", file=sys.stderr)
         return stopping.EXIT_STOPPED
     return 0

@@ -27,15 +27,17 @@ LOSS_PREFIX = "loss."
 
 def parse_assignments(items: list[str] | None, option: str = "--set", once: bool = False) -> dict[str, str]:
     """``["a=1", "loss.tau_plus=0.1"]`` -> ``{"a": "1", "loss.tau_plus": "0.1"}``: a later key wins, or with
-    ``once`` a key given twice is a UserError (a sweep's grid would silently lose the first)."""
+    ``once`` a key given twice is a UserError (``harness run`` and ``sweep`` pass it: keeping one of the two
+    without a word would run what the user may not have meant)."""
     out: dict[str, str] = {}
     for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if not sep or not key:
             raise UserError(f"{option} expects key=value, got '{item}'")
-        if once and key.strip() in out:
-            raise UserError(f"{option} {key.strip()} is given twice; give its values once, comma-separated")
-        out[key.strip()] = value.strip()
+        if once and key in out:
+            how = "once, its values comma-separated" if option == "--grid" else "once"
+            raise UserError(f"{option} {key} is given twice ({key}={out[key]} and {key}={value}); give it {how}")
+        out[key] = value
     return out
 
 

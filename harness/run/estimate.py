@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
+from domains.base import counted
 from domains.context import RunContext
 
 T = TypeVar("T")
@@ -55,7 +56,7 @@ def estimating(items: Iterator[T], desc: str, steps: int, seeds: int, unit: str 
                 per_step = recent_step_time(starts)
                 left = per_step * (steps - done) + per_step * seed_steps * (seeds - 1)
                 tqdm.write(f"estimate: {desc}: {duration(per_step)} per {unit}; about {duration(left)} of "
-                           f"pretraining left over {seeds} seed{'s' * (seeds > 1)}, plus each seed's evaluation",
+                           f"pretraining left over {counted(seeds, 'seed')}, plus each seed's evaluation",
                            file=sys.stderr)
                 seeds = 0
         yield item

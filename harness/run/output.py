@@ -19,6 +19,9 @@ from typing import TextIO
 QUIET_WARNINGS = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
 QUIET_LOGGERS = ("absl", "torch_geometric", "transformers", "datasets", "urllib3", "filelock", "matplotlib",
                  "PIL", "OpenGL")
+# Loggers whose INFO lines -v hides too: they say nothing of the run, and can mislead (vcs_versioning, which
+# harness.version calls for the record's code version, logs "version 0.0 -> 0.0" where the record says 0.1.devN).
+NOT_VERBOSE_LOGGERS = ("vcs_versioning", "setuptools_scm")
 
 
 # A warning raised from the project's own code is one line for a user, ``warning: <message>``, as an error is
@@ -44,6 +47,8 @@ def configure_output(verbose: bool) -> None:
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         harness_logger.propagate = True
+        for name in NOT_VERBOSE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
         return
     harness_logger.propagate = False
     logging.getLogger().setLevel(logging.WARNING)
@@ -57,7 +62,7 @@ def configure_output(verbose: bool) -> None:
 def output_settings(verbose: bool) -> Iterator[None]:
     """``configure_output`` for one command, undone afterwards: ``main`` also runs inside other programs."""
     root, harness_logger = logging.getLogger(), logging.getLogger("harness")
-    loggers = [root, *(logging.getLogger(name) for name in QUIET_LOGGERS)]
+    loggers = [root, *(logging.getLogger(name) for name in (*QUIET_LOGGERS, *NOT_VERBOSE_LOGGERS))]
     levels, handlers = [lg.level for lg in loggers], list(root.handlers)
     propagate = harness_logger.propagate
     with warnings.catch_warnings():

@@ -23,7 +23,7 @@ import torch
 from filelock import FileLock, Timeout
 
 import domains
-from domains.base import Domain, Prepared, PretrainResult, RunSpec, did_you_mean
+from domains.base import Domain, Prepared, PretrainResult, RunSpec, counted, did_you_mean
 from domains.context import RunContext
 from domains.errors import RunStopped, UserError
 from domains.files import refuse_link
@@ -53,7 +53,9 @@ class RunRequest:
     results: str = "leaderboards/results"
     resume: bool = False
     force: bool = False
-    quiet: bool = False
+    quiet: bool = False  # no progress bars; everything else a run prints still shows (the tracking line too)
+    # Print where the live logs are (tracking: ...): a sweep prints it once itself, not in each job.
+    announce: bool = True
     trackers: list[str] = field(default_factory=lambda: list(tracking.DEFAULT))  # live logs: a runtime option
     save_model: bool = False  # keep the trained networks (model_file): a runtime option, outside the run's identity
 
@@ -97,8 +99,9 @@ def resolve_device(name: str) -> torch.device:
     if kind == "cuda" and (not colon or (index.isdecimal() and int(index) < torch.cuda.device_count())):
         return torch.device(name)
     if kind == "cuda" and index.isdecimal():
-        raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                        f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+        count = torch.cuda.device_count()
+        raise UserError(f"--device {name}: this machine has {counted(count, 'CUDA device')}, cuda:0"
+                        + (f" to cuda:{count - 1}" if count > 1 else ""))
     if name == "cpu" or (name == "mps" and torch.backends.mps.is_available()):
         return torch.device(name)
     raise UserError(f"unknown --device '{name}'; this machine offers {usable}")
@@ -117,11 +120,7 @@ def plan(req: RunRequest) -> Plan:
     if dataset not in domain.datasets:
         raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'"
                         f"{did_you_mean(dataset, domain.datasets)} Available: {', '.join(domain.datasets)}")
-    loss = req.loss or (domain.baseline_loss_for(method) if method in domain.loss_free_methods else None)
-    if loss is None:
-        free = f"; only {', '.join(sorted(domain.loss_free_methods))} ignore it" if domain.loss_free_methods else ""
-        raise UserError(f"--loss is required: method '{method}' of domain '{domain.name}' trains with one "
-                        f"(harness list losses{free})")
+    loss = run_loss(domain, method, req.loss)
     config_sets, loss_sets = cfg.split_sets(req.sets)
     loss_params = cfg.resolve_loss(domain, loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
@@ -132,6 +131,24 @@ def plan(req: RunRequest) -> Plan:
     for spec in specs[:1]:
         domain.validate(spec)
     return Plan(domain, specs, overrides)
+
+
+def run_loss(domain: Domain, method: str, loss: str | None) -> str:
+    """The loss a run of ``method`` names: ``loss``, required where the method trains; for a method that trains
+    nothing (``Domain.loss_free_methods``), its baseline loss, the one its records name, and no other: another
+    would repeat the same evaluation under another run id. UserError otherwise."""
+    if method in domain.loss_free_methods:
+        baseline = domain.baseline_loss_for(method)
+        if loss not in (None, baseline):
+            raise UserError(f"method '{method}' of domain '{domain.name}' trains nothing, so --loss {loss} would "
+                            f"repeat its evaluation under another run id: leave --loss out (its record names "
+                            f"{baseline})")
+        return baseline
+    if loss is None:
+        free = f"; only {', '.join(sorted(domain.loss_free_methods))} ignore it" if domain.loss_free_methods else ""
+        raise UserError(f"--loss is required: method '{method}' of domain '{domain.name}' trains with one "
+                        f"(harness list losses{free})")
+    return loss
 
 
 def command_for(spec: RunSpec, overrides: dict[str, Any], device: torch.device) -> list[str]:
@@ -193,8 +210,20 @@ def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[s
     return the_plan.domain.data_fingerprint(the_plan.specs[0], _data_context(the_plan, data_root, device))
 
 
+def check_results(results: str) -> None:
+    """UserError, before anything runs or is created, when ``--results`` names a file or a path under one: mkdir
+    would only say "File exists" or "Not a directory"."""
+    path = Path(results)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--results {results} is a file, not a folder")
+    above = next((p for p in path.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise UserError(f"--results {results} lies under the file {above}, not in a folder")
+
+
 def results_folder(results: str) -> Path:
-    """The results folder, created; UserError when it cannot be (a path under a file, no permission)."""
+    """The results folder, created; UserError when it cannot be (a file, a path under a file, no permission)."""
+    check_results(results)
     path = Path(results)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -231,6 +260,7 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     RunStopped where a stop is requested (:mod:`harness.run.stopping`): at a checkpoint, or before a seed starts.
     ``on_outcome`` is called as each seed finishes."""
     the_plan = plan(req)
+    check_results(req.results)
     tracking.check(req.trackers)
     device = resolve_device(req.device)
     data_root = default_data_root(req.data_root)
@@ -325,7 +355,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
              write: bool = True) -> Outcome:
     domain = the_plan.domain
     trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, work_dir,
-                                      announce=not req.quiet) if write else []
+                                      announce=req.announce) if write else []
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)

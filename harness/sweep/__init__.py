@@ -23,7 +23,7 @@ import torch
 
 import losses
 from domains import get
-from domains.base import Domain
+from domains.base import Domain, counted, did_you_mean
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.records import reusable, run_id
@@ -32,6 +32,7 @@ from harness.run import resume_command, stopping, time_limit, tracking
 from harness.run.model_file import model_path
 from harness.run.runner import (
     RunRequest,
+    check_results,
     default_data_root,
     fingerprint,
     force_mark,
@@ -68,14 +69,30 @@ def _csv(text: str | None, option: str) -> list[str] | None:
 
 
 def _losses(domain: Domain, method: str, wanted: list[str] | None) -> list[str]:
-    """The losses a sweep runs ``method`` with: those of ``--losses`` the domain has (one the method cannot train is
-    listed [invalid]: it was asked for), else every loss the method trains, and for a method that trains nothing its
-    baseline loss alone (any other would repeat its evaluation under another run id)."""
-    if wanted:
-        return [loss for loss in wanted if loss in domain.losses]
+    """The losses a sweep runs ``method`` with: for a method that trains nothing its baseline loss alone, with or
+    without ``--losses`` (any other would repeat its evaluation under another run id, which ``harness run``
+    refuses); else those of ``--losses`` the domain has (one the method cannot train is listed [invalid]: it was
+    asked for), or without it every loss the method trains."""
     if method in domain.loss_free_methods:
         return [domain.baseline_loss_for(method)]
+    if wanted:
+        return [loss for loss in wanted if loss in domain.losses]
     return list(domain.accepted_losses(method))
+
+
+def loss_free_notes(requests: list[RunRequest], wanted: list[str] | None) -> list[str]:
+    """A line for each method of the sweep that trains nothing where ``--losses`` asked for others than its
+    baseline loss: it runs once, under that loss alone (:func:`_losses`), which the plan says rather than leave
+    the user to wonder where the other losses' jobs went."""
+    notes = []
+    for name, method in dict.fromkeys((r.domain, r.method) for r in requests):
+        domain = get(name)
+        baseline = domain.baseline_loss_for(method)
+        others = [loss for loss in wanted or [] if loss != baseline and loss in domain.losses]
+        if method in domain.loss_free_methods and others:
+            notes.append(f"sweep: method '{method}' of domain '{name}' trains nothing: it runs once, under its "
+                         f"baseline loss {baseline}, not under {', '.join(others)}")
+    return notes
 
 
 def _applies(key: str, domain_name: str, loss: str) -> bool:
@@ -88,7 +105,7 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
 
 def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
-    grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets)
+    grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets, once=True)
     both = sorted(set(grid) & set(fixed))
     if both:  # one of the two would be dropped without a word
         raise UserError(f"{', '.join(both)} given both to --set and to --grid; give it to one of them")
@@ -97,6 +114,7 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
               "loss": _csv(args.losses, "--losses")}
     used: dict[str, set[str]] = {k: set() for k in wanted}
     used_grid: set[str] = set()
+    known: set[str] = set()  # every key some job of the sweep could take: the did-you-mean of one that none takes
     requests = []
     for name in _csv(args.domains, "--domains") or []:
         domain = get(name)
@@ -110,6 +128,8 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
             raise UserError(f"unknown preset '{args.preset}' for domain '{name}'; "
                             f"available: {', '.join(sorted(domain.presets))}")
         seeds = cfg.parse_seeds(args.seeds) if args.seeds is not None else list(domain.presets[args.preset].seeds)
+        known.update(cfg.config_fields(domain.config_class))
+        known.update(cfg.LOSS_PREFIX + h.name for m in methods for loss in chosen[m] for h in losses.spec(loss).hparams)
         for dataset, method, loss in ((d, m, loss) for d in datasets for m in methods for loss in chosen[m]):
             keys = [k for k in grid if _applies(k, name, loss)]
             sets = {k: v for k, v in fixed.items() if _applies(k, name, loss)}  # loss.alpha: the losses having it
@@ -119,18 +139,17 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
                     requests.append(RunRequest(
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
                         sets={**sets, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
-                        results=args.results, resume=args.resume, force=args.force, quiet=True,
+                        results=args.results, resume=args.resume, force=args.force, quiet=True, announce=False,
                         trackers=trackers, save_model=args.save_model))
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
             raise UserError(f"no domain in --domains has {what} {', '.join(missing)} (see harness list)")
-    unused = sorted(set(grid) - used_grid)
-    if unused:
-        raise UserError(f"--grid {', '.join(unused)} applies to no domain/loss of the sweep")
-    unused = sorted(set(fixed) - used_grid)
-    if unused:
-        raise UserError(f"--set {', '.join(unused)} applies to no domain/loss of the sweep")
+    for option, keys in (("--grid", grid), ("--set", fixed)):
+        unused = sorted(set(keys) - used_grid)
+        if unused:
+            raise UserError(f"{option} {', '.join(unused)} applies to no domain/loss of the sweep"
+                            f"{did_you_mean(unused[0], known)}")
     if not requests:
         raise UserError("the sweep has no job: no domain of --domains has a dataset, a method and a loss of the "
                         "selection together (see harness list)")
@@ -190,6 +209,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise UserError(f"--timeout-min must be at least 1 (got {args.timeout_min})")
     if args.executor == "slurm" and not args.slurm_lost_after > 0:
         raise UserError(f"--slurm-lost-after must be more than 0 seconds (got {args.slurm_lost_after:g})")
+    check_results(args.results)  # a dry run too: the sweep it shows could not run
     resolve_device(args.device)  # a device this machine lacks stops the sweep before any job, not job by job
     threads(args.workers)  # a bad OMP_NUM_THREADS too
     limit = time_limit(args)
@@ -197,13 +217,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     requests = build_requests(args)
     varying = varying_keys(requests)
     todo, done, invalid = pending(requests, results_folder(args.results) if forced else None)
-    for line in invalid:
-        print(f"[invalid] {line}")
-    print(f"sweep: {len(todo) + len(done)} runs, {len(done)} with a completed record (skipped), {len(todo)} to run")
+    for line in [*loss_free_notes(requests, _csv(args.losses, "--losses")), *(f"[invalid] {x}" for x in invalid)]:
+        print(line)
+    print(f"sweep: {counted(len(todo) + len(done), 'run')}, {len(done)} with a completed record (skipped), "
+          f"{len(todo)} to run")
     unsaved = [rid for rid in done if not model_path(Path(args.results), rid).is_file()] if args.save_model else []
     if unsaved:  # no training runs for them: there is no model to save
-        print(f"--save-model: {len(unsaved)} of the skipped runs have no saved model; rerun them with --force to "
-              "train them again and save it")
+        which = "1 of the skipped runs has" if len(unsaved) == 1 else f"{len(unsaved)} of the skipped runs have"
+        print(f"--save-model: {which} no saved model; rerun {'it' if len(unsaved) == 1 else 'them'} with --force to "
+              "train again and save it")
     if not todo and not done and invalid:
         raise UserError("every combination of the sweep is invalid")
     if args.dry_run:
@@ -212,7 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 1 if invalid else 0
     if not todo:
         print("sweep done: nothing to run, every job has its completed record"
-              + (f"; {len(invalid)} invalid combination(s) not run (listed above)" if invalid else ""))
+              + (f"; {counted(len(invalid), 'invalid combination')} not run (listed above)" if invalid else ""))
         return 1 if invalid else 0
     tracking.check(todo[0].trackers)
     for name in todo[0].trackers:  # once for the sweep: its jobs open their trackers quietly, in other processes
@@ -243,7 +265,7 @@ def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str
     summary = ", ".join(f"{n} {s}" + (f" (another process is running {'it' if n == 1 else 'them'})"
                                        if s == "busy" else "") for s, n in counts.items() if n)
     if invalid:
-        summary += f", {invalid} invalid combination(s) not run (listed above)"
+        summary += f", {counted(invalid, 'invalid combination')} not run (listed above)"
     if reason is not None and (counts["stopped"] or counts["not started"]):
         print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv)}")
         return stopping.EXIT_STOPPED

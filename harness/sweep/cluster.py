@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from domains.base import require
+from domains.base import counted, require
 from domains.errors import UserError
 from domains.files import refuse_link
 from harness.run import stopping
@@ -91,7 +91,7 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
                                   [cpus] * len(requests))
     except (OSError, utils.FailedJobError, utils.FailedSubmissionError) as exc:
         raise UserError(_submission_error(exc, Path(args.results) / ".submitit")) from None
-    print(f"submitted {len(jobs)} jobs as Slurm array {jobs[0].job_id.split('_')[0]}")
+    print(f"submitted {counted(len(jobs), 'job')} as Slurm array {jobs[0].job_id.split('_')[0]}")
     results: list[dict[str, Any]] = []
     waiting = dict(zip(jobs, requests))
     left_queue = LeftQueue(args.slurm_lost_after)

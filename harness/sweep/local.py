@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from domains.base import counted
 from domains.errors import UserError
 from harness.run import stopping
 from harness.run.output import configure_output
@@ -81,8 +82,9 @@ def run_local(requests: list[RunRequest], workers: int, stop_file: Path, varying
             left = len(queued)
             queued, ran, lost = _pool_round(queued, workers, stop_file, varying, verbose, bar)
             if lost and not ran and (cause := startup_failure(threads(workers), verbose)) is not None:
-                raise UserError(f"the sweep's worker processes cannot start: {cause}; {len(lost) + len(queued)} "
-                                f"job(s) not run (none marked failed): fix that, then rerun the sweep with --resume")
+                raise UserError(f"the sweep's worker processes cannot start: {cause}; "
+                                f"{counted(len(lost) + len(queued), 'job')} not run (none marked failed): fix that, "
+                                "then rerun the sweep with --resume")
             results += ran
             for request in lost:
                 results += report([failed(request, WORKER_DIED)], bar, request, varying)
