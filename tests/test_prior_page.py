@@ -47,6 +47,16 @@ def _study(tmp_path: Path, estimates: list[float]) -> Path:
     return results
 
 
+def test_the_command_lists_the_page_and_its_figure(tmp_path, run_main):
+    """It printed the page alone, where ``harness leaderboard`` and ``history`` list every file they write."""
+    from harness.cli import main
+
+    out = run_main(main, "prior", "--results", str(_study(tmp_path, [0.24, 0.26, 0.25, 0.23, 0.27])),
+                   "--out", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == f"wrote {tmp_path / 'out' / 'prior.md'}\nwrote {tmp_path / 'out' / 'prior_error.png'}\n"
+
+
 def _row(page: str, start: str) -> str:
     return next(line for line in page.splitlines() if line.startswith(start))
 

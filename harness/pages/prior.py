@@ -216,5 +216,7 @@ def write_prior_page(results: Path, out: Path) -> Path:
 
 
 def cmd_prior(results: str, out: str) -> int:
-    print(f"wrote {write_prior_page(Path(results), Path(out))}")
+    page = write_prior_page(Path(results), Path(out))
+    for path in [page, *sorted(generated.shown_figures(page, "prior", NAME))]:  # as leaderboard lists its files
+        print(f"wrote {path}")
     return 0

@@ -307,5 +307,7 @@ def task_losses(task: Task) -> list[str]:
 
 
 def cmd_report(results: str, out: str) -> int:
-    print(f"wrote {write_report(Path(results), Path(out))}")
+    page = write_report(Path(results), Path(out))
+    for path in [page, *sorted(generated.shown_figures(page, "report", FIGURES))]:  # as leaderboard lists its files
+        print(f"wrote {path}")
     return 0
