@@ -50,7 +50,7 @@ def test_a_planted_regression_at_10_seeds_fails_with_its_interval_and_effect(tmp
     regressions = _section(report, "Regressions (1)")
     assert "| dcl | tau_plus=0.1 |" in regressions and "-5.00 [-5.00, -5.00]" in regressions
     assert "paired-t, 10 pairs" in regressions
-    assert "## Unchanged (1)" in report and "Holm" in report and "FAIL: 1 regression(s)" in report
+    assert "## Within tolerance (1)" in report and "Holm" in report and "FAIL: 1 regression(s)" in report
 
 
 def test_a_planted_regression_at_3_seeds_fails_with_the_default_test(tmp_path):
@@ -65,7 +65,7 @@ def test_mann_whitney_at_3_seeds_cannot_decide_so_a_drop_is_untestable_not_uncha
     base, cand = _group("dcl", [85.0, 86.0, 85.5]), _group("dcl", [80.1, 80.8, 80.6])
     code, report = _compare(tmp_path, base, cand, "--test", "mannwhitney")
     assert code == 2 and "## Untestable: drops worse than the tolerance that the test did not confirm (1)" in report
-    assert "## Unchanged (0)" in report and "0.1 |" in report  # the minimum p is shown
+    assert "## Within tolerance (0)" in report and "0.1 |" in report  # the minimum p is shown
     code, _ = _compare(tmp_path, base, cand, "--test", "mannwhitney", "--allow-untestable")
     assert code == 0
 
@@ -76,7 +76,7 @@ def test_a_one_seed_group_never_passes_a_drop(tmp_path):
     assert "CANNOT DECIDE" in report and "-20.00" in report
     # Within the tolerance it is listed as untested, not unchanged, and passes.
     code, report = _compare(tmp_path, _group("dcl", [85.0]), _group("dcl", [84.5]))
-    assert code == 0 and "## Untested" in report and "## Unchanged (0)" in report
+    assert code == 0 and "## Untested" in report and "## Within tolerance (0)" in report
 
 
 def test_failed_nonfinite_and_vanished_seeds_and_groups_fail_the_gate(tmp_path):
@@ -121,7 +121,7 @@ def test_two_honest_reruns_of_many_groups_pass(tmp_path):
     cand = [r for i, loss in enumerate(losses) for r in _group(loss, _noisy(80, 5, 100 + i, sd=1.5))]
     code, report = _compare(tmp_path, base, cand, "--tolerance", "3")
     assert code == 0, report
-    assert "## Unchanged (30)" in report
+    assert "## Within tolerance (30)" in report
     # A tolerance of 0 calls every drop a change: no group regresses (the correction), but the seeds' noise shows
     # drops the test can neither confirm nor rule out, so the gate cannot decide rather than pass them.
     code, report = _compare(tmp_path, base, cand, "--tolerance", "0")
@@ -134,7 +134,7 @@ def test_a_drop_the_seeds_show_but_the_test_cannot_confirm_is_never_unchanged(tm
     base, cand = _group("dcl", [85.0, 86.0]), _group("dcl", [76.0, 75.0])
     code, report = _compare(tmp_path, base, cand)
     section = _section(report, "Untestable: drops worse than the tolerance that the test did not confirm (1)")
-    assert code == 2 and "-10.00" in section and "0.0635 (0.0635)" in section and "## Unchanged (0)" in report
+    assert code == 2 and "-10.00" in section and "0.0635 (0.0635)" in section and "## Within tolerance (0)" in report
     assert "±12.71 | 1 |" in section  # the detectable change: t(0.975, 1) * se, se = 1
     # The same drop among 4 groups of 3 noisy seeds (rl-like: a 30 % drop of the return): Holm's correction leaves
     # it short of significance; still never a pass.
@@ -145,7 +145,7 @@ def test_a_drop_the_seeds_show_but_the_test_cannot_confirm_is_never_unchanged(tm
     assert code == 2 and "| infonce |" in _section(report, "Untestable")
     # With a tolerance above the drop it is within what the user said does not matter, and passes.
     code, report = _compare(tmp_path, base, cand, "--tolerance", "80")
-    assert code == 0 and "## Unchanged (4)" in report
+    assert code == 0 and "## Within tolerance (4)" in report
 
 
 def test_the_report_says_when_the_sides_ran_on_different_machines(tmp_path):
@@ -170,9 +170,9 @@ def test_tolerances_per_domain_and_dataset(tmp_path):
     code, report = _compare(tmp_path, base, cand)  # both drop about 2: beyond the default tolerance of 1
     assert code == 1 and "## Regressions (2)" in report
     code, report = _compare(tmp_path, base, cand, "--tolerance", f"{domain}=3")
-    assert code == 0 and "## Unchanged (2)" in report
+    assert code == 0 and "## Within tolerance (2)" in report
     code, report = _compare(tmp_path, base, cand, "--tolerance", f"{domain}=3", "--tolerance", f"{domain}/other=0.5")
-    assert code != 0 and "| infonce |" not in _section(report, "Unchanged") and f"{domain}/other: 0.5" in report
+    assert code != 0 and "| infonce |" not in _section(report, "Within tolerance") and f"{domain}/other: 0.5" in report
     code = main(["compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"),
                  "--tolerance", "chemistry=3"])
     assert code == 2  # a selector that names no group would leave its groups at the default without a word

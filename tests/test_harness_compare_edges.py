@@ -67,14 +67,14 @@ def test_a_folder_against_one_code_in_it_never_compares_records_with_themselves(
     folder = tmp_path / "all"
     write_records(folder, _records(GOOD, software=OLD) + _records([v - 20 for v in GOOD], software=NEW))
     code, report = _compare(tmp_path, str(folder), f"{folder}@bbbb")
-    assert code == 2 and "## Unchanged (0)" in report and "only as the baseline's own records" in report
+    assert code == 2 and "## Within tolerance (0)" in report and "only as the baseline's own records" in report
     assert "of its own" in capsys.readouterr().err
     # Named the other way round, a group only the older code ran is not the candidate's: missing, not unchanged.
     write_records(folder, _records(GOOD, software=OLD, dataset="rings") + _records(GOOD, software=NEW, seeds=[6]))
     code, report = _compare(tmp_path, f"{folder}@aaaa", str(folder))
     missing = report.split("## Missing")[1].split("\n## ")[0]
     assert code == 1 and "tiny / rings /" in missing and "the candidate's code did not run it" in missing
-    assert "| rings |" not in report.split("## Unchanged")[1].split("\n## ")[0]
+    assert "| rings |" not in report.split("## Within tolerance")[1].split("\n## ")[0]
 
 
 def test_a_side_whose_seeds_read_different_data_is_refused_not_averaged(tmp_path, capsys):
@@ -233,7 +233,7 @@ def test_a_copy_of_the_baselines_records_in_another_folder_is_compared_not_refus
     write_records(tmp_path / "copy", [json.loads(json.dumps(r)) for r in base])
     write_records(tmp_path / "base", base)
     code, report = _compare(tmp_path, str(tmp_path / "base"), str(tmp_path / "copy"))
-    assert code == 0 and "## Unchanged (1)" in report
+    assert code == 0 and "## Within tolerance (1)" in report
 
 
 def test_two_codes_that_cannot_be_ordered_are_refused_not_chosen_by_digest(tmp_path, capsys):

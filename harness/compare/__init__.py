@@ -25,8 +25,9 @@ domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads diff
   significance at these sample sizes (one seed, a rank test on few seeds: its minimum p is at or above
   alpha / groups), or it can but the spread of the seeds leaves the change short of significance. Either way the
   seeds showed a drop the gate can neither confirm nor rule out, so the gate never passes it as unchanged;
-- is **unchanged** when the change is within the tolerance (or better) and the test could decide; an undecidable
-  group within the tolerance is listed as **untested**;
+- is **unchanged** (listed as *within tolerance*: a large drop within a large tolerance is no unchanged group)
+  when the change is within the tolerance (or better) and the test could decide; an undecidable group within the
+  tolerance is listed as **untested**;
 - is **missing** when the baseline has it and the candidate does not, or has it only failed, with a non-finite
   metric, or without some of the baseline's seeds (a seed the candidate ran and failed or diverged on is never
   waived by ``--allow-missing``, whatever the baseline did);
@@ -47,22 +48,29 @@ cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unju
 record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
 through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
 with that verdict; when bad input stops the comparison first, ``--out`` gets a report that says so, never an earlier
-verdict.
+verdict. ``--out`` replaces only a compare report (a file that starts as one): a record or a user's file there is
+refused, and nothing is written.
+
+The report begins with each side's records read, the code(s) it judged, and what it left out, also warned on
+stderr: records of other codes of its groups (with the ``FOLDER@NAME`` that judges one) and ``*.json`` files in
+subfolders (never read); the verdict line says so too, and counts the groups whose config or data differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from domains.errors import UserError
 from domains.files import write_atomic
 from harness import stats
-from harness.compare.report import VERDICTS, Row, error_report, report
+from harness.compare.report import HEAD, SUMMARY_NAMES, VERDICTS, Row, differing, error_report, report
 from harness.compare.sides import Side, copied, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
 from harness.groups import Group, decimals
+from harness.pages.generated import refuse_foreign
 from harness.records import RunRecord
 from harness.run.config import tolerance_value
 
@@ -149,10 +157,12 @@ def parse_tolerances(items: list[str] | None) -> Tolerances:
     domain's or one domain/dataset's. UserError for a value that is not a finite number >= 0 or a repeated key."""
     default, by_selector = None, {}
     for item in items or []:
-        selector, _, text = item.rpartition("=")
+        selector, eq, text = item.rpartition("=")
         value = tolerance_value(text)
         if value is None:
             raise UserError(f"--tolerance '{item}': the value must be a finite number >= 0 (metric units)")
+        if eq and not selector:  # "=3" names no selector: a typo, not the default
+            raise UserError(f"--tolerance '{item}': give VALUE, DOMAIN=VALUE or DOMAIN/DATASET=VALUE")
         if not selector:
             if default is not None:
                 raise UserError(f"--tolerance '{item}': the default tolerance is given twice")
@@ -259,8 +269,10 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
             row.seen = "improvement"
         else:
             row.seen = "unchanged" if id(row) in decided else "untested"
-        # Seeds missing on the candidate's side: a regression on the others is still one.
+        # Seeds missing on the candidate's side: a regression on the others is still one, and says what it lacks.
         row.verdict = "missing" if row.problems and row.seen != "regression" else row.seen
+        if row.verdict == "regression" and row.problems:
+            row.notes.append(f"the candidate also lacks: {'; '.join(row.problems)}")
     # Added groups gate nothing, but one the candidate's code failed or diverged on is said to have failed: a crash
     # must not read as a new result, nor (a group that only failed holds no completed record) vanish.
     rows += [
@@ -302,6 +314,9 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
             f"the baseline and the candidate are the same {len(base.records)} records; name two "
             "different versions, commits, tags or folders"
         )
+    for role, side in (("baseline", base), ("candidate", cand)):
+        for warning in side.warnings():  # also in the report; here for a CI log that shows only stderr
+            print(f"warning: the {role} {warning}", file=sys.stderr)
     rows = judge(base, cand, args)
     count = {v: sum(r.verdict == v for r in rows) for v in (*VERDICTS, "added")}
     # A seed the candidate's code ran and failed or diverged on (non-finite where the baseline has values) is that
@@ -329,7 +344,11 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
             ),
         )
     elif failing:
-        code, verdict = 1, f"FAIL: {count['regression']} regression(s), {count['missing']} missing" + (
+        # A regression short of baseline seeds is counted once, as a regression; "0 missing" must not hide them.
+        short = sum(r.verdict == "regression" and bool(r.problems) for r in rows)
+        code, verdict = 1, f"FAIL: {count['regression']} regression(s)" + (
+            f" ({short} of them also short of the baseline's seeds: see Notes)" if short else "") + (
+            f", {count['missing']} missing") + (
             f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "")
     elif undecided or count["unjudged"]:  # no option waives a baseline without a value: record one that ran
         unjudged = [group_name(r.base) for r in rows if r.verdict == "unjudged"]
@@ -341,8 +360,19 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
         code, verdict = 0, f"PASS with waivers: {', '.join(w for w in waived if w)} let through"
     else:
         code, verdict = 0, "PASS: every baseline group compared and held"
-    summary = ", ".join(f"{n} {v}" for v, n in count.items() if n)
+    summary = ", ".join(f"{n} {SUMMARY_NAMES.get(v, v)}" for v, n in count.items() if n) + _caveats(base, cand, rows)
     return code, report(args, base, cand, rows) + f"\n**{verdict}** ({summary}).\n", verdict
+
+
+def _caveats(base: Side, cand: Side, rows: list[Row]) -> str:
+    """What the verdict line adds to its counts: records a side left out, groups whose config or data differ.
+    A CI log may show the verdict line alone, and a pass on other code or another setting must not read as plain."""
+    notes = [f"the {role} left records out: see Sides" for role, side in (("baseline", base), ("candidate", cand))
+             if side.warnings()]
+    changed = differing(rows)
+    if changed:
+        notes.append(f"{changed} group(s)' config or data differ: see below")
+    return "".join(f"; {note}" for note in notes)
 
 
 # How the record loader (and the page commands) end an error: true of them, not of compare with --out, which
@@ -352,6 +382,8 @@ NOTHING_WRITTEN = "; nothing was written"
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """0: every baseline group compared and held; 1: a regression or a missing group; 2: cannot decide."""
+    if args.out:  # a record or a user's file at --out is never replaced, not even by a report of an error
+        refuse_foreign([Path(args.out)], "compare", head=HEAD)
     # --out must not keep an earlier comparison's verdict: it gets a report of the error (bad input: 2; a crash: 1).
     try:
         code, text, verdict = _gate(args)

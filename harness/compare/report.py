@@ -15,6 +15,12 @@ from harness.compare.sides import Side, group_name
 from harness.groups import Group, decimals, fmt
 from harness.tables import bullet, code, escape, markdown
 
+# The first text of every report compare writes (:func:`report`, :func:`error_report`): ``--out`` replaces only a
+# file that starts with it, never a record or a user's file.
+HEAD = "# Comparison: baseline "
+# How the verdict line's summary names a verdict where its key would mislead (see TITLES).
+SUMMARY_NAMES = {"unchanged": "within tolerance"}
+
 VERDICTS = ("regression", "missing", "unjudged", "untestable", "improvement", "unchanged", "untested")
 
 
@@ -98,7 +104,8 @@ TITLES = {
     "unjudged": "Unjudged: the baseline failed or diverged on every seed, so nothing judged the candidate",
     "untestable": "Untestable: drops worse than the tolerance that the test did not confirm",
     "improvement": "Improvements",
-    "unchanged": "Unchanged",
+    # Not "unchanged": a drop of 98.8 within a tolerance of 100 is no unchanged group.
+    "unchanged": "Within tolerance",
     "untested": "Untested (the test cannot decide at these seeds; within the tolerance)",
 }
 
@@ -106,16 +113,17 @@ TITLES = {
 def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) -> str:
     level = f"alpha / groups = {args.alpha:g} / n" if args.correction != "none" else f"alpha = {args.alpha:g}"
     lines = [
-        f"# Comparison: baseline {code(base.label)} vs candidate {code(cand.label)}",
+        f"{HEAD}{code(base.label)} vs candidate {code(cand.label)}",
         "",
+        *_sides(base, cand),
         f"Rule: per group, the change of the mean primary metric (candidate − baseline; ↑ higher is better, ↓ lower) "
         f"is tested with {stats.TESTS[args.test]}, two-sided, and the p-values of the groups are corrected together "
         f"with {stats.CORRECTIONS[args.correction]}. A group **regressed** when its corrected p < {args.alpha:g} and "
         f"the change is worse than its tolerance ({args.tolerances.describe()}, in metric units); an "
         "**improvement** likewise in the better direction. A change worse than the tolerance that the test did not "
         f"confirm is **untestable**: the test cannot reach significance at its seeds (minimum p ≥ {level}), or the "
-        "seeds' spread left it short of significance; the gate never passes it as unchanged. Within the tolerance a "
-        "group is **unchanged**, or **untested** where its test cannot decide. A "
+        "seeds' spread left it short of significance; the gate never passes it as unchanged. Within the tolerance (or "
+        "better) a group is listed **within tolerance**, or **untested** where its test cannot decide. A "
         "baseline group absent from the candidate, failed, non-finite or short of seeds, run only by an older code "
         "of the candidate, or held by it only as the baseline's own records, is **missing**. A baseline group that "
         "failed or diverged on every seed is **unjudged** where the candidate ran it: nothing judged the candidate, "
@@ -166,6 +174,18 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
     return "\n".join(lines)
 
 
+def _sides(base: Side, cand: Side) -> list[str]:
+    """Per side: how many records it read, the code(s) it judged, and what it left out (records of other codes, of
+    subfolders): a folder's newest code per group may not be the code the reader meant."""
+    lines = ["## Sides", ""]
+    for role, side in (("baseline", base), ("candidate", cand)):
+        named = f", {len(side.records)} of them of its NAME" if len(side.records) != side.read else ""
+        lines.append(_bullet(role, f"read {side.read} record(s) from '{side.folder}'{named}; judged code(s): "
+                                   f"{'; '.join(side.judged_codes())}"))
+        lines += [_bullet(f"{role}, warning", w) for w in side.warnings()]
+    return [*lines, ""]
+
+
 def _bullet(name: str, text: str) -> str:
     """A bullet on a group: what records name is free text, escaped (:func:`harness.tables.escape`), and the
     bullet one line (:func:`harness.tables.bullet`): a record's name must not forge a verdict line or a link."""
@@ -200,16 +220,24 @@ def _machines(rows: list[Row]) -> list[str]:
     ]
 
 
+def _data_change(r: Row) -> str:
+    """How a matched group's two sides' data differ (their records' data fingerprints; the seeds of one side read
+    the same, :func:`harness.compare.sides.refuse_mixed`); "" when they read the same or nothing was compared."""
+    if r.base is None or r.cand is None or not r.base.values:  # (a baseline that only failed compared nothing)
+        return ""
+    base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
+    return "" if base == cand else f"data {', '.join(base)} → {', '.join(cand)}"
+
+
+def differing(rows: list[Row]) -> int:
+    """How many matched groups' config or data differ between the sides (listed after the verdict tables): the
+    verdict line says so, since a change of setting, not of code, may be what moved the metric."""
+    return sum(bool(r.config_diff or _data_change(r)) for r in rows)
+
+
 def _data(rows: list[Row]) -> list[str]:
-    """The matched groups whose two sides read different data (their records' data fingerprints; the seeds of one
-    side read the same, :func:`harness.compare.sides.refuse_mixed`)."""
-    lines = []
-    for r in rows:
-        if r.base is None or r.cand is None or not r.base.values:  # (a baseline that only failed compared nothing)
-            continue
-        base, cand = (sorted({hash_jsonable(rec.data_fingerprint)[:12] for rec in g.records}) for g in (r.base, r.cand))
-        if base != cand:
-            lines.append(_bullet(group_name(r.base), f"data {', '.join(base)} → {', '.join(cand)}"))
+    """The matched groups whose two sides read different data (:func:`_data_change`)."""
+    lines = [_bullet(group_name(r.base), change) for r in rows if (change := _data_change(r))]
     if not lines:
         return []
     return [
@@ -248,4 +276,4 @@ def error_report(baseline: str, candidate: str, error: Exception) -> str:
     # One line, as the CLI prints it: the message may quote a record's values or a file's name, whose line breaks
     # would forge a verdict line.
     text = escape(" ".join(text.split()))
-    return f"# Comparison: baseline {code(baseline)} vs candidate {code(candidate)}\n\n**{verdict}.** error: {text}\n"
+    return f"{HEAD}{code(baseline)} vs candidate {code(candidate)}\n\n**{verdict}.** error: {text}\n"

@@ -13,6 +13,7 @@ like a version or tag in it; a tag and a branch of one name), it is refused rath
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,13 @@ from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_of, group_records
 from harness.records import RunRecord, load_record_files, utc_iso
+from harness.run.model_file import MODELS
 from harness.version import resolve_commit
+
+# What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py)
+# and the models of --save-model (harness/run/model_file.py). The JSON they hold is no record left unread; hidden
+# folders (the runs' scratch, .work) are skipped too.
+RUN_FOLDERS = ("tb", "wandb", "mlruns", MODELS)
 
 
 @dataclass
@@ -31,10 +38,14 @@ class Side:
 
     Per group (:func:`command_key`) the side is its newest code (:func:`code_classes`), chosen among all its
     records of the group, failed ones too: a newer code that failed is the side's result, and never gives way to
-    an older code's completed records."""
+    an older code's completed records. What the rule leaves out is said (:meth:`warnings`): a branch committed
+    before another code of its folder loses to it there, and the gate must not judge other code unseen."""
 
     label: str
     records: list[RunRecord]
+    folder: str = ""  # the folder the side's records were read from, as given ("" where not known)
+    read: int = 0  # how many records that folder holds (the side's are those of its NAME, where one is given)
+    notices: list[str] = field(default_factory=list)  # warnings on what the side left out, for stderr and report
     current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
     shadowed: dict[str, list[str]] = field(init=False)  # key -> the labels of the group's older codes, if any
     newest: str = field(init=False)  # the side's newest code class, over all its groups
@@ -98,6 +109,66 @@ class Side:
     def newest_label(self) -> str:
         return next(r for r in self.records if code_class(r) == self.newest).code_label()
 
+    def judged_codes(self) -> list[str]:
+        """The codes whose records the side judged (:func:`code_name`), newest last."""
+        return _code_names([r for members in self.current.values() for r in members])
+
+    def warnings(self) -> list[str]:
+        """What the side left out, one line each: records of other codes, records in subfolders."""
+        return [w for w in (self.left_out(), *self.notices) if w]
+
+    def left_out(self) -> str:
+        """One line on the side's records that the newest-code rule left out (older codes of its groups), with the
+        hint to judge one of them; "" when none. A branch committed before the other records' commit loses to them
+        in one folder, so the reader must see which code the gate judged and which it did not."""
+        used = {id(r) for members in self.current.values() for r in members}
+        dropped = [r for r in self.records if id(r) not in used]
+        if not dropped:
+            return ""
+        order = code_order(dropped)
+        newest = max(dropped, key=lambda r: (order[code_class(r)], code_class(r)))
+        return (f"'{self.label}' left out {len(dropped)} record(s) of other code(s): {'; '.join(_code_names(dropped))} "
+                "(each group uses its newest code, by commit date); to judge one, name it: "
+                f"{self.folder or self.label}@{code_hint(newest)}")
+
+
+def code_name(record: RunRecord) -> str:
+    """A code as its records name it: version, short commit (``+dirty``) and short source digest, those it has."""
+    digest = record.software.get("source_digest")
+    dirty = "+dirty" if record.software.get("git_dirty") else ""
+    parts = [f"version {record.version}"]
+    if record.commit:
+        parts.append(f"commit {record.commit[:7]}{dirty}")
+    if isinstance(digest, str) and digest:
+        parts.append(f"digest {digest[:12]}")
+    return " / ".join(parts)
+
+
+def _code_names(records: list[RunRecord]) -> list[str]:
+    """The codes of ``records`` (:func:`code_name`, one per code class), oldest first."""
+    order = code_order(records)
+    names = {code_class(r): code_name(r) for r in records}
+    return [names[c] for c in sorted(order, key=lambda c: (order[c], c))]
+
+
+def code_hint(record: RunRecord) -> str:
+    """The NAME of ``FOLDER@NAME`` that selects the code of ``record`` (:func:`select`): its source digest's first
+    digits, else its version (a record without a digest is of its version's code)."""
+    digest = record.software.get("source_digest")
+    return digest[:12] if isinstance(digest, str) and digest else record.version
+
+
+def nested_records(folder: Path) -> list[Path]:
+    """The ``*.json`` files below the top level of a results folder, outside the runs' own folders
+    (:data:`RUN_FOLDERS`, hidden ones): records there are never read (:func:`load_record_files` reads the top level),
+    and a side whose groups sit in a subfolder would be judged without them."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in RUN_FOLDERS)
+        if Path(root) != folder:
+            found += [Path(root) / f for f in sorted(files) if f.endswith(".json") and not f.startswith(".")]
+    return found
+
 
 def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
     """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, else a prefix
@@ -158,6 +229,8 @@ def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | N
     if "@" not in text:
         return (text, "") if whole or not results else (results, text)
     folder, _, name = text.rpartition("@")
+    if not name and not whole:  # "runs@" would silently mean the whole folder, every code of it
+        raise UserError(f"--{role} '{text}': FOLDER@NAME needs a NAME after @")
     if whole and folder and Path(folder).is_dir():
         raise UserError(
             f"--{role} '{text}' is ambiguous: it is a folder, and also the folder '{folder}' with the "
@@ -187,7 +260,17 @@ def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[
     # A candidate whose every run failed is a failed candidate (exit 1), not one the gate cannot read.
     if not any(r.status == "completed" for r in chosen) and (role == "baseline" or not chosen):
         raise UserError(f"the {role} '{text}' has no completed records; nothing to compare")
-    return Side(text, chosen)
+    return Side(text, chosen, folder, len(cache[path]), _unread(path, folder))
+
+
+def _unread(path: Path, folder: str) -> list[str]:
+    """A warning naming the records below the folder's top level, which the side does not read; [] when none."""
+    nested = nested_records(path)
+    if not nested:
+        return []
+    example = Path(folder) / nested[0].relative_to(path)
+    return [f"'{folder}' has {len(nested)} *.json file(s) in subfolders (e.g. {example}), not read: records are "
+            "read from the folder's top level only"]
 
 
 def _refuse_both(text: str, results: str, role: str, cache: dict[Path, list[RunRecord]]) -> None:

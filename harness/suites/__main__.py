@@ -41,19 +41,15 @@ import tempfile
 from pathlib import Path
 
 from domains.errors import UserError
-from harness.compare.sides import group_name
+from harness.compare.sides import RUN_FOLDERS, group_name
 from harness.groups import command_key, group_records
 from harness.records import load_record_files
-from harness.run.model_file import MODELS
 from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
 from harness.suites.pool import Interrupted, run_all, thread_env
 from harness.version import source_digest
 
 BASELINE = "leaderboards/regression"
-# What runs write into their results folder beside the records and logs: live tracking (harness/run/tracking.py)
-# and the models of --save-model (harness/run/model_file.py).
-RUN_FOLDERS = ("tb", "wandb", "mlruns", MODELS)
 
 
 def build_parser() -> argparse.ArgumentParser:
