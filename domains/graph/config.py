@@ -26,8 +26,9 @@ class GraphConfig:
     epochs: NonNegativeInt = 5
     batch_size: AtLeast2 = 128
     lr: PositiveFloat = 1e-3
-    hidden: PositiveInt = 32
-    layers: PositiveInt = 3
+    # Bounded: a typo of 1e12 layers built modules until the memory ran out, deaf to SIGTERM.
+    hidden: Annotated[int, Field(ge=1, le=8192)] = 32
+    layers: Annotated[int, Field(ge=1, le=64)] = 3
     # "node": each node contrasts its own graph against the other graphs of the batch (M=1);
     # "graph": each graph contrasts its own nodes against the other graphs' nodes.
     anchor: Literal["node", "graph"] = "node"
@@ -49,7 +50,8 @@ class GraphConfig:
     # The top of the C grid as a power of ten: 3 is InfoGraph's grid; a larger top adds 1e4 ... 10^top, an
     # ablation that asks whether the grid holds the SVM back (on REDDIT-BINARY's raw embeddings every fold chose 1e3).
     svm_c_top: Annotated[int, Field(ge=C_TOP, le=9)] = field(default=C_TOP, metadata={ADDED: True})
-    svm_jobs: PositiveInt = field(default=1, metadata={RUNTIME: True})  # parallel SVM fits: speed only
+    # parallel SVM fits: speed only (bounded: joblib cannot take a number past a C int)
+    svm_jobs: Annotated[int, Field(ge=1, le=1024)] = field(default=1, metadata={RUNTIME: True})
     # Try PyG's download when a TU set is not under <data root>/TU/<NAME>/raw/.
     download: bool = field(default=True, metadata={RUNTIME: True})  # where the files come from, not what they are
     # synthetic-motifs only: the number of classes C (motifs), a known class prior 1/C; 2 is the house/bowtie set

@@ -11,6 +11,7 @@ of training; budgets are ENVIRONMENT steps (agent steps × action repeat), as in
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -57,6 +58,20 @@ def _task_line(name: str) -> str:
     return (f"DeepMind Control {t.domain} {t.task} from pixels (Gymnasium id dmc/{name}-v0), action repeat "
             f"{t.action_repeat} (ships with dm_control; needs OpenGL rendering)")
 
+
+
+def _check_updates(spec: RunSpec) -> None:
+    """UserError when the random-action steps take the whole run: no update would run, and the record would be that
+    of an untrained agent under the loss's name."""
+    from domains.rl.gym_envs import task_of
+
+    cfg = spec.config
+    repeat = cfg.action_repeat or task_of(spec.dataset).action_repeat
+    agent_steps = math.ceil(cfg.num_env_steps / repeat)
+    if cfg.seed_agent_steps >= agent_steps:
+        raise UserError(f"seed_agent_steps={cfg.seed_agent_steps} random-action steps take the whole run "
+                        f"(num_env_steps={cfg.num_env_steps} at action_repeat {repeat} is {agent_steps} agent steps): "
+                        "no update would run; raise num_env_steps or lower seed_agent_steps")
 
 @register
 class RLDomain(Domain):
@@ -112,6 +127,7 @@ class RLDomain(Domain):
             from domains.rl.env import task_spec
 
             task_spec(spec.dataset)  # an unknown task: likewise
+        _check_updates(spec)
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         """Nothing to load: the task (each seed makes its own environments from it), and what identifies the

@@ -72,7 +72,7 @@ class CurlConfig:
     crop_size: PositiveInt = 84  # random crop for training, centre crop for acting and evaluation
     # Replay and optimisation.
     buffer_capacity: PositiveInt = 100_000  # transitions (agent steps)
-    batch_size: PositiveInt = 64  # quick; the presets set theirs (the paper's 512)
+    batch_size: Annotated[int, Field(ge=2)] = 64  # quick; the presets set theirs (the paper's 512); 2: a negative
     # On CUDA, replay each kind of update (with and without the actor/EMA parts) from a CUDA graph, replay
     # sampling included (domains.graphed); no effect on the CPU. The same updates with the launches batched:
     # a runtime field (float differences at most, of the order another cuDNN algorithm gives).

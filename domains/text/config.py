@@ -36,11 +36,11 @@ class TextConfig:
     synthetic_topics: AtLeast2 = 4  # the number of classes C: a known class prior 1/C (balanced topics)
     # 0: max(160, 8 per topic) rounded up to a multiple of synthetic_topics (160 for C <= 20, 400 for C = 50), so
     # that every topic has as many documents and enough of them (domains.text.corpus.synthetic_documents)
-    synthetic_documents: NonNegativeInt = 0
+    synthetic_documents: Annotated[int, Field(ge=0, le=100_000)] = 0
     synthetic_sentences_per_doc: PositiveInt = 25
     # the chance that a content word comes from the document's topic
     synthetic_topic_word_prob: Annotated[float, Field(gt=0.0, le=1.0)] = 0.4
-    synthetic_eval_sentences: PositiveInt = 2000
+    synthetic_eval_sentences: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
     synthetic_seed: Seed = 1234  # the synthetic corpus is fixed; the run seed does not change it
     # --- tokenizer ---
     vocab_size: PositiveInt = 20000
@@ -93,7 +93,8 @@ class TextConfig:
     probe_standardize: bool = False
     eval_solver: Literal["auto", "liblinear", "lbfgs"] = "auto"  # auto: liblinear on sparse, lbfgs on dense
     eval_max_iter: PositiveInt = 1000
-    eval_jobs: PositiveInt = field(default=1, metadata={RUNTIME: True})  # parallel scikit-learn fits: speed only
+    # parallel scikit-learn fits: speed only (bounded: joblib cannot take a number past a C int)
+    eval_jobs: Annotated[int, Field(ge=1, le=1024)] = field(default=1, metadata={RUNTIME: True})
     # sentences encoded at once (each independently of the others): memory and speed only
     eval_batch_size: PositiveInt = field(default=256, metadata={RUNTIME: True})
     use_senteval_package: bool = False  # run the original `senteval` package when importable

@@ -27,7 +27,8 @@ class VisionConfig:
 
     # auto: small (digits, biased digits), simpleconvnet (biased track), resnet18 (others)
     arch: Literal["auto", "small", "simpleconvnet", "resnet18", "resnet50"] = "auto"
-    image_size: NonNegativeInt = 0  # 0: the dataset's own size (digits and biased digits: upsampled to 16)
+    # 0: the dataset's own size (digits and biased digits: upsampled to 16)
+    image_size: Annotated[int, Field(ge=0, le=1024)] = 0
     epochs: PositiveInt = 30
     batch_size: Annotated[int, Field(ge=2)] = 128  # contrastive batches need negatives
     optimizer: Literal["adam", "sgd"] = "adam"  # adam (DCL) | sgd (with momentum; Barbano et al.'s script default)
@@ -41,7 +42,8 @@ class VisionConfig:
     # train_on_head=true (false here: no head, tanh features) or at train_on_head=false (true here: a head
     # without BatchNorm, ReLU features, the classifier on the raw features). ResNets always have a head.
     biased_head: bool = field(default=False, metadata={ADDED: True})
-    n_views: Annotated[int, Field(ge=2)] = 2  # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
+    # SimCLR: V > 2 views give M = V - 1 positives (Chuang et al. Fig. 4c)
+    n_views: Annotated[int, Field(ge=2, le=64)] = 2
     # auto: simclr (CMC: crop, biased track: none, as Barbano et al.)
     augment: Literal["auto", "simclr", "crop", "none"] = "auto"
     crop_min_scale: Annotated[float, Field(gt=0.0, le=1.0)] = 0.2  # random resized crop scale range [crop_min_scale, 1]

@@ -25,7 +25,7 @@ from filelock import FileLock, Timeout
 import domains
 from domains.base import Domain, Prepared, PretrainResult, RunSpec, counted, did_you_mean
 from domains.context import RunContext
-from domains.errors import RunStopped, UserError
+from domains.errors import NonFiniteLossError, RunStopped, UserError
 from domains.files import refuse_link
 from harness import records
 from harness.machine import hardware_info
@@ -33,6 +33,7 @@ from harness.run import config as cfg
 from harness.run import model_file, stopping, tracking
 from harness.run.estimate import EstimatingContext
 from harness.version import software_info
+from losses.checks import NonFiniteError
 
 LOGGER = logging.getLogger("harness")
 
@@ -440,6 +441,19 @@ def _save_model(domain: Domain, spec: RunSpec, pretrained: PretrainResult, recor
                         f"{kept}: free the space or fix the permission, then rerun with --resume") from None
 
 
+def _pretrain(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any) -> PretrainResult:
+    """``domain.pretrain``, where the loss core's refusal of non-finite scores (weights that diverged, in a domain
+    that does not check its loss step by step: vision's graphed steps, rl's updates) is the same one-line error
+    as graph's and text's own check, not a crash."""
+    try:
+        return domain.pretrain(spec, ctx, data)
+    except NonFiniteError as exc:
+        lr = getattr(spec.config, "lr", None)
+        now = f" (now --set lr={lr:g})" if isinstance(lr, (int, float)) else " (--set lr=...)"
+        raise NonFiniteLossError(f"{exc} during pretraining: training diverged; try a lower learning rate{now}") \
+            from exc
+
+
 def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: dict[str, Any],
              path: Path) -> tuple[Outcome, PretrainResult | None]:
     """Seed, pretrain and evaluate on ``data``; the outcome's record is ``fields`` completed or failed, beside the
@@ -454,7 +468,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         if cuda:
             torch.cuda.reset_peak_memory_stats(ctx.device)
         t0 = time.perf_counter()
-        pretrained = domain.pretrain(spec, ctx, data)
+        pretrained = _pretrain(domain, spec, ctx, data)
         t1 = time.perf_counter()
         result = domain.evaluate(spec, pretrained, ctx, data)
         t2 = time.perf_counter()
