@@ -193,8 +193,9 @@ def test_default_topics_keep_the_committed_fingerprint_and_identity():
 def test_too_few_evaluation_sentences_for_the_topics_is_refused():
     from domains.text.config import TextConfig
 
-    with pytest.raises(ValueError, match="synthetic_eval_sentences must be >= kfold \\* synthetic_topics = 500"):
-        TextConfig(synthetic_topics=50, synthetic_eval_sentences=400)
+    with pytest.raises(ValueError, match=r"synthetic_eval_sentences must be >= 600 \(12 per topic at kfold=10\)"):
+        TextConfig(synthetic_topics=50, synthetic_eval_sentences=500)  # was let through, to fail after training
+    TextConfig(synthetic_topics=50, synthetic_eval_sentences=600)
     with pytest.raises(ValueError, match=r"synthetic_documents\s+Input should be greater than or equal to 0"):
         TextConfig(synthetic_documents=-1)
 

@@ -8,6 +8,7 @@ word embeddings 620, GRU 1200, batch 400 contiguous sentences, max length 30, Ad
 
 from __future__ import annotations
 
+import math
 from dataclasses import field
 from typing import Annotated, Literal, get_args
 
@@ -103,10 +104,11 @@ class TextConfig:
     @model_validator(mode="after")
     def _check_combinations(self) -> TextConfig:
         """The rules a single field's constraint cannot say."""
-        if self.synthetic_eval_sentences < self.kfold * self.synthetic_topics:
-            raise ValueError(f"synthetic_eval_sentences must be >= kfold * synthetic_topics = "
-                             f"{self.kfold * self.synthetic_topics}, so that every fold holds every topic; got "
-                             f"{self.synthetic_eval_sentences}")
+        least = self.synthetic_topics * _per_class_for_nested_folds(self.kfold)
+        if self.synthetic_eval_sentences < least:
+            raise ValueError(f"synthetic_eval_sentences must be >= {least} ({least // self.synthetic_topics} per topic "
+                             f"at kfold={self.kfold}): the probe splits each of its kfold training folds into kfold "
+                             f"folds again, and each must hold every topic; got {self.synthetic_eval_sentences}")
         if self.batch_size < 2 * self.context + 1:
             raise ValueError(f"batch_size must be >= 2*context+1 = {2 * self.context + 1}")
         if self.bidirectional and self.hidden_dim % 2:
@@ -117,3 +119,13 @@ class TextConfig:
         if self.bert_hidden % self.bert_heads:
             raise ValueError("bert_hidden must be a multiple of bert_heads")
         return self
+
+
+def _per_class_for_nested_folds(k: int) -> int:
+    """The fewest members m of a class for which a stratified k-fold's every training part (m minus a held-out
+    share of at most ceil(m / k)) still has k members, as the probe's inner k-fold on it needs (scikit-learn's
+    StratifiedKFold refuses fewer; the evaluation's labels are balanced: ``domains.text.corpus.synthetic_corpus``)."""
+    m = k
+    while m - math.ceil(m / k) < k:
+        m += 1
+    return m
