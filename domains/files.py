@@ -54,6 +54,16 @@ def write_atomic(path: Path, data: str | bytes | Callable[[Any], None]) -> None:
             os.unlink(tmp)
 
 
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a folder, as the end of a sentence naming it ("does not exist", "is a file,
+    not a folder"), or None when it is one."""
+    if path.is_dir():
+        return None
+    if not path.exists():
+        return "does not exist"
+    return f"is {'a file, ' if path.is_file() else ''}not a folder"
+
+
 def refuse_link(path: Path, folder: Path) -> None:
     """UserError when ``path``, or a folder between ``folder`` and it, is a symbolic link: the harness opens no
     file of its own folders (records, logs, checkpoints) through a link, which could point anywhere."""

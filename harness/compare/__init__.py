@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from domains.errors import UserError
-from domains.files import write_atomic
+from domains.files import folder_problem, write_atomic
 from harness import stats
 from harness.compare.report import HEAD, SUMMARY_NAMES, VERDICTS, Row, differing, error_report, report
 from harness.compare.sides import Side, copied, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
@@ -296,11 +296,9 @@ def _check_results(results: str | None) -> None:
     its own, and the error would blame ``--baseline`` for the mistyped ``--results``."""
     if results is None:
         return
-    path = Path(results)
-    if not path.exists():
-        raise UserError(f"--results '{results}' does not exist")
-    if not path.is_dir():
-        raise UserError(f"--results '{results}' is {'a file, ' if path.is_file() else ''}not a folder")
+    problem = folder_problem(Path(results))
+    if problem:
+        raise UserError(f"--results '{results}' {problem}")
 
 
 def _gate(args: argparse.Namespace) -> tuple[int, str, str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from domains.errors import UserError
-from domains.files import write_atomic
+from domains.files import folder_problem, write_atomic
 from harness.pages import generated
 from harness.tables import Markup, bullet, code, escape, markdown
 
@@ -317,10 +317,9 @@ def read_benches(bench_dir: Path, *, required: bool = False) -> dict[str, dict[s
     the first that cannot be, so that a broken file fails before any page is written. Empty when there is none,
     unless ``required`` (a folder the user named with ``--bench``): then a folder that is missing or holds no bench
     file is a UserError, since a page built from nothing would leave an old bench.md standing as if current."""
-    if required and not Path(bench_dir).is_dir():
-        what = ("does not exist" if not Path(bench_dir).exists()
-                else f"is {'a file, ' if Path(bench_dir).is_file() else ''}not a folder")
-        raise UserError(f"--bench '{bench_dir}' {what}; nothing was written")
+    problem = folder_problem(Path(bench_dir)) if required else None
+    if problem:
+        raise UserError(f"--bench '{bench_dir}' {problem}; nothing was written")
     paths = sorted(p for p in Path(bench_dir).glob("*.json") if not p.name.startswith("."))
     if required and not paths:
         raise UserError(f"--bench '{bench_dir}' holds no bench file (the <target>-<device>.json files `harness bench` "

@@ -26,7 +26,7 @@ import domains
 from domains.base import Domain, Prepared, PretrainResult, RunSpec, counted, did_you_mean
 from domains.context import RunContext
 from domains.errors import NonFiniteLossError, RunStopped, UserError
-from domains.files import refuse_link
+from domains.files import folder_problem, refuse_link
 from harness import records
 from harness.machine import hardware_info
 from harness.run import config as cfg
@@ -215,8 +215,9 @@ def check_results(results: str) -> None:
     """UserError, before anything runs or is created, when ``--results`` names a file or a path under one: mkdir
     would only say "File exists" or "Not a directory"."""
     path = Path(results)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"--results {results} is a file, not a folder")
+    problem = folder_problem(path) if path.exists() else None  # (one that does not exist yet is made)
+    if problem:
+        raise UserError(f"--results {results} {problem}")
     above = next((p for p in path.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise UserError(f"--results {results} lies under the file {above}, not in a folder")
