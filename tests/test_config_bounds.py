@@ -29,6 +29,33 @@ def test_a_value_past_a_fields_bound_is_refused_before_the_run(tmp_path, run_mai
     assert not list(tmp_path.glob("*.json"))
 
 
+def test_an_rl_crop_too_small_for_the_convolutions_is_refused_at_the_least_that_fits(tmp_path, run_main):
+    """The encoder's 3x3 convolutions, the first of stride 2, leave no pixel of a smaller crop: torch's error came
+    at the first update. 15 pixels fit four layers; 14 do not."""
+    import torch
+
+    from domains.rl.models import make_convs
+
+    assert make_convs(3, 4, 4)(torch.zeros(1, 3, 15, 15)).shape[1] == 4
+    with pytest.raises(RuntimeError):
+        make_convs(3, 4, 4)(torch.zeros(1, 3, 14, 14))
+    out = run_main(main, "run", "--domain", "rl", "--loss", "dcl", "--seeds", "0", "--set", "crop_size=14",
+                   "--results", str(tmp_path))
+    assert out.returncode == 2 and out.stderr.endswith(
+        "crop_size must be >= 15 for 4 conv layers (each 3x3 layer shrinks the image, the first halves it; "
+        "4*num_conv_layers-1), got 14\n"), out.stderr
+
+
+@pytest.mark.usefixtures("rendering")
+def test_an_rl_image_larger_than_the_tasks_framebuffer_names_the_largest_that_fits():
+    from domains.errors import UserError
+    from domains.rl.env import DMControlEnv
+
+    with pytest.raises(UserError, match=r"image_size 481 does not fit cartpole-swingup's offscreen framebuffer "
+                                        r"\(640x480\): at most 480"):
+        DMControlEnv("cartpole", "swingup", 0, image_size=481)
+
+
 def test_an_rl_run_whose_random_steps_take_it_all_is_refused(tmp_path, run_main):
     """300 environment steps at cartpole's action repeat 8 are 38 agent steps, all random: the run recorded an
     untrained agent's return under the loss's name (updates: 0)."""

@@ -109,6 +109,10 @@ class CurlConfig:
         """The rules a single field's constraint cannot say."""
         if self.crop_size > self.image_size:
             raise ValueError(f"crop_size ({self.crop_size}) must not exceed image_size ({self.image_size})")
+        least = 4 * self.num_conv_layers - 1  # (make_convs) a 3x3 stride-2 layer, then 3x3 ones: one pixel left
+        if self.crop_size < least:
+            raise ValueError(f"crop_size must be >= {least} for {self.num_conv_layers} conv layers (each 3x3 layer "
+                             f"shrinks the image, the first halves it; 4*num_conv_layers-1), got {self.crop_size}")
         if self.actor_log_std_min > self.actor_log_std_max:
             raise ValueError(f"actor_log_std_min ({self.actor_log_std_min}) must not exceed actor_log_std_max "
                              f"({self.actor_log_std_max}): the policy's log std is squashed into [min, max]")

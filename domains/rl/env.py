@@ -117,6 +117,10 @@ class DMControlEnv(gym.Env):
                                        np.broadcast_to(spec.maximum, shape).astype(np.float32), dtype=np.float32)
         size = sum(int(np.prod(s.shape)) for s in self._env.observation_spec().values())
         self.observation_space = spaces.Box(-np.inf, np.inf, (size,), np.float64)
+        frame = self._env.physics.model.vis.global_
+        if image_size > min(frame.offwidth, frame.offheight):  # dm_control's error tells how to edit the task's XML
+            raise UserError(f"image_size {image_size} does not fit {domain}-{task}'s offscreen framebuffer "
+                            f"({frame.offwidth}x{frame.offheight}): at most {min(frame.offwidth, frame.offheight)}")
         self._camera = require("dm_control.mujoco", "rl").Camera(self._env.physics, image_size, image_size,
                                                                  camera_id)
 
