@@ -127,7 +127,7 @@ class HParam:
         if self.choices or (self.auto and text == AUTO):
             return self.check(text, allow_auto=True)
         try:
-            number = float(text)
+            number = float(text) + 0.0  # (+ 0.0: -0 is 0, one value and one run id)
         except ValueError:
             raise self._refuse(text) from None
         return self.check(number, allow_auto=True)

@@ -190,3 +190,14 @@ def test_reading_the_commit_never_rewrites_the_users_git_index(tmp_path, monkeyp
     software = version.software_info()
     assert software["git_dirty"] is False and len(software["git_commit"]) == 40
     assert (index.stat().st_mtime_ns, index.read_bytes()) == before
+
+
+def test_minus_zero_and_zero_are_one_setting():
+    """``--set weight_decay=-0`` or ``loss.tau_plus=-0`` is the run of 0, under its run id (JSON writes -0.0 apart)."""
+    from harness.records import run_id
+    from harness.run.runner import RunRequest, plan
+
+    def rid(sets: dict[str, str]) -> str:
+        return run_id(plan(RunRequest("vision", "dcl", seeds=[0], sets=sets)).specs[0], {})
+
+    assert rid({"weight_decay": "-0", "loss.tau_plus": "-0.0"}) == rid({"weight_decay": "0", "loss.tau_plus": "0"})

@@ -116,7 +116,8 @@ def parse_value(text: str, tp: Any) -> Any:
     adapter = TypeAdapter(tp, config=_FINITE)
     if typing.get_origin(_bare(tp)[0]) is dict:
         return adapter.validate_json(text)
-    return adapter.validate_python(_wire(text, tp))
+    value = adapter.validate_python(_wire(text, tp))
+    return value + 0.0 if isinstance(value, float) else value  # -0 is 0: one value, one run id
 
 
 def resolve_config(domain: Domain, preset: str, sets: dict[str, str]) -> tuple[Any, dict[str, Any]]:
