@@ -290,6 +290,13 @@ class Domain(ABC):
         its identity hashes, effective values: the default and an explicit equal value are one setting."""
         return config
 
+    def unused_fields(self, config: Any, method: str, dataset: str, loss: str) -> dict[str, str]:
+        """The config fields a run of ``method`` on ``dataset`` with ``loss`` ignores under ``config`` (its values
+        resolved), each with the reason, e.g. ``{"momentum": "optimizer=adam has none (sgd only)"}``. A value given
+        to one would change the run's id and nothing the run computes: ``harness run`` refuses it, and a sweep
+        leaves it out of those jobs, which run once. Empty (the default): every field counts."""
+        return {}
+
     def validate(self, spec: RunSpec) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
 

@@ -69,3 +69,21 @@ def test_seeds_still_read_as_before():
     for bad, message in (("", "got nothing"), (",", "got nothing"), ("-1", "got '-1'"), ("3-1", "write 1-3")):
         with pytest.raises(UserError, match=message):
             parse_seeds(bad)
+
+
+@pytest.mark.parametrize("values", ["1,,2", "1,2,", ",1"])
+def test_an_empty_grid_value_between_commas_is_refused(tmp_path, run_main, values):
+    """'1,,2' ran the points 1 and 2 without a word, as seeds did."""
+    out = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce", "--grid", f"epochs={values}",
+                   "--results", str(tmp_path), "--dry-run")
+    assert out.returncode == 2 and out.stderr == f"error: --grid epochs={values} has an empty value (a stray comma)\n"
+
+
+def test_one_grid_value_written_twice_is_one_job(tmp_path, run_main):
+    """'1,1.0' is one run id: two jobs would run it at once, the second finding it busy."""
+    out = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce", "--grid", "epochs=1,1.0,2",
+                   "--seeds", "0", "--results", str(tmp_path), "--dry-run")
+    assert out.returncode == 0, out.stderr
+    assert "sweep: 2 runs, 0 with a completed record (skipped), 2 to run" in out.stdout
+    assert [line.split("--set ")[1].split()[0] for line in out.stdout.splitlines()
+            if line.startswith("harness run")] == ["epochs=1", "epochs=2"], out.stdout

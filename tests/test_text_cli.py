@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-TINY = ["--set", "max_steps=3", "--set", "word_dim=16", "--set", "hidden_dim=32", "--set", "batch_size=50",
-        "--set", "kfold=3", "--seeds", "0", "--device", "cpu", "--quiet"]
+EVALUATION = ["--set", "kfold=3", "--seeds", "0", "--device", "cpu", "--quiet"]
+TINY = ["--set", "max_steps=3", "--set", "word_dim=16", "--set", "hidden_dim=32", "--set", "batch_size=50", *EVALUATION]
 
 
 def _run(tmp_path: Path, *args: str, data_root: Path | None = None) -> subprocess.CompletedProcess:
@@ -58,7 +58,7 @@ def test_cli_two_books_on_two_senteval_tasks(tmp_path, data_root):
 
 def test_cli_bag_of_words_ignores_the_loss(tmp_path, data_root):
     out = _run(tmp_path, "--method", "bow", "--loss", "infonce", "--dataset", "books", "--set", "senteval_tasks=TREC",
-               "--set", "senteval_max_samples=400", *TINY, data_root=data_root)
+               "--set", "senteval_max_samples=400", *EVALUATION, data_root=data_root)
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
     assert {k: v for k, v in record["info"].items() if k != "tracking"} == {"trained": False}
@@ -68,8 +68,7 @@ def test_cli_bag_of_words_ignores_the_loss(tmp_path, data_root):
 
 def test_cli_bag_of_words_on_the_default_dataset(tmp_path):
     """Its sparse features reach the synthetic task's class-structure figure too (they once crashed it)."""
-    out = _run(tmp_path, "--method", "bow", "--loss", "infonce", "--seeds", "0", "--set", "synthetic_documents=8",
-               "--set", "synthetic_sentences_per_doc=10", "--set", "synthetic_eval_sentences=300", *TINY)
+    out = _run(tmp_path, "--method", "bow", "--loss", "infonce", "--set", "synthetic_eval_sentences=300", *EVALUATION)
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
     assert record["status"] == "completed" and record["loss_used"] is False

@@ -41,6 +41,7 @@ from domains.graph.evaluate import check_folds, svm_protocol
 from domains.graph.infograph import embed_all, train
 from domains.graph.models import InfoGraph
 from losses import LOGITS, PROBABILITIES
+from losses import spec as loss_spec
 from losses.prior import class_structure
 
 _TU = {
@@ -123,6 +124,17 @@ class GraphDomain(Domain):
         if spec.dataset != synthetic.NAME and spec.config.synthetic_classes != 2:
             raise UserError(f"graph domain: synthetic_classes applies to {synthetic.NAME} only; {spec.dataset} has "
                             "its own classes")
+
+    def unused_fields(self, config: GraphConfig, method: str, dataset: str, loss: str) -> dict[str, str]:
+        unused = {}
+        if loss_spec(loss).scoring == LOGITS:  # infograph.scoring
+            unused["temperature"] = f"{loss} scores raw dot products, as InfoGraph does (no temperature)"
+        if dataset == synthetic.NAME:  # its graphs come with node features: none is filled in
+            unused.update(dict.fromkeys(("featureless", "degree_onehot_limit"),
+                                        f"{synthetic.NAME} has node features of its own"))
+        elif config.featureless == "constant":
+            unused["degree_onehot_limit"] = "featureless=constant gives every node the feature 1, not its degree"
+        return unused
 
     def load(self, dataset: str, data_root: Path, cfg: GraphConfig) -> Prepared:
         """The graphs of ``dataset`` (on the CPU) and their fingerprint; a TU set's files are hashed once, for

@@ -146,6 +146,44 @@ class TextDomain(Domain):
         classifier = "sklearn" if sparse or config.use_senteval_package else config.classifier
         return replace(config, synthetic_documents=synthetic_documents(config), classifier=classifier)
 
+    def unused_fields(self, config: TextConfig, method: str, dataset: str, loss: str) -> dict[str, str]:
+        unused: dict[str, str] = {}
+
+        def ignore(keys: str, reason: str) -> None:
+            unused.update(dict.fromkeys(keys.split(), reason))
+
+        if method not in TRAINED:
+            ignore("books hf_text_field hf_doc_field hf_split_sentences max_sentences vocab_size min_frequency "
+                   "max_len similarity temperature context batch_size lr grad_clip epochs max_steps amp",
+                   f"method {method} trains nothing (its evaluation reads no pretraining corpus)")
+            if dataset == "synthetic-topics":  # the evaluation's sentences are generated apart from the documents
+                ignore("synthetic_documents synthetic_sentences_per_doc", f"method {method} trains nothing")
+        if method == "hf":
+            ignore("lowercase", "method hf tokenizes as its model does")
+        if method != "quickthought":
+            ignore("word_dim hidden_dim bidirectional", f"method {method} has no GRU (quickthought only)")
+        if method != "quickthought-bert":
+            ignore("bert_layers bert_heads bert_intermediate bert_hidden bert_pooling",
+                   f"method {method} has no BERT encoder (quickthought-bert only)")
+        if method != "hf":
+            ignore("hf_model_dir", f"method {method} loads no Hugging Face model (hf only)")
+        if dataset != "books":
+            ignore("books", f"{dataset} is not the books corpus")
+        if dataset != "hf-text":
+            ignore("hf_dataset hf_split hf_text_field hf_doc_field hf_split_sentences",
+                   f"{dataset} is not read from the hub (hf-text only)")
+        if dataset == "synthetic-topics":
+            ignore("senteval_tasks senteval_max_samples", "synthetic-topics is evaluated on its topics, not SentEval")
+        else:
+            ignore("synthetic_topics synthetic_documents synthetic_sentences_per_doc synthetic_topic_word_prob "
+                   "synthetic_eval_sentences synthetic_seed", f"{dataset} is not the synthetic corpus")
+        if config.classifier == "sklearn":  # resolved: bow's sparse counts and the senteval package are sklearn's
+            ignore("probe_batch_size probe_epoch_size probe_tenacity probe_max_epoch",
+                   "the probe is scikit-learn's here (classifier=torch only)")
+        if config.classifier == "torch" or config.use_senteval_package:
+            ignore("eval_solver eval_max_iter", "scikit-learn's probe does not run here (classifier=sklearn only)")
+        return unused
+
     def validate(self, spec: RunSpec) -> None:
         cfg: TextConfig = spec.config
         if spec.method == "hf" and not (cfg.hf_model_dir and Path(cfg.hf_model_dir).expanduser().is_dir()):

@@ -115,6 +115,37 @@ class VisionDomain(Domain):
     def resolve_config(self, config: VisionConfig, method: str, dataset: str) -> VisionConfig:
         return vcfg.resolved(config, method, dataset)
 
+    def unused_fields(self, config: VisionConfig, method: str, dataset: str, loss: str) -> dict[str, str]:
+        unused = {}
+        if config.optimizer == "adam":
+            unused["momentum"] = "optimizer=adam has no momentum (sgd only)"
+        for key, users in (("num_negatives", ("cmc", "moco")), ("cmc_momentum", ("cmc",)),
+                           ("moco_momentum", ("moco",))):
+            if method not in users:
+                unused[key] = f"method {method} has no memory bank or queue ({' and '.join(users)} only)"
+        if dataset not in BIASED[:2]:
+            unused["rho"] = f"{dataset} is not coloured here (biased-digits and biased-mnist only)"
+        if dataset not in BIASED[2:]:
+            unused["bias_percent"] = f"{dataset} has no conflicting-sample split (corrupted-cifar10 and bffhq only)"
+        if dataset in (*BIASED, "digits", "imagenet100"):  # read from their own files, never in the hub's format
+            unused.update(dict.fromkeys(("image_column", "label_column"), f"{dataset} is not read in the hub's format"))
+        if config.augment == "none":
+            unused["crop_min_scale"] = "augment=none crops nothing"
+        if method != "biased":
+            unused.update(dict.fromkeys(("alpha", "objective", "online_lr", "biased_head"),
+                                        f"method {method} is not the biased track (--method biased only)"))
+        elif loss == "ce":
+            unused.update(dict.fromkeys(("objective", "online_lr"),
+                                        "ce trains the classifier itself (no contrastive objective, no online one)"))
+        if config.fairkl_lambda == 0:
+            unused.update(dict.fromkeys(("fairkl_moments", "fairkl_form", "fairkl_kld"),
+                                        "fairkl_lambda=0 turns FairKL off"))
+        elif config.fairkl_form == "authors":
+            unused["fairkl_moments"] = "fairkl_form=authors matches its own moments (fairkl_form=gaussian only)"
+        else:
+            unused["fairkl_kld"] = "fairkl_form=gaussian has no std term of its own (fairkl_form=authors only)"
+        return unused
+
     def validate(self, spec: RunSpec) -> None:
         cfg: VisionConfig = spec.config
         if spec.method not in METHODS:

@@ -126,12 +126,23 @@ def plan(req: RunRequest) -> Plan:
     loss_params = cfg.resolve_loss(domain, loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
     config = domain.resolve_config(config, method, dataset)  # effective values: what the run's id hashes
+    _refuse_unused(domain, req.preset, overrides, domain.unused_fields(config, method, dataset, loss))
     seeds = req.seeds if req.seeds is not None else list(domain.presets[req.preset].seeds)
     specs = [RunSpec(domain=domain.name, method=method, dataset=dataset, loss=loss, loss_params=loss_params,
                      preset=req.preset, seed=seed, config=config) for seed in seeds]
     for spec in specs[:1]:
         domain.validate(spec)
     return Plan(domain, specs, overrides)
+
+
+def _refuse_unused(domain: Domain, preset: str, overrides: dict[str, Any], unused: dict[str, str]) -> None:
+    """UserError for a ``--set`` of a field the run ignores (``Domain.unused_fields``) to another value than the
+    preset's: it would change the run's id, not the run. (The preset's own value passes: the id is the same.)"""
+    base = domain.config_class(**domain.presets[preset].overrides)
+    given = [key for key in overrides if key in unused and overrides[key] != getattr(base, key)]
+    if given:
+        raise UserError("; ".join(f"--set {key}={cfg.format_value(overrides[key])} does not apply: {unused[key]}"
+                                  for key in given) + ". Leave it out: it would change the run's id, not the run")
 
 
 def run_loss(domain: Domain, method: str, loss: str | None) -> str:

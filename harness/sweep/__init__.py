@@ -50,9 +50,11 @@ def parse_grid(items: list[str]) -> dict[str, list[str]]:
     """``["loss.alpha=0.1,0.5", "epochs=2,4"]`` -> ``{"loss.alpha": ["0.1", "0.5"], "epochs": ["2", "4"]}``."""
     grid = {}
     for key, text in cfg.parse_assignments(items, "--grid", once=True).items():
-        values = [v.strip() for v in text.split(",") if v.strip()]
-        if not values:
+        values = [v.strip() for v in text.split(",")]
+        if values == [""]:
             raise UserError(f"--grid {key}= has no values")
+        if "" in values:  # dropping it would run fewer points than the user wrote
+            raise UserError(f"--grid {key}={text} has an empty value (a stray comma)")
         grid[key] = values
     return grid
 
@@ -103,8 +105,22 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
     return key in cfg.config_fields(get(domain_name).config_class)
 
 
-def build_requests(args: argparse.Namespace) -> list[RunRequest]:
-    """Every one-seed job of the grid, in a deterministic order; UserError for a grid that names nothing."""
+def _unused(domain: Domain, preset: str, method: str, dataset: str, loss: str, sets: dict[str, str]) -> dict[str, str]:
+    """The keys of ``sets`` that the job ignores (``Domain.unused_fields``), with the reason. None for a job whose
+    config is refused: it stays as it is, and is listed [invalid] (:func:`pending`)."""
+    config_sets, _ = cfg.split_sets(sets)
+    try:
+        config, _ = cfg.resolve_config(domain, preset, config_sets)
+    except UserError:
+        return {}
+    unused = domain.unused_fields(domain.resolve_config(config, method, dataset), method, dataset, loss)
+    return {key: unused[key] for key in config_sets if key in unused}
+
+
+def build_requests(args: argparse.Namespace) -> tuple[list[RunRequest], list[str]]:
+    """Every one-seed job of the grid, in a deterministic order, and a note for each key left out of some jobs,
+    which ignore it (``Domain.unused_fields``): those run once, at the preset's value, not once per value (which
+    ``harness run`` refuses). UserError for a grid that names nothing."""
     grid, fixed = parse_grid(args.grid), cfg.parse_assignments(args.sets, once=True)
     both = sorted(set(grid) & set(fixed))
     if both:  # one of the two would be dropped without a word
@@ -115,7 +131,8 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
     used: dict[str, set[str]] = {k: set() for k in wanted}
     used_grid: set[str] = set()
     known: set[str] = set()  # every key some job of the sweep could take: the did-you-mean of one that none takes
-    requests = []
+    requests, seen = [], set()
+    left_out: dict[tuple[str, str], int] = {}  # (key, reason) -> jobs that ignore it
     for name in _csv(args.domains, "--domains") or []:
         domain = get(name)
         datasets = [d for d in wanted["dataset"] or [domain.default_dataset] if d in domain.datasets]
@@ -133,33 +150,48 @@ def build_requests(args: argparse.Namespace) -> list[RunRequest]:
         for dataset, method, loss in ((d, m, loss) for d in datasets for m in methods for loss in chosen[m]):
             keys = [k for k in grid if _applies(k, name, loss)]
             sets = {k: v for k, v in fixed.items() if _applies(k, name, loss)}  # loss.alpha: the losses having it
-            used_grid.update(keys, sets)
             for values in itertools.product(*(grid[k] for k in keys)):
+                job = {**sets, **dict(zip(keys, values))}
+                unused = _unused(domain, args.preset, method, dataset, loss, job)
+                for key, reason in unused.items():
+                    left_out[key, reason] = left_out.get((key, reason), 0) + len(seeds)
+                job = {k: v for k, v in job.items() if k not in unused}
+                used_grid.update(job)
                 for seed in seeds:
+                    if (identity := (name, dataset, method, loss, tuple(job.items()), seed)) in seen:
+                        continue  # the same job, once an ignored key is left out
+                    seen.add(identity)
                     requests.append(RunRequest(
                         domain=name, loss=loss, method=method, dataset=dataset, seeds=[seed], preset=args.preset,
-                        sets={**sets, **dict(zip(keys, values))}, device=args.device, data_root=args.data_root,
-                        results=args.results, resume=args.resume, force=args.force, quiet=True, announce=False,
-                        trackers=trackers, save_model=args.save_model))
+                        sets=job, device=args.device, data_root=args.data_root, results=args.results,
+                        resume=args.resume, force=args.force, quiet=True, announce=False, trackers=trackers,
+                        save_model=args.save_model))
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
             raise UserError(f"no domain in --domains has {what} {', '.join(missing)} (see harness list)")
     for option, keys in (("--grid", grid), ("--set", fixed)):
         unused = sorted(set(keys) - used_grid)
+        reasons = [reason for key in unused for (ignored, reason) in left_out if ignored == key]
+        if reasons:  # every job ignores it: its values would all run the same
+            raise UserError(f"{option} {', '.join(unused)} applies to no job of the sweep: "
+                            f"{'; '.join(dict.fromkeys(reasons))}")
         if unused:
             raise UserError(f"{option} {', '.join(unused)} applies to no domain/loss of the sweep"
                             f"{did_you_mean(unused[0], known)}")
     if not requests:
         raise UserError("the sweep has no job: no domain of --domains has a dataset, a method and a loss of the "
                         "selection together (see harness list)")
-    return requests
+    notes = [f"sweep: {key} left out of {counted(jobs, 'job')}, which run at the preset's value, once: {reason}"
+             for (key, reason), jobs in left_out.items()]
+    return requests, notes
 
 
 def pending(requests: list[RunRequest], mark_in: Path | None = None,
             ) -> tuple[list[RunRequest], list[str], list[str]]:
     """Split into jobs to run, the run ids of jobs with a completed record, and invalid combinations (with the
-    reason).
+    reason). A job whose run id an earlier job has (``--grid epochs=1,1.0``: one value written twice) is dropped:
+    two processes would run the one run.
     ``mark_in``: the results folder of a ``--force`` sweep, where each job to run is marked as one to redo
     (:func:`harness.run.runner.force_mark`) before any runs: after an interruption, ``--force --resume`` redoes the
     jobs the sweep had not redone yet, queued ones included, and keeps those it redid.
@@ -170,6 +202,7 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
     leave this process holding data it never uses. Inside each process a fingerprint is still computed once:
     a domain's ``prepare`` takes it from the same function."""
     todo, done, invalid = [], [], []
+    seen: set[str] = set()
     # A fingerprint depends only on the domain, the dataset, the data root and the config (Domain.prepare), so
     # jobs that share them (other losses, seeds) share it.
     fingerprints: dict[tuple[str, str | None, Path, str], dict[str, Any]] = {}
@@ -184,6 +217,9 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
                 fingerprints[key] = fingerprint(the_plan, data_root, torch.device("cpu"))
             data, results = fingerprints[key], Path(request.results)
             rid = run_id(spec, data)
+            if rid in seen:
+                continue
+            seen.add(rid)
             exists = not redo(request, results, rid) and reusable(results, spec, data) is not None
         except UserError as exc:
             invalid.append(f"{job_line(request)}: {exc}")
@@ -214,10 +250,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     threads(args.workers)  # a bad OMP_NUM_THREADS too
     limit = time_limit(args)
     forced = args.force and not args.resume and not args.dry_run
-    requests = build_requests(args)
+    requests, notes = build_requests(args)
     varying = varying_keys(requests)
     todo, done, invalid = pending(requests, results_folder(args.results) if forced else None)
-    for line in [*loss_free_notes(requests, _csv(args.losses, "--losses")), *(f"[invalid] {x}" for x in invalid)]:
+    for line in [*loss_free_notes(requests, _csv(args.losses, "--losses")), *notes,
+                 *(f"[invalid] {x}" for x in invalid)]:
         print(line)
     print(f"sweep: {counted(len(todo) + len(done), 'run')}, {len(done)} with a completed record (skipped), "
           f"{len(todo)} to run")
