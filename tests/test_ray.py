@@ -64,7 +64,7 @@ def ray_head(tmp_path_factory) -> RayHead:
             pytest.fail(f"ray start did not come up:\n{log.read_text()[-2000:]}")
         yield RayHead(address, head.pid)
     finally:
-        for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        for sig, wait_s in ((signal.SIGTERM, 3), (signal.SIGKILL, 5)):  # (the cluster itself is not under test)
             try:
                 os.killpg(head.pid, sig)  # the head's group: gcs and raylet (Ray's workers, in groups of
                 # their own, end with their raylet)
@@ -106,8 +106,10 @@ def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_head):
 
 
 def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_head):
-    args = [*GRID, "--set", "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address",
-            ray_head.address, "--results", str(tmp_path)]
+    # one seed: two jobs at once on the two CPUs, one of them killed
+    args = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0", "--workers", "2", "--set",
+            "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address", ray_head.address,
+            "--results", str(tmp_path)]
     sweep = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=Path(__file__).parent.parent,
                              env=harness_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     victim, deadline = None, time.time() + 120
@@ -120,9 +122,9 @@ def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_pat
     victim.kill()
     stdout, stderr = sweep.communicate(timeout=300)
     assert sweep.returncode == 1, stderr  # one job failed
-    assert "1 failed" in stdout and "its Ray worker was lost" in stdout and "3 completed" in stdout
-    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 3
+    assert "1 failed" in stdout and "its Ray worker was lost" in stdout and "1 completed" in stdout
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 1
     rerun = harness(*args, "--resume", timeout=300)
     assert rerun.returncode == 0, rerun.stderr
-    assert "4 runs, 3 with a completed record (skipped), 1 to run" in rerun.stdout
-    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 4
+    assert "2 runs, 1 with a completed record (skipped), 1 to run" in rerun.stdout
+    assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 2
