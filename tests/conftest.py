@@ -14,23 +14,6 @@ torch.set_num_threads(1)
 REPO = Path(__file__).resolve().parent.parent
 
 
-# The files that take longest (seconds measured on two cores, 2026-11-28), handed out first. ``--dist loadfile``
-# (the README's command) gives each worker the next file in collection order as it frees up: a long file collected
-# last ran alone at the end while the other worker idled. Longest first, the two workers end close together.
-LONGEST_FIRST = ("test_stop.py", "test_tracking.py", "test_slurm.py", "test_faults.py", "test_save_model.py",
-                 "test_ray.py", "test_regression_suite_stop.py", "test_interrupted_writes.py",
-                 "test_regression_suite.py", "test_campaign.py", "test_harness_run.py",
-                 "test_harness_sweep_outcomes.py", "test_prior_auto.py", "test_harness_quiet.py", "test_run_code.py",
-                 "test_committed_leaderboards.py", "test_harness_list_bench.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The :data:`LONGEST_FIRST` files first, in that order; the rest after them, in their order (a stable sort:
-    each file's tests keep theirs)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def _data_root() -> Path:
     env = os.environ.get("HARNESS_DATA_ROOT")
     return Path(env) if env else REPO.parent / "shared" / "data"
