@@ -119,10 +119,12 @@ def test_the_command_line_refuses_a_bad_prior_setting(tmp_path, run_main):
     assert not (tmp_path / "r").exists()  # refused before any run
 
 
-RUNS = {
-    "graph": ["--loss", "dcl", "--set", "loss.tau_plus=auto", "--set", "epochs=2"],
+RUNS = {  # (the least evaluation: the estimates come from training)
+    "graph": ["--loss", "dcl", "--set", "loss.tau_plus=auto", "--set", "epochs=2", "--set", "svm_folds=2",
+              "--set", "svm_inner_folds=2"],
     "vision": ["--loss", "pucl", "--set", "loss.alpha=auto", "--set", "epochs=2", "--set", "linear_epochs=2"],
-    "text": ["--loss", "hcl", "--set", "loss.tau_plus=auto", "--set", "epochs=2"],
+    "text": ["--loss", "hcl", "--set", "loss.tau_plus=auto", "--set", "epochs=2", "--set", "max_sentences=1000",
+             "--set", "kfold=2"],
 }
 
 
