@@ -119,10 +119,11 @@ class VisionDomain(Domain):
         unused = {}
         if config.optimizer == "adam":
             unused["momentum"] = "optimizer=adam has no momentum (sgd only)"
-        for key, users in (("num_negatives", ("cmc", "moco")), ("cmc_momentum", ("cmc",)),
-                           ("moco_momentum", ("moco",))):
+        for key, users, what in (("num_negatives", ("cmc", "moco"), "draws no negatives from a bank or a queue"),
+                                 ("cmc_momentum", ("cmc",), "has no memory bank"),
+                                 ("moco_momentum", ("moco",), "has no key encoder")):
             if method not in users:
-                unused[key] = f"method {method} has no memory bank or queue ({' and '.join(users)} only)"
+                unused[key] = f"method {method} {what} ({' and '.join(users)} only)"
         if dataset not in BIASED[:2]:
             unused["rho"] = f"{dataset} is not coloured here (biased-digits and biased-mnist only)"
         if dataset not in BIASED[2:]:

@@ -106,7 +106,7 @@ def _applies(key: str, domain_name: str, loss: str) -> bool:
 
 
 def _unused(domain: Domain, preset: str, method: str, dataset: str, loss: str, sets: dict[str, str]) -> dict[str, str]:
-    """The keys of ``sets`` that the job ignores (``Domain.unused_fields``), with the reason. None for a job whose
+    """The keys of ``sets`` that the job ignores (``Domain.unused_fields``), with the reason; none for a job whose
     config is refused: it stays as it is, and is listed [invalid] (:func:`pending`)."""
     config_sets, _ = cfg.split_sets(sets)
     try:
