@@ -38,3 +38,21 @@ def test_other_word_vectors_are_other_data(tmp_path):
     prints = [TEXT.data_fingerprint(_spec(str(p)), _ctx(tmp_path)) for p in (first, second)]
     assert prints[0]["word_vectors_sha256"] != prints[1]["word_vectors_sha256"]
     assert "word_vectors_sha256" not in TEXT.data_fingerprint(_spec(""), _ctx(tmp_path))
+
+
+def test_a_file_that_holds_none_of_the_words_is_refused_not_read_as_zeros(tmp_path):
+    """The bag of words gave every sentence the zero vector (chance accuracy), quick-thought started from random
+    embeddings: both under the id of a run that read the vectors."""
+    from domains.text.models import build_model
+    from domains.text.senteval import BowEncoder
+    from domains.text.tokenize import train_tokenizer
+
+    path = tmp_path / "vectors.txt"
+    path.write_text("Katze 1 2 3\nHund 4 5 6\n")
+    with pytest.raises(UserError, match=r"holds none of the 3 words it is read for \(another language"):
+        BowEncoder(str(path)).prepare(["the cat sat"])
+    tokenizer = train_tokenizer(["the cat sat", "the dog"], "word", 100, 30)
+    with pytest.raises(UserError, match=f"holds none of the {tokenizer.vocab_size} words"):
+        build_model("quickthought", TextConfig(word_vectors=str(path), word_dim=3), tokenizer)
+    path.write_text("Katze 1 2 3\ncat 4 5 6\n")  # one word known is enough
+    BowEncoder(str(path)).prepare(["the cat sat"])

@@ -110,6 +110,12 @@ class QuickThought(nn.Module):
         return torch.cat(self(ids, lengths), dim=1)
 
 
+def no_word_known(path: str | Path, words: int) -> UserError:
+    """The error of a ``word_vectors`` file that holds none of the words it is read for."""
+    return UserError(f"word_vectors {path} holds none of the {words} words it is read for (another language, or "
+                     "words of other case than the sentences': lowercase=true lowers the sentences only)")
+
+
 def build_model(method: str, cfg: TextConfig, tokenizer: SentenceTokenizer) -> tuple[QuickThought, dict]:
     """The encoder pair of ``method`` and what to record about it (word-vector coverage)."""
     vocab, pad = tokenizer.vocab_size, tokenizer.pad_id
@@ -121,6 +127,8 @@ def build_model(method: str, cfg: TextConfig, tokenizer: SentenceTokenizer) -> t
         vocab_map = tokenizer.vocab()
         vectors = read_word_vectors(cfg.word_vectors, set(vocab_map))
         found = {w: v for w, v in vectors.items() if w in vocab_map}
+        if not found:  # the run would start from random embeddings under the id of one that read them
+            raise no_word_known(cfg.word_vectors, vocab)
         dim = len(next(iter(vectors.values()))) if vectors else cfg.word_dim
         if dim != cfg.word_dim:
             raise UserError(f"word_vectors have {dim} dimensions but word_dim={cfg.word_dim}; "

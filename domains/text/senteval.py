@@ -152,9 +152,11 @@ class BowEncoder:
     def prepare(self, sentences: Sequence[str]) -> None:
         words = sorted({w for s in sentences for w in self._tokens(s)})
         if self.word_vectors:
-            from domains.text.models import read_word_vectors
+            from domains.text.models import no_word_known, read_word_vectors
 
             self.vectors = read_word_vectors(self.word_vectors, set(words))
+            if not self.vectors:  # every sentence would be the zero vector: the probe would score chance
+                raise no_word_known(self.word_vectors, len(words))
         self.vocab = {w: i for i, w in enumerate(words)}
 
     def encode(self, sentences: Sequence[str]):
