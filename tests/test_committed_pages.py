@@ -17,10 +17,12 @@ Of each of our rows of a domain page (not *published*):
   row's ‡, which is checked, not skipped. The header's "Each row shows the records of the newest code that ran it"
   is checked as: every listed record is on a row, or newer code of its experiment is (a source digest is newer than
   none; of two digests, the later commit; of two without, the later package version);
-- mean ± sample std (n seeds), ‡ (its records name more than one code), bold (the best mean of the table among the
-  rows none of whose seeds diverged and, where the table has any, with at least 3 seeds);
+- mean ± sample std (n seeds), ‡ (its records name more than one code), bold (in each setting, method and config
+  but the objective keys, that two or more losses ran: the best mean among its rows none of whose seeds diverged
+  and, where it has any, with at least 3 seeds);
 - Δ: against the row of the baseline loss named in the header (of several, the one the row's records name) with
-  the same method and config; † iff p < 0.05 in scipy.stats.ttest_rel over the seeds both rows share. Where the
+  the same method and config; † iff p < 0.05 in scipy.stats.ttest_rel over the seeds both rows share, ‖ iff the two
+  rows' records name different sets of code. Where the
   header names a method's objective keys ("Objective: the config keys ..."), the config leaves them out, and of
   several such rows the baseline is the one whose values of them differ in the fewest keys, then the most seeds;
 - the secondary columns (the mean over the seeds that report the metric), the runtime (mean ``timings.total_s``),
@@ -232,6 +234,12 @@ def best(rows: list[Row], sign: int) -> list[Row]:
     return [r for r in rivals if sign * r.mean == top]
 
 
+def setting_best(table: Table, row: Row) -> list[Row]:
+    """The bold rows of ``row``'s setting: its best where two or more losses ran it, else none."""
+    same = [r for r in table.rows if r.first.loss_used and r.setting == row.setting]
+    return best(same, table.sign) if row.first.loss_used and len({r.first.loss for r in same}) > 1 else []
+
+
 def row_problems(table: Table, row: Row) -> list[str]:
     """What in ``row``'s cells differs from its records."""
     where, cells, values = f"{table.domain}/{table.dataset}: {row.first.run_id}", row.cells, row.values
@@ -255,7 +263,7 @@ def row_problems(table: Table, row: Row) -> list[str]:
         problems.append(f"{where}: ‡ {'shown' if '‡' in marks else 'missing'}; its records' code: {codes}")
     if "¶" in marks:
         problems.append(f"{where}: ¶, which this check does not recompute")
-    if bool(bold) != (row in best(table.rows, table.sign)):
+    if bool(bold) != (row in setting_best(table, row)):
         problems.append(f"{where}: bold {'shown' if bold else 'missing'}")
     problems += delta_problems(table, row)
     for metric in table.columns[6:-3]:
@@ -285,9 +293,12 @@ def delta_problems(table: Table, row: Row) -> list[str]:
         expected = NONE if base is None else "baseline"
         return [] if cell == expected else [f"{where}: Δ {cell!r}, expected {expected!r}"]
     change, p = row.mean - base.mean, paired_p(row, base)
-    shown = re.fullmatch(r"([+-][\d.]+)(†?)", cell)
-    if shown is None or not matches(shown.group(1), change) or (shown.group(2) == "†") != (p < 0.05):
-        return [f"{where}: Δ {cell!r}, the records give {change:+} (p = {p}) against {base.first.run_id}"]
+    shown = re.fullmatch(r"([+-][\d.]+)(†?)(‖?)", cell)
+    other_code = {code(r) for r in row.records} != {code(r) for r in base.records}
+    if shown is None or not matches(shown.group(1), change) or (shown.group(2) == "†") != (p < 0.05) or \
+            (shown.group(3) == "‖") != other_code:
+        return [f"{where}: Δ {cell!r}, the records give {change:+} (p = {p}, other code: {other_code}) against "
+                f"{base.first.run_id}"]
     return []
 
 
@@ -352,8 +363,11 @@ def index_problems(board: Path, results: Path) -> list[str]:
         problems += [f"index {table.domain}/{table.dataset}: {c} {cells.get(c)!r}, expected {v!r}"
                      for c, v in expected.items() if cells.get(c) != v]
         gain = table.sign * (top.mean - base.mean) if base is not None else None
-        if not (matches(cells.get("gain", "x"), gain) if gain is not None else cells.get("gain") == NONE):
-            problems.append(f"index {table.domain}/{table.dataset}: gain {cells.get('gain')!r}, the records: {gain}")
+        number, marks = re.fullmatch(r"([^†‖¶]*)([†‖¶]*)", cells.get("gain", "")).groups()
+        page_marks = "" if base in (None, top) else re.sub(r"[^†‖¶]", "", top.cells[table.columns[5]])
+        if not (matches(number, gain) if gain is not None else number == NONE) or marks != page_marks:
+            problems.append(f"index {table.domain}/{table.dataset}: gain {cells.get('gain')!r}, the records: {gain} "
+                            f"marked {page_marks!r} as on the domain page")
     return problems
 
 
@@ -674,8 +688,8 @@ def prior_problems(board: Path, prior: Path) -> list[str]:
 
 
 def unmarked(row: Row, table: Table) -> str:
-    """A row's mean ± std (n seeds) as the index shows it: not bold, without ‡ (which the index does not explain)."""
-    return re.sub(r"\*\*|‡", "", row.cells[table.columns[4]])
+    """A row's mean ± std (n seeds) as the index shows it: not bold, its marks kept (the index explains them)."""
+    return row.cells[table.columns[4]].replace("**", "")
 
 
 @pytest.mark.parametrize(("check", "records"), [
@@ -695,7 +709,8 @@ def test_every_number_of_a_committed_page_is_its_records(check, records):
     ("graph.md", "71.85 ± 1.86", "71.85 ± 1.87"),  # a std
     ("graph.md", "(3 seeds)‡ | +5.32†", "(4 seeds)‡ | +5.32†"),  # n
     ("graph.md", "+5.32†", "+5.32"),  # a †
-    ("graph.md", "| +1.20 |", "| +1.21 |"),  # a Δ
+    ("graph.md", "| +1.20‖ |", "| +1.21‖ |"),  # a Δ
+    ("graph.md", "| +1.20‖ |", "| +1.20 |"),  # a ‖
     ("graph.md", "77.17 ± 0.22 (3 seeds)‡", "77.17 ± 0.22 (3 seeds)"),  # a ‡
     ("graph.md", "**77.31 ± 0.93 (3 seeds)**", "77.31 ± 0.93 (3 seeds)"),  # bold
     ("graph.md", "| 3.4 min |", "| 3.6 min |"),  # a runtime
@@ -703,8 +718,8 @@ def test_every_number_of_a_committed_page_is_its_records(check, records):
     ("vision.md", "| H100 80GB HBM3 |", "| CPU |"),  # a device
     ("graph.md", "[s0](results/graph-DD-infograph-dcl-ec6569be-s0.json)",
      "[s1](results/graph-DD-infograph-dcl-ec6569be-s1.json)"),  # a record link
-    ("README.md", "| +5.46 |", "| +5.47 |"),  # the index's gain
-    ("README.md", "| 77.31 ± 0.93 (3 seeds) |", "| 77.19 ± 0.30 (3 seeds) |"),  # the index's best
+    ("README.md", "| +5.46†‖ |", "| +5.47†‖ |"),  # the index's gain
+    ("README.md", "| 77.31 ± 0.93 (3 seeds)‡ |", "| 77.19 ± 0.30 (3 seeds)‡ |"),  # the index's best
     ("report.md", "| pucl | 12 | 2.46 | 75% (12) |", "| pucl | 12 | 2.47 | 75% (12) |"),  # a mean rank
     ("report.md", "| pucl | 12 | 2.46 | 75% (12) |", "| pucl | 12 | 2.46 | 76% (12) |"),  # a win rate
     ("report.md", "| -47.58% |", "| -47.59% |"),  # a relative improvement

@@ -216,7 +216,8 @@ def hardware_line(bench: Mapping[str, Any]) -> str:
     commit = f"{text(commit[:10])}{' (dirty)' if sw.get('git_dirty') else ''}" if commit else NONE
     parts = [f"device {text(hw.get('device_name'))} ({code(number(bench.get('device')))})",
              f"CPU {text(hw.get('cpu'))}, {text(hw.get('cpu_count'))} cores, "
-             f"torch threads {text(hw.get('torch_threads'))}",
+             f"torch threads {text(hw.get('torch_threads'))} at the start (a row that sets its own says so in "
+             "its `threads` column)",
              f"torch {text(hw.get('torch'))}, CUDA {text(hw.get('cuda'))}, cuDNN {text(hw.get('cudnn'))}, "
              f"Python {text(hw.get('python'))}",
              f"harness {text(sw.get('contrastive_harness'))}, commit {commit}", f"date {text(bench.get('date'))}"]

@@ -29,14 +29,18 @@ from harness.pages.tables import (
     MIXED,
     MIXED_WHY,
     NONE,
+    OTHER_CODE,
     OTHER_DATA,
     PROTOCOL,
     UNCHECKED,
+    change_marks,
+    code_note,
     data_note,
     delta_cell,
     delta_header,
     device_cell,
     mean_cell,
+    other_code,
     other_data,
     protocol_lines,
     protocol_marks,
@@ -63,11 +67,13 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     first = groups[0]
     direction = "higher" if first.higher_is_better else "lower"
     data = data_note(groups, any(other_data(g, baseline_for(g, groups)) for g in groups))
+    codes = code_note(any(other_code(g, baseline_for(g, groups)) and g.values for g in groups))
     lines = [
         MARKER, "", f"# Leaderboard: {escape(domain)}", "",
         f"Primary metric {code(first.primary_metric)} ({direction} is better): mean ± sample std over seeds "
-        f"(n seeds). Bold: the best mean of each table, among the rows none of whose seeds diverged and, where the "
-        f"table has any, with at least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
+        f"(n seeds). Bold: in each setting that two or more losses ran (the rows that compare losses, with one "
+        f"method), the best mean among the rows none of whose seeds diverged and, where the setting has any, with at "
+        f"least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
         f"Δ: change of the mean against the row of the baseline loss named in its header (the method's own where "
         f"it has one) with the same method and setting; {DAGGER} marks "
         f"p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both rows share. Setting: "
@@ -77,8 +83,8 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         f"runs; {PROTOCOL} marks a published number obtained under another protocol than ours, the difference under "
         f"the table, and {UNCHECKED} after its source one that we quote but could not check against that source "
         f"(the others were read in it, or in a quotation of it). Each row shows the records of the newest code that "
-        f"ran it; {MIXED} marks a row whose seeds come from {MIXED_WHY}.{' ' + data if data else ''} Under each "
-        "table, the learning curves of its rows.", "",
+        f"ran it; {MIXED} marks a row whose seeds come from {MIXED_WHY}.{' ' + data if data else ''}"
+        f"{' ' + codes if codes else ''} Under each table, the learning curves of its rows.", "",
     ]
     if any(g.nonfinite for g in groups):
         lines += [NONFINITE, ""]
@@ -90,7 +96,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     lines += objective_lines(dom, sorted({g.method for g in groups}))
     for dataset in sorted({g.dataset for g in groups}):
         rows = [g for g in groups if g.dataset == dataset]
-        winners = {id(g) for g in best(contenders(rows))}
+        winners = setting_bests(rows)
         extra = [m for m in metrics if any(m in g.secondary for g in rows)]
         columns = ["method", "loss", "hyper-parameters", "setting", first.primary_metric, delta_header(rows), *extra,
                    "runtime", "device", "record"]
@@ -125,6 +131,17 @@ def objective_lines(dom: Domain | None, methods: list[str]) -> list[str]:
                       "leaves them out, the row shows those its command set, and Δ is against the baseline loss's "
                       "row whose values of them differ in the fewest keys, then with the most seeds.", ""]
     return lines
+
+
+def setting_bests(rows: list[Group]) -> set[int]:
+    """The ids of the rows a domain's page sets in bold: in each setting that two or more losses ran, its best
+    contender. A table's best across settings would compare a budget or a protocol, not losses (an ablation that
+    one loss ran, another rho of a biased set)."""
+    by_setting: dict[str, list[Group]] = {}
+    for g in rows:
+        if g.loss_used:
+            by_setting.setdefault(g.setting, []).append(g)
+    return {id(g) for same in by_setting.values() if len({g.loss for g in same}) > 1 for g in best(contenders(same))}
 
 
 def finite(rows: list[Group]) -> list[Group]:
@@ -184,8 +201,13 @@ def index_page(groups: list[Group]) -> str:
             cells.append(index_row(domain, dataset, rows, groups, dom))
             shown += [g for g in index_best(rows, groups) if g is not None]
     data = data_note(shown, any(other_data(g, baseline_for(g, groups)) for g in shown))
-    if data:
-        lines += [data, ""]
+    text = "".join(str(c) for row in cells for c in row)
+    legend = [f"{MIXED} after a mean marks a row whose seeds come from {MIXED_WHY}." if MIXED in text else "",
+              f"{DAGGER} after a gain marks p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over "
+              "the seeds both rows share; a gain without it is within the seeds' noise." if DAGGER in text else "",
+              code_note(OTHER_CODE in text), data]
+    if any(legend):
+        lines += [" ".join(x for x in legend if x), ""]
     columns = ["domain", "dataset", "metric", "best loss", "hyper-parameters", "method", "setting", "best",
                "baseline", "gain"]
     lines += [*markdown(columns, cells), ""]
@@ -204,13 +226,18 @@ def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group],
     if base is None:
         baseline, gain = NONE, NONE
     else:
-        baseline = f"{cell(base)} ({base.loss}){OTHER_DATA if base.mixed_data else ''}"
+        baseline = f"{cell(base)}{marks(base)} ({base.loss})"
         gain = f"{top.sign * (top.mean - base.mean):+.{decimals(base.mean)}f}" if base.values else NONE
-        gain += OTHER_DATA if base.values and other_data(top, base) else ""
+        gain += change_marks(top, base) if base.values and base is not top else ""
     few = "" if top.n >= MIN_SEEDS and not top.nonfinite else f", *fewer than {MIN_SEEDS} seeds*"
-    mark = OTHER_DATA if top.mixed_data else ""
+    mark = marks(top)
     return [domain_link(domain), dataset, top.primary_metric, top.loss_label(), top.hparams_label(),
             top.method, setting_cell(top, dom), Markup(escape(cell(top) + mark) + few), baseline, gain]
+
+
+def marks(group: Group) -> str:
+    """What a row's mean carries on the index, as on its domain's page: seeds of several commits, of other data."""
+    return (MIXED if group.mixed_code else "") + (OTHER_DATA if group.mixed_data else "")
 
 
 def index_best(rows: list[Group], groups: list[Group]) -> tuple[Group | None, Group | None]:

@@ -18,6 +18,7 @@ from harness.pages.prior_runs import LOSSES, SYNTHETIC, Run, task_label
 from harness.pages.tables import MIXED, OTHER_DATA
 
 ALPHA = 0.05
+NOT_SHOWN_WORSE = "within noise (not shown worse, nor better)"  # a paired test's p >= ALPHA: no evidence either way
 AUTO_DEFAULT = "auto (kmeans)"  # the default estimator's column: the one the goal is judged on
 
 
@@ -147,11 +148,11 @@ def gain_lines(runs: list[Run]) -> tuple[list[str], list[str]]:
         auto, default = by_seed(auto_runs), by_seed(default_runs)
         if len(set(auto) & set(default)) >= 2:
             diffs, p = paired(auto, default)
-            better = statistics.fmean(diffs) >= 0 or not p < ALPHA
-            verdicts.append(f"{task_label(task)}: dcl auto − dcl default = {statistics.fmean(diffs):+.2f}"
+            mean = statistics.fmean(diffs)
+            verdict = NOT_SHOWN_WORSE if not p < ALPHA else "better" if mean >= 0 else "worse"
+            verdicts.append(f"{task_label(task)}: dcl auto − dcl default = {mean:+.2f}"
                             f"{marks(auto_runs, default_runs)} over "
-                            f"{len(diffs)} seeds (paired t-test p = {p:.3g}): "
-                            f"{'as good or better, within noise' if better else 'worse'}")
+                            f"{len(diffs)} seeds (paired t-test p = {p:.3g}): {verdict}")
     if not rows:
         return ["No synthetic task has records of infonce and a debiased loss yet.", ""], verdicts
     headers = [f"Δ at {'the label prior' if c == 'true' else c + ' prior'}" for c in columns]

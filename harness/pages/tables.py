@@ -26,8 +26,10 @@ ALPHA = 0.05
 DAGGER = "†"
 MIXED = "‡"
 # Why seeds of several commits can share a row or value (MIXED), as every page that shows the mark says it.
-MIXED_WHY = ("several commits (records written before the harness recorded a digest of its sources, so that which "
-             "code ran cannot be told apart more finely)")
+MIXED_WHY = ("several commits: records written before the harness recorded a digest of its sources, pooled by "
+             "package version, since their commits (often of edited trees) do not say whether the code a run "
+             "executes differed; history.md splits them by commit")
+OTHER_CODE = "‖"  # a change between rows of different code: the loss's and the code's
 PROTOCOL = "§"
 UNCHECKED = "(unchecked)"
 OTHER_DATA = "¶"
@@ -62,6 +64,19 @@ def other_data(group: Group, base: Group | None) -> bool:
     return base is not None and base is not group and group.data != base.data
 
 
+def other_code(group: Group, base: Group | None) -> bool:
+    """Whether a row and its baseline ran different code (each row shows its newest code's records): a change
+    between their means would be the code's as well as the loss's."""
+    return base is not None and base is not group and set(group.codes) != set(base.codes)
+
+
+def code_note(shown: bool) -> str:
+    """The legend of :data:`OTHER_CODE`, where a page shows it."""
+    return (f"{OTHER_CODE} after a change marks one between rows whose records name different code (other source "
+            "digests; for records without one, other commits; history.md lists them): it may be the code's as well "
+            "as the loss's." if shown else "")
+
+
 def data_note(rows: Iterable[Group], deltas: bool) -> str:
     """The legend of :data:`OTHER_DATA` where a row of ``rows`` left seeds out, or (``deltas``) where a change is
     against a baseline that read other data; "" where neither (a page explains only the marks it shows)."""
@@ -85,8 +100,13 @@ def delta_cell(group: Group, base: Group | None) -> str:
         return NONE
     digits = decimals(base.mean)
     change = group.mean - base.mean
-    marks = (DAGGER if paired_p(group, base) < ALPHA else "") + (OTHER_DATA if other_data(group, base) else "")
-    return f"{change:+.{digits}f}{marks}"
+    return f"{change:+.{digits}f}{change_marks(group, base)}"
+
+
+def change_marks(group: Group, base: Group) -> str:
+    """What a change between ``group`` and its baseline carries: significance, other code, other data."""
+    return ((DAGGER if paired_p(group, base) < ALPHA else "") + (OTHER_CODE if other_code(group, base) else "")
+            + (OTHER_DATA if other_data(group, base) else ""))
 
 
 def delta_header(rows: list[Group]) -> str:
