@@ -103,14 +103,14 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         cells = []
         for g in rows:
             value = f"**{escape(cell(g))}**" if id(g) in winners else escape(cell(g))
-            value = Markup(value + (MIXED if g.mixed_code else "") + (OTHER_DATA if g.mixed_data else ""))
+            value = Markup(value + marks(g))
             cells.append([g.method, g.loss_label(), g.hparams_label(), setting_cell(g, dom), value,
                           delta_cell(g, baseline_for(g, groups)), *(mean_cell(g.secondary.get(m)) for m in extra),
                           runtime_cell(g), device_cell(g), record_cell(g, results, out)])
         published = sorted((r for r in refs if r.dataset == dataset), key=lambda r: (r.source, r.label))
-        marks = protocol_marks(published)
-        cells += [reference_row(ref, marks, len(columns)) for ref in published]
-        lines += [f"## {escape(dataset)}", "", *markdown(columns, cells), "", *protocol_lines(marks)]
+        protocols = protocol_marks(published)
+        cells += [reference_row(ref, protocols, len(columns)) for ref in published]
+        lines += [f"## {escape(dataset)}", "", *markdown(columns, cells), "", *protocol_lines(protocols)]
         note = dom.notes.get(dataset) if dom is not None else None
         if note:
             lines += [f"**Notes.** {' '.join(note.split())}", ""]
@@ -236,7 +236,7 @@ def index_row(domain: str, dataset: str, rows: list[Group], groups: list[Group],
 
 
 def marks(group: Group) -> str:
-    """What a row's mean carries on the index, as on its domain's page: seeds of several commits, of other data."""
+    """What a row's mean carries, on its domain's page and on the index: seeds of several commits, of other data."""
     return (MIXED if group.mixed_code else "") + (OTHER_DATA if group.mixed_data else "")
 
 
