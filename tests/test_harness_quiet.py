@@ -99,3 +99,11 @@ def test_a_warning_of_the_harness_is_one_line_and_a_librarys_says_whose_it_is():
     output._show_warning(UserWarning("old API"), UserWarning, io.__file__, 7, library, "call()")
     assert own.getvalue() == "warning: moved it aside\n"
     assert io.__file__ in library.getvalue() and "UserWarning: old API" in library.getvalue()
+
+
+def test_a_sweeps_jobs_print_no_estimate_of_their_own(tmp_path):
+    """The sweep's bar estimates the whole sweep; a line per job ("about 1.2 s of pretraining left") was noise."""
+    out = harness("sweep", "--domains", "tiny", "--losses", "infonce", "--preset", "paper", "--seeds", "0,1",
+                  "--set", "sleep_s=0.05", "--tracker", "none", "--results", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "sweep done: 2 completed" in out.stdout and "estimate" not in out.stdout + out.stderr

@@ -55,7 +55,8 @@ class RunRequest:
     resume: bool = False
     force: bool = False
     quiet: bool = False  # no progress bars; everything else a run prints still shows (the tracking line too)
-    # Print where the live logs are (tracking: ...): a sweep prints it once itself, not in each job.
+    # Print where the live logs are (tracking: ...) and the time the pretraining has left (estimate: ...): a sweep
+    # prints the first once itself, not in each job, and its own bar estimates the whole sweep, not each job.
     announce: bool = True
     trackers: list[str] = field(default_factory=lambda: list(tracking.DEFAULT))  # live logs: a runtime option
     save_model: bool = False  # keep the trained networks (model_file): a runtime option, outside the run's identity
@@ -386,7 +387,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
         "data_fingerprint": data.fingerprint,
     }
-    estimate = write and spec.preset != "quick" and seeds_left > 0
+    estimate = write and spec.preset != "quick" and seeds_left > 0 and req.announce
     ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
                             run_key=rid, stop_reason=stopping.stop_reason, seeds=seeds_left if estimate else 0,
