@@ -59,7 +59,7 @@ NOTES: dict[str, str] = {
         "At HCL's 200 epochs (`paper-hcl`, 10 seeds), dcl (57.43) and hcl (58.24) gain over jsd (55.19; +2.2 "
         "and +3.1, p < 0.05) and pucl with alpha 0.1 less (56.72, +1.5, not significant). PUCL's published "
         "order (+PUCL 58.90 above +HCL 56.20 and +DEB 55.74) is not reproduced at either budget: at 200 "
-        "epochs hcl leads, at 20 epochs pucl leads only with alpha 0.5 (58.69). jsd at 200 epochs is 1.4 "
+        "epochs hcl leads, at 20 epochs pucl leads only with alpha 0.5 (58.37). jsd at 200 epochs is 1.4 "
         "points below the published InfoGraph 56.63. HCL's own graph objective (`jsd_hard`, tau+ 0.5, beta 0, "
         "1, 2, 10; see ENZYMES) reaches 55.91, 55.78, 55.42 and 54.72, not significantly apart from jsd and "
         "within 1.5 of PUCL's +DEB (55.74) and +HCL (56.20), closer than our dcl and hcl are; here the gaps "
