@@ -152,7 +152,12 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
     ``class_silhouette``, the silhouette of the class partition (near 0 or below: the classes are not
     clusters, whatever else separates them); ``class_ari``, the adjusted Rand index (Hubert & Arabie 1985,
     `sklearn.metrics.adjusted_rand_score`) between the classes and the cut of the Ward tree into as many
-    clusters as there are classes (1: the clusters are the classes; 0: chance)."""
+    clusters as there are classes (1: the clusters are the classes; 0: chance).
+
+    ``zero_rows`` counts the all-zero rows, which have no direction: ReLU features can be zero for an image
+    (Barbano et al.'s encoder with a head, ``paper-biased-head``). They are left out of the two scores, and where
+    fewer than :data:`MIN_ROWS` rows are left, only the count is returned: an evaluation records what it can
+    rather than failing a trained run."""
     from scipy.cluster.hierarchy import fcluster
     from sklearn.metrics import adjusted_rand_score
 
@@ -161,13 +166,22 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
     labels = np.asarray(labels).reshape(-1)
     if len(labels) != len(embeddings):
         raise ValueError(f"class_structure: {len(labels)} labels for {len(embeddings)} embeddings")
+    zero_rows = 0
+    if isinstance(embeddings, Tensor) and embeddings.dim() == 2:
+        directed = (embeddings != 0).any(dim=1).cpu().numpy()
+        zero_rows = int(len(directed) - directed.sum())
+        if zero_rows:
+            embeddings, labels = embeddings[torch.from_numpy(directed).to(embeddings.device)], labels[directed]
+            if len(labels) < MIN_ROWS or len(np.unique(labels)) < 2:
+                return {"zero_rows": zero_rows}
     _, labels, distances, tree = _ward("class_structure", embeddings, labels, sample, seed)
     classes = np.unique(labels, return_inverse=True)[1]
     k = int(classes.max()) + 1
     if not 2 <= k < len(classes):
         raise ValueError(f"class_structure needs at least 2 classes and more rows than classes, got {k} classes")
     cut = fcluster(tree, k, criterion="maxclust")
-    return {"class_silhouette": silhouette(distances, classes), "class_ari": float(adjusted_rand_score(classes, cut))}
+    return {"class_silhouette": silhouette(distances, classes), "class_ari": float(adjusted_rand_score(classes, cut)),
+            "zero_rows": zero_rows}
 
 
 def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, sample: int = 2000) -> PriorEstimate:

@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from tiny_domain import synthetic_record
 
 from domains.errors import UserError
 from harness.suites.pack import MANIFEST, unpack
@@ -118,6 +119,31 @@ def test_a_session_whose_runs_all_stopped_packs_their_checkpoints(tmp_path, caps
     assert (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").read_bytes() == b"weights"
     assert (tmp_path / "side" / "unfinished" / f"{rid}.log").is_file()
     assert (tmp_path / "side" / CAMPAIGN_LOG).is_file()
+
+
+def test_a_session_whose_runs_all_failed_packs_their_records_and_logs(tmp_path):
+    """Three Biased-MNIST runs trained for 8 minutes and failed in their evaluation (2026-11-28): `pack` said
+    "nothing to pack", and the records and logs that said why stayed on the machine. They come back now, to the
+    side folder, never into leaderboards/."""
+    from harness.suites.pack import CAMPAIGN_LOG, pack
+
+    repo, stage, out = tmp_path / "repo", tmp_path / "stage", tmp_path / "out"
+    (repo / "leaderboards" / "results").mkdir(parents=True)
+    record = synthetic_record("infonce", 0, 0.0, status="failed")
+    rid = record["run_id"]
+    staged = stage / "leaderboards" / "results"
+    staged.mkdir(parents=True)
+    (staged / f"{rid}.json").write_text(json.dumps(record))
+    (staged / f"{rid}.log").write_text("Traceback ...\n")
+    (stage / CAMPAIGN_LOG).write_text("exit 1: tiny ... seed 0\n")
+    unpack(pack(stage, out, repo), repo, tmp_path / "side")
+    assert json.loads((tmp_path / "side" / "failed" / f"{rid}.json").read_text())["status"] == "failed"
+    assert (tmp_path / "side" / "failed" / f"{rid}.log").is_file()
+    assert not list((repo / "leaderboards" / "results").iterdir())
+    (staged / f"{rid}.json").unlink()  # the campaign log and an orphan log alone are nothing to bring back
+    (staged / f"{rid}.log").unlink()
+    with pytest.raises(UserError, match="nothing to pack"):
+        pack(stage, out, repo)
 
 
 def test_a_manifest_entry_without_its_kind_or_size_is_named_damaged(tmp_path):

@@ -617,7 +617,8 @@ def spread_matches(text: str, expected: tuple[float, float | None] | None) -> bo
 
 def structure(records: list[RunRecord]) -> str:
     """The mean class silhouette / ARI of the records that hold them (``details.class_structure``)."""
-    measured = [r.details["class_structure"] for r in records if r.details.get("class_structure")]
+    held = [r.details.get("class_structure") or {} for r in records]
+    measured = [m for m in held if "class_ari" in m]  # a run with too few non-zero features records their count
     if not measured:
         return NONE
     return (f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "

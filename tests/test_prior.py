@@ -123,6 +123,21 @@ def test_class_structure_subsamples_the_labels_with_the_rows():
     assert prior.class_structure(x, labels, sample=500)["class_ari"] > 0.95  # rows and labels drawn together
 
 
+def test_class_structure_leaves_out_and_counts_all_zero_rows():
+    """ReLU features can be all zero for an image (the biased track's head variant): such rows have no
+    direction. They are counted and left out, so the scores are those of the other rows, where before the
+    evaluation raised after a whole training run. Too few rows left: the count alone."""
+    [x], labels = _sphere_mixture([0.5, 0.5], 400, 8, 0.3, 0)
+    dead = torch.zeros(7, 8, dtype=x.dtype)
+    with_dead = torch.cat([x[:100], dead, x[100:]])
+    dead_labels = np.concatenate([labels[:100], np.ones(7, dtype=labels.dtype), labels[100:]])
+    found = prior.class_structure(with_dead, dead_labels, seed=3)
+    assert found == {**prior.class_structure(x, labels, seed=3), "zero_rows": 7}
+    assert prior.class_structure(x, labels)["zero_rows"] == 0
+    few = torch.cat([torch.zeros(40, 8), torch.randn(5, 8)])
+    assert prior.class_structure(few, np.arange(45) % 2) == {"zero_rows": 40}
+
+
 @pytest.mark.parametrize(("labels", "message"), [
     (np.zeros(50, dtype=int), "at least 2 classes"),
     (np.arange(49), "49 labels for 50 embeddings"),

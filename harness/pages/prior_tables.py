@@ -48,7 +48,7 @@ def _one_or_spread(values: list[float], digits: int = 4) -> str:
 
 def _structure(runs: list[Run]) -> str:
     """The mean class silhouette and ARI of the runs that recorded them (losses.prior.class_structure)."""
-    measured = [r.class_structure for r in runs if r.class_structure]
+    measured = [r.class_structure for r in runs if r.class_structure and "class_ari" in r.class_structure]
     if not measured:
         return "–"
     return (f"{statistics.fmean(m['class_silhouette'] for m in measured):.2f} / "

@@ -134,10 +134,11 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
     nothing new is there or the records alone do not fit."""
     members, saved = collect(stage, repo, checkpoints)
     kinds = [m.kind for m in members]
-    if "record" not in kinds and "bench" not in kinds and not saved:  # a session whose runs all stopped: its
-        # checkpoints are what it made
+    failed = any(m.path.parent == SIDE / "failed" for m in members)
+    if "record" not in kinds and "bench" not in kinds and not saved and not failed:  # a session whose runs all
+        # stopped made its checkpoints; one whose runs all failed, the records and logs that say why
         hint = "" if checkpoints else " (--checkpoints also packs the checkpoints of unfinished runs)"
-        raise UserError(f"nothing to pack: {stage} holds no completed record, no bench file"
+        raise UserError(f"nothing to pack: {stage} holds no completed or failed record, no bench file"
                         f"{' and no checkpoint' if checkpoints else ''} that {repo / 'leaderboards'} does not already "
                         f"have{hint}")
     out.mkdir(parents=True, exist_ok=True)
