@@ -53,8 +53,8 @@ def test_report_on_synthetic_records(tmp_path):
     # pucl: ranks 1, 3, 1, 2 (d2: dcl 1, pucl 2, infonce 3) -> 1.75; relative improvements over infonce:
     # +6/80.5, +0.5/61, +0.2/0.3, +0.05/0.5 (lower is better) -> mean in percent; wins 4 of 4.
     rel = 100 * (6 / 80.5 + 0.5 / 61 + 0.2 / 0.3 + 0.05 / 0.5) / 4
-    assert f"| pucl | 4 | 1.75 | 100% (4) | {rel:+.2f}% |" in overall
-    assert "| infonce | 4 | 3.50 | – | – |" in overall
+    assert f"| pucl | 4 | 1.75 | 100% (4) | {rel:+.2f}% | 4 of 4 (°) |" in overall  # two seeds a row: fewer than 3
+    assert "| infonce | 4 | 3.50 | – | – | – |" in overall
 
 
 def test_a_task_with_one_loss_is_no_task(tmp_path):
@@ -101,3 +101,28 @@ def test_the_report_names_what_its_test_covers_and_the_seed_spread(tmp_path):
     by_hand = statistics.stdev(100 * (v - base) / base for v in TASKS[("tiny", "blobs")]["pucl"])
     assert abs(tasks["blobs"].seed_spread("pucl") - by_hand) < 1e-9
     assert tasks["blobs"].seed_spread("infonce") is None  # the baseline has no improvement over itself
+
+
+def test_a_relative_improvement_says_what_weakens_it(tmp_path):
+    """biased-mnist's +75.96 over a one-seed supcon baseline of other code made eps_supinfonce's mean relative
+    improvement +253% with no mark (2026-11-28). The tables count the tasks behind a mean that compare rows of
+    other code (‖) or of fewer than 3 seeds (°), the task list marks each, and the page explains the marks."""
+    old = {"source_digest": "a" * 64, "git_commit": "a" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00"}
+    new = {"source_digest": "b" * 64, "git_commit": "b" * 40, "git_commit_date": "2026-11-26T09:00:00+00:00"}
+    records = [synthetic_record("infonce", 0, 10.0, software=old)]  # one seed, other code
+    records += [synthetic_record("dcl", s, 80.0 + s, software=new) for s in range(3)]
+    records += [synthetic_record(loss, s, v, dataset="other", software=new)  # three seeds each, one code
+                for loss, v in (("infonce", 50.0), ("dcl", 51.0)) for s in range(3)]
+    write_records(tmp_path / "results", records)
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
+    text = (tmp_path / "lb" / "report.md").read_text()
+    relative = 100 * ((81 - 10) / 10 + (51 - 50) / 50) / 2
+    assert f"| dcl | 2 | 1.00 | 100% (2) | {relative:+.2f}% | 1 of 2 (‖°) |" in text.split("## Per domain")[0]
+    assert "- tiny/blobs/linear/quick: dcl (3 seeds‖°), infonce (baseline, 1 seed)" in text
+    assert "- tiny/other/linear/quick: dcl (3 seeds), infonce (baseline, 3 seeds)" in text
+    assert "‖ after a change marks one between rows whose records name different code" in text
+    assert "° marks one with a row of fewer than 3 seeds" in text and "‡ marks" not in text
+    write_records(tmp_path / "clean", records[4:])  # one code, three seeds: no mark, no legend
+    assert main(["report", "--results", str(tmp_path / "clean"), "--out", str(tmp_path / "lb2")]) == 0
+    clean = (tmp_path / "lb2" / "report.md").read_text()
+    assert "**Marked comparisons:**" not in clean and "‖" not in clean and "°" not in clean

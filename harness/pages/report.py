@@ -28,12 +28,16 @@ from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
+from harness.pages.tables import MIXED, MIXED_WHY, OTHER_CODE, code_note, other_code
 from harness.tables import bullet, escape, markdown
 
 MARKER = generated.marker("report")
 CD_PNG, BARS_PNG = "report_cd.png", "report_improvement.png"
 FIGURES = re.compile(f"{re.escape(CD_PNG)}|{re.escape(BARS_PNG)}")  # the links to them in a report of ours
 ALPHA = 0.05
+FEW_SEEDS = "°"  # a comparison with a row of fewer than MIN_SEEDS seeds
+MIN_SEEDS = 3
+MARKS = (OTHER_CODE, MIXED, FEW_SEEDS)  # in the order a cell shows them
 
 
 @dataclass
@@ -46,6 +50,7 @@ class Task:
     values: dict[str, float] = field(default_factory=dict)  # loss -> mean primary metric (best hyper-parameters)
     seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # loss -> its per-seed values there
     diverged: set[str] = field(default_factory=set)  # losses that ran here but diverged on every seed
+    rows: dict[str, Group] = field(default_factory=dict, repr=False)  # loss -> the row it enters with
 
     @property
     def losses(self) -> list[str]:
@@ -88,6 +93,16 @@ class Task:
         base = abs(self.values[self.baseline_loss])
         return statistics.stdev(100.0 * self.sign * v / base for v in values)
 
+    def marks(self, loss: str) -> str:
+        """What weakens the comparison of ``loss`` with the baseline, as the domain pages mark it: rows of other
+        code (‖), a row pooled from several commits (‡), a row of fewer than :data:`MIN_SEEDS` seeds (°)."""
+        row, base = self.rows.get(loss), self.rows.get(self.baseline_loss)
+        if row is None or base is None or row is base:
+            return ""
+        found = {OTHER_CODE: other_code(row, base), MIXED: row.mixed_code or base.mixed_code,
+                 FEW_SEEDS: min(row.n, base.n) < MIN_SEEDS}
+        return "".join(mark for mark in MARKS if found[mark])
+
 
 def build_tasks(groups: list[Group]) -> list[Task]:
     tasks: dict[str, Task] = {}
@@ -100,6 +115,7 @@ def build_tasks(groups: list[Group]) -> list[Task]:
         elif g.loss not in task.values or g.sign * g.mean > g.sign * task.values[g.loss]:
             task.values[g.loss] = g.mean
             task.seeds[g.loss] = dict(g.values)
+            task.rows[g.loss] = g
     for task in tasks.values():  # a loss with a finite setting of its hyper-parameters enters with it
         task.diverged -= set(task.values)
     # A task with one loss compares nothing; it would only hand that loss a rank of 1.
@@ -117,6 +133,7 @@ class Summary:
     mean_rank: float
     relative: list[float]  # relative improvement over the baseline, one per task where both are finite
     wins: list[bool]  # whether it beat the baseline, one per task that has one (Task.beats_baseline)
+    marked: list[str] = field(default_factory=list)  # Task.marks of each task of ``relative`` that has any
 
     @property
     def win_rate(self) -> float | None:
@@ -133,9 +150,11 @@ def summarise(tasks: list[Task]) -> list[Summary]:
     rows = []
     for loss in sorted({name for t in tasks for name in t.losses}):
         mine = [r[loss] for r in ranks if loss in r]
-        rel = [x for t in tasks if (x := t.relative(loss)) is not None]
+        compared = [t for t in tasks if t.relative(loss) is not None]
+        rel = [t.relative(loss) for t in compared]
         wins = [x for t in tasks if (x := t.beats_baseline(loss)) is not None]
-        rows.append(Summary(loss, len(mine), statistics.fmean(mine), rel, wins))
+        marked = [m for t in compared if (m := t.marks(loss))]
+        rows.append(Summary(loss, len(mine), statistics.fmean(mine), rel, wins, marked))
     return sorted(rows, key=lambda r: (r.mean_rank, r.loss))
 
 
@@ -162,8 +181,45 @@ def _table(rows: list[Summary]) -> list[str]:
     for r in rows:
         win = "–" if r.win_rate is None else f"{100 * r.win_rate:.0f}% ({len(r.wins)})"
         gain = "–" if r.mean_relative is None else f"{r.mean_relative:+.2f}%"
-        cells.append([r.loss, str(r.tasks), f"{r.mean_rank:.2f}", win, gain])
-    return markdown(["loss", "tasks", "mean rank", "win rate vs baseline (tasks)", "mean relative improvement"], cells)
+        found = "".join(r.marked)
+        marked = "–" if not r.relative else f"{len(r.marked)} of {len(r.relative)}" + (
+            f" ({''.join(m for m in MARKS if m in found)})" if found else "")
+        cells.append([r.loss, str(r.tasks), f"{r.mean_rank:.2f}", win, gain, marked])
+    return markdown(["loss", "tasks", "mean rank", "win rate vs baseline (tasks)", "mean relative improvement",
+                     "marked comparisons"], cells)
+
+
+def marks_legend(tasks: list[Task]) -> list[str]:
+    """The legend of the marks the page shows (after a relative improvement, and in the task list); nothing where
+    it shows none."""
+    shown = "".join(t.marks(loss) for t in tasks for loss in t.losses)
+    notes = {OTHER_CODE: code_note(True),
+             MIXED: f"{MIXED} marks one with a row whose seeds come from {MIXED_WHY}.",
+             FEW_SEEDS: f"{FEW_SEEDS} marks one with a row of fewer than {MIN_SEEDS} seeds: one seed has no spread, "
+                        "and against a baseline near chance (a small |baseline|) a relative improvement is large "
+                        "by construction."}
+    found = [notes[mark] for mark in MARKS if mark in shown]
+    if not found:
+        return []
+    return ["**Marked comparisons:** of the tasks behind a mean relative improvement, how many compare the loss's "
+            "row with the baseline's where the domain pages mark one of them, and with which marks; the task list "
+            "below marks each. " + " ".join(found), ""]
+
+
+def seeds_label(n: int) -> str:
+    return f"{n} seed" + ("" if n == 1 else "s")
+
+
+def task_losses(task: Task) -> list[str]:
+    """Each loss of ``task`` with its seeds and, against the baseline, the marks of :meth:`Task.marks`."""
+    out = []
+    for name in task.losses:
+        if name in task.diverged:
+            out.append(f"{name} (diverged)")
+            continue
+        role = "baseline, " if name == task.baseline_loss else ""
+        out.append(f"{name} ({role}{seeds_label(task.rows[name].n)}{task.marks(name)})")
+    return out
 
 
 def coverage(tasks: list[Task]) -> str:
@@ -248,7 +304,7 @@ def write_report(results: Path, out: Path) -> Path:
         *nonfinite_lines(groups),
         *data_lines(groups, tasks),
     ]
-    lines += ["## Overall", "", *_table(summarise(tasks)), ""]
+    lines += ["## Overall", "", *_table(summarise(tasks)), "", *marks_legend(tasks)]
     lines += ["## Per domain", ""]
     for domain in domains:
         lines += [f"### {escape(domain)}", "", *_table(summarise([t for t in tasks if t.domain == domain])), ""]
@@ -300,10 +356,6 @@ def write_report(results: Path, out: Path) -> Path:
         write_atomic(path, "\n".join(lines))
         generated.remove_stale(previous, drawn)  # once no page shows them
     return path
-
-
-def task_losses(task: Task) -> list[str]:
-    return [f"{name} (diverged)" if name in task.diverged else name for name in task.losses]
 
 
 def cmd_report(results: str, out: str) -> int:
