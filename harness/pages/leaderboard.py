@@ -193,19 +193,24 @@ def index_page(groups: list[Group]) -> str:
     if diverged:
         lines += [NONFINITE, ""]
     cells = []
+    pairs: list[tuple[Group, Group]] = []  # each dataset's best row and the baseline its gain is against
     shown: list[Group] = []  # the best rows and their baselines
     for domain in sorted({g.domain for g in groups}):
         dom = domain_or_none(domain)
         for dataset in sorted({g.dataset for g in groups if g.domain == domain}):
             rows = comparisons([g for g in groups if g.domain == domain and g.dataset == dataset])
             cells.append(index_row(domain, dataset, rows, groups, dom))
-            shown += [g for g in index_best(rows, groups) if g is not None]
+            top, base = index_best(rows, groups)
+            shown += [g for g in (top, base) if g is not None]
+            if top is not None and base is not None and base.values and base is not top:
+                pairs.append((top, base))
     data = data_note(shown, any(other_data(g, baseline_for(g, groups)) for g in shown))
-    text = "".join(str(c) for row in cells for c in row)
-    legend = [f"{MIXED} after a mean marks a row whose seeds come from {MIXED_WHY}." if MIXED in text else "",
+    changes = "".join(change_marks(top, base) for top, base in pairs)  # what the gain cells carry
+    legend = [f"{MIXED} after a mean marks a row whose seeds come from {MIXED_WHY}."
+              if any(g.mixed_code for g in shown) else "",
               f"{DAGGER} after a gain marks p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over "
-              "the seeds both rows share; a gain without it is within the seeds' noise." if DAGGER in text else "",
-              code_note(OTHER_CODE in text), data]
+              "the seeds both rows share; a gain without it is within the seeds' noise." if DAGGER in changes else "",
+              code_note(OTHER_CODE in changes), data]
     if any(legend):
         lines += [" ".join(x for x in legend if x), ""]
     columns = ["domain", "dataset", "metric", "best loss", "hyper-parameters", "method", "setting", "best",
