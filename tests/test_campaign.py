@@ -85,6 +85,34 @@ def test_dry_run_prints_every_run_and_the_estimated_totals(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+def test_a_setting_never_completed_is_noted_before_its_seeds_start_side_by_side(tmp_path, planned):
+    """Session 32 started three seeds of a never-run preset side by side on the device; all failed in their
+    evaluation after 8 minutes. A setting of several seeds with no completed record of any code gets a note that
+    says to run its first seed alone; one with a record, one seed, or one job at a time gets none."""
+    from tiny_domain import synthetic_record, write_records
+
+    repo = _repo(tmp_path)
+    ran = synthetic_record("infonce", 0, 80.0)
+    ran["command"] = ["harness", "run", "--domain", "tiny", "--method", "linear", "--dataset", "blobs", "--loss",
+                      "infonce", "--preset", "quick", "--seeds", "0", "--device", "cpu", "--set", "epochs=2"]
+    failed = synthetic_record("dcl", 0, 0.0, status="failed")
+    failed["command"] = [*ran["command"][:9], "dcl", *ran["command"][10:]]
+    write_records(repo / "leaderboards" / "results", [ran, failed])
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 10 epochs=2",
+                      "tiny linear blobs dcl quick 0-2 10 epochs=2", "tiny linear blobs infonce quick 0-1 10 epochs=3",
+                      "tiny linear blobs pucl quick 0 10")
+    out = planned("run", str(plan), "--dry-run", "--jobs", "3", "--repo", str(repo))
+    notes = [line for line in out.stdout.splitlines() if line.startswith("note: no completed record")]
+    assert notes == [
+        f"note: no completed record of tiny linear blobs dcl quick epochs=2 in {repo / 'leaderboards' / 'results'}: "
+        "its 3 seeds would meet any failure of the setting together; run seed 0 alone first (--seeds 0 --jobs 1)",
+        f"note: no completed record of tiny linear blobs infonce quick epochs=3 in "
+        f"{repo / 'leaderboards' / 'results'}: its 2 seeds would meet any failure of the setting together; run seed "
+        "0 alone first (--seeds 0 --jobs 1)"]
+    alone = planned("run", str(plan), "--dry-run", "--jobs", "1", "--repo", str(repo))
+    assert "no completed record" not in alone.stdout
+
+
 def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path, planned):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300")
     out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")

@@ -19,7 +19,9 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  ``--jobs`` workers (perfect overlap, the least it can take). A plan whose least time is over
                  ``--budget`` (the device time it may use over all its calls, when given) is refused: it cannot
                  fit. Without ``--budget`` a plan longer than ``--time`` runs in several calls of the same
-                 command, each resuming the last.
+                 command, each resuming the last. A setting whose seeds would start side by side and that no
+                 completed record of the repository's folder ran (any code) gets a note: run its first seed alone
+                 first, so that a failure of the setting costs one run.
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from domains.errors import UserError
+from harness.records import read_record
 from harness.run.config import parse_seeds
 from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
@@ -153,6 +156,44 @@ def run_time_limit(left_s: float) -> str | None:
     return None if left_s < MIN_START_S or limit < 1 else f"{limit}s"
 
 
+def setting_key(domain: str, method: str, dataset: str, loss: str, preset: str, sets: list[str]) -> tuple:
+    return domain, method, dataset, loss, preset, tuple(sorted(sets))
+
+
+def command_key(command: list[str]) -> tuple:
+    """:func:`setting_key` of the ``harness run`` command a record keeps (``RunRecord.command``)."""
+    options: dict[str, str] = {}
+    sets = []
+    for flag, value in zip(command, command[1:]):
+        if flag == "--set":
+            sets.append(value)
+        elif flag.startswith("--"):
+            options[flag] = value
+    return setting_key(*(options.get(f"--{name}", "") for name in ("domain", "method", "dataset", "loss", "preset")),
+                       sets)
+
+
+def never_completed(settings: list[Setting], records: Path) -> list[Setting]:
+    """The settings that no completed record of ``records`` ran, under any code: their first run is the first to
+    go through training and evaluation on that setting."""
+    done = {command_key(record.command) for path in records.glob("*.json")
+            if (record := read_record(path)) is not None and record.status == "completed"}
+    return [s for s in settings
+            if setting_key(s.domain, s.method, s.dataset, s.loss, s.preset, list(s.sets)) not in done]
+
+
+def first_alone_notes(runs: list[tuple[Setting, int]], jobs: int, records: Path) -> list[str]:
+    """A note for each never-completed setting whose seeds would start side by side: session 32 lost three runs
+    of 8 minutes each, side by side, to one failure of a preset's evaluation."""
+    seeds: dict[Setting, list[int]] = {}
+    for setting, seed in runs:
+        seeds.setdefault(setting, []).append(seed)
+    fresh = never_completed([s for s, chosen in seeds.items() if len(chosen) > 1], records) if jobs > 1 else []
+    return [f"note: no completed record of {s.label(seeds[s][0]).rsplit(' seed ', 1)[0]} in {records}: its "
+            f"{len(seeds[s])} seeds would meet any failure of the setting together; run seed {seeds[s][0]} alone "
+            f"first (--seeds {seeds[s][0]} --jobs 1)" for s in fresh]
+
+
 def estimate_lines(runs: list[tuple[Setting, int]], jobs: int) -> tuple[float, float, str]:
     costs = [s.cost_s for s, _ in runs]
     serial, least = sum(costs), schedule(costs, jobs)
@@ -180,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
     if budget is not None and least > budget:
         raise UserError(f"the plan cannot fit: at least {least:.0f} s with {args.jobs} jobs, over the "
                         f"{budget:.0f} s given (--budget); run part of it (--only) or give it more time")
+    for note in first_alone_notes(runs, args.jobs, repo_records):
+        print(note, flush=True)
     if serial > time_s:
         print(f"note: the runs may not all finish in --time {args.time}: those still going then stop at a "
               "checkpoint (exit 75); the same command again resumes them", flush=True)
