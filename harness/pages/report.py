@@ -24,6 +24,7 @@ import numpy as np
 from filelock import FileLock
 from scipy import stats
 
+from domains.base import counted
 from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
@@ -206,10 +207,6 @@ def marks_legend(tasks: list[Task]) -> list[str]:
             "below marks each. " + " ".join(found), ""]
 
 
-def seeds_label(n: int) -> str:
-    return f"{n} seed" + ("" if n == 1 else "s")
-
-
 def task_losses(task: Task) -> list[str]:
     """Each loss of ``task`` with its seeds and, against the baseline, the marks of :meth:`Task.marks`."""
     out = []
@@ -218,7 +215,7 @@ def task_losses(task: Task) -> list[str]:
             out.append(f"{name} (diverged)")
             continue
         role = "baseline, " if name == task.baseline_loss else ""
-        out.append(f"{name} ({role}{seeds_label(task.rows[name].n)}{task.marks(name)})")
+        out.append(f"{name} ({role}{counted(task.rows[name].n, 'seed')}{task.marks(name)})")
     return out
 
 

@@ -160,7 +160,7 @@ def setting_key(domain: str, method: str, dataset: str, loss: str, preset: str, 
     return domain, method, dataset, loss, preset, tuple(sorted(sets))
 
 
-def command_key(command: list[str]) -> tuple:
+def asked_setting(command: list[str]) -> tuple:
     """:func:`setting_key` of the ``harness run`` command a record keeps (``RunRecord.command``)."""
     options: dict[str, str] = {}
     sets = []
@@ -176,7 +176,7 @@ def command_key(command: list[str]) -> tuple:
 def never_completed(settings: list[Setting], records: Path) -> list[Setting]:
     """The settings that no completed record of ``records`` ran, under any code: their first run is the first to
     go through training and evaluation on that setting."""
-    done = {command_key(record.command) for path in records.glob("*.json")
+    done = {asked_setting(record.command) for path in records.glob("*.json")
             if (record := read_record(path)) is not None and record.status == "completed"}
     return [s for s in settings
             if setting_key(s.domain, s.method, s.dataset, s.loss, s.preset, list(s.sets)) not in done]
