@@ -45,7 +45,8 @@ NOTES: dict[str, str] = {
     "REDDIT-BINARY": (
         "In every one of the 210 outer folds of these runs (the records' `chosen_C`), the inner search chose "
         "C = 1e3, the top of InfoGraph's grid: on these unstandardised embeddings the SVM is held by the grid. "
-        "Tested on jsd, 3 seeds, each seed's embeddings scored with both grids (one code, the same training): "
+        "Tested on jsd at commit 65723f6 (3 seeds; history.md keeps that code's row), each seed's embeddings "
+        "scored with both grids (one code, the same training): "
         "InfoGraph's grid gives 85.20 (85.15, 85.45, 85.00; again 1e3 in all 30 folds), the grid extended to "
         "1e6 (`--set svm_c_top=6`, the row with `svm_c_top=6`) gives 89.97 (89.30, 90.00, 90.60), +4.8 points "
         "(+4.15, +4.55, +5.60: every seed), and chose 1e6, its new top, in 29 of 30 folds: the figure is still "
@@ -53,8 +54,8 @@ NOTES: dict[str, str] = {
         "seed against 26 to 28). So every REDDIT-BINARY figure here, and the published ones that use "
         "InfoGraph's grid, understate what these embeddings separate. We keep InfoGraph's grid and raw "
         "embeddings as the protocol, since its paper and PUCL's rows use them; `--set standardize=true` is the "
-        "other option (not tested here). Elsewhere the top of the grid is chosen in 0 to 26% of folds (DD 0%, "
-        "PROTEINS 2%, ENZYMES 26%)."),
+        "other option (not tested here). Elsewhere the top of the grid is chosen in 0 to 30% of folds (DD 0%, "
+        "PROTEINS 2%, ENZYMES 30%, in the rows shown)."),
     "PTC_MR": (
         "At HCL's 200 epochs (`paper-hcl`, 10 seeds), dcl (57.43) and hcl (58.24) gain over jsd (55.19; +2.2 "
         "and +3.1, p < 0.05) and pucl with alpha 0.1 less (56.72, +1.5, not significant). PUCL's published "
