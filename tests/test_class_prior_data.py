@@ -306,7 +306,8 @@ def test_a_run_at_four_classes_records_the_prior(domain, tmp_path):
     assert details["label_prior"] == pytest.approx(0.25, abs=1e-3 if domain == "vision" else 1e-12)
     # whether the classes are the clusters of the evaluation embeddings (losses.prior.class_structure)
     structure = details["class_structure"]
-    assert set(structure) == {"class_silhouette", "class_ari"}
+    assert set(structure) == {"class_silhouette", "class_ari", "zero_rows"}
+    assert structure["zero_rows"] == 0  # no embedding of these runs is all zero (a dead row would be left out)
     assert -1 <= structure["class_silhouette"] <= 1 and -1 <= structure["class_ari"] <= 1
 
 
