@@ -156,12 +156,10 @@ def run_time_limit(left_s: float) -> str | None:
     return None if left_s < MIN_START_S or limit < 1 else f"{limit}s"
 
 
-def setting_key(domain: str, method: str, dataset: str, loss: str, preset: str, sets: list[str]) -> tuple:
-    return domain, method, dataset, loss, preset, tuple(sorted(sets))
-
-
 def asked_setting(command: list[str]) -> tuple:
-    """:func:`setting_key` of the ``harness run`` command a record keeps (``RunRecord.command``)."""
+    """What a ``harness run`` command asks for, its seed and output flags apart: domain, method, dataset, loss,
+    preset and the sorted ``--set`` items. It reads a record's command (``RunRecord.command``) and a plan setting's
+    (:meth:`Setting.run_args`) alike."""
     options: dict[str, str] = {}
     sets = []
     for flag, value in zip(command, command[1:]):
@@ -169,8 +167,8 @@ def asked_setting(command: list[str]) -> tuple:
             sets.append(value)
         elif flag.startswith("--"):
             options[flag] = value
-    return setting_key(*(options.get(f"--{name}", "") for name in ("domain", "method", "dataset", "loss", "preset")),
-                       sets)
+    return (*(options.get(f"--{name}", "") for name in ("domain", "method", "dataset", "loss", "preset")),
+            tuple(sorted(sets)))
 
 
 def never_completed(settings: list[Setting], records: Path) -> list[Setting]:
@@ -178,8 +176,7 @@ def never_completed(settings: list[Setting], records: Path) -> list[Setting]:
     go through training and evaluation on that setting."""
     done = {asked_setting(record.command) for path in records.glob("*.json")
             if (record := read_record(path)) is not None and record.status == "completed"}
-    return [s for s in settings
-            if setting_key(s.domain, s.method, s.dataset, s.loss, s.preset, list(s.sets)) not in done]
+    return [s for s in settings if asked_setting(s.run_args(s.seeds[0])) not in done]
 
 
 def first_alone_notes(runs: list[tuple[Setting, int]], jobs: int, records: Path) -> list[str]:
