@@ -14,6 +14,7 @@ from domains.base import Reference
 from harness.cli import main
 from harness.groups import group_records
 from harness.pages import curves
+from harness.pages.tables import MIXED
 from harness.records import load_record
 
 GOLDEN = Path(__file__).parent / "golden" / "leaderboard"
@@ -284,3 +285,21 @@ def test_objective_keys_sit_with_the_loss(tmp_path, monkeypatch):
     (blobs,) = _lines((tmp_path / "lb" / "README.md").read_text(), "| [tiny](tiny.md) | blobs |")
     assert "| dcl | – | linear | quick, 3 epochs | 86.00 ± 1.00 (3 seeds) | 50.50 ± 0.71 (2 seeds) (infonce) | " \
            "+35.50† |" in blobs  # marked as on the page
+
+
+def test_the_header_explains_the_several_commits_mark_only_where_a_row_shows_it(tmp_path):
+    """The domain page's header says what ‡ means only where one of its rows carries it (graph.md said it with none)."""
+    legend = f"{MIXED} marks a row whose seeds come from several commits"
+    write_records(tmp_path / "one", synthetic_records())
+    assert main(["leaderboard", "--results", str(tmp_path / "one"), "--out", str(tmp_path / "one-out")]) == 0
+    page = (tmp_path / "one-out" / "tiny.md").read_text()
+    assert MIXED not in page and "Each row shows the records of the newest code that ran it." in page
+    # dcl's seeds 0-1 of one commit and seed 2 of another, both written before the source digest was recorded
+    commits = {0: "a", 1: "a", 2: "b"}
+    pooled = [r for r in synthetic_records() if r["loss"] != "dcl"]
+    pooled += [synthetic_record("dcl", s, v, loss_params=DCL, software={"git_commit": commits[s] * 40})
+               for s, v in enumerate([85.0, 86.5, 85.2])]
+    write_records(tmp_path / "pooled", pooled)
+    assert main(["leaderboard", "--results", str(tmp_path / "pooled"), "--out", str(tmp_path / "pooled-out")]) == 0
+    page = (tmp_path / "pooled-out" / "tiny.md").read_text()
+    assert legend in page and f"(3 seeds)**{MIXED}" in page

@@ -68,6 +68,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
     direction = "higher" if first.higher_is_better else "lower"
     data = data_note(groups, any(other_data(g, baseline_for(g, groups)) for g in groups))
     codes = code_note(any(other_code(g, baseline_for(g, groups)) and g.values for g in groups))
+    mixed = f" {MIXED} marks a row whose seeds come from {MIXED_WHY}." if any(g.mixed_code for g in groups) else ""
     lines = [
         MARKER, "", f"# Leaderboard: {escape(domain)}", "",
         f"Primary metric {code(first.primary_metric)} ({direction} is better): mean ± sample std over seeds "
@@ -83,7 +84,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         f"runs; {PROTOCOL} marks a published number obtained under another protocol than ours, the difference under "
         f"the table, and {UNCHECKED} after its source one that we quote but could not check against that source "
         f"(the others were read in it, or in a quotation of it). Each row shows the records of the newest code that "
-        f"ran it; {MIXED} marks a row whose seeds come from {MIXED_WHY}.{' ' + data if data else ''}"
+        f"ran it.{mixed}{' ' + data if data else ''}"
         f"{' ' + codes if codes else ''} Under each table, the learning curves of its rows.", "",
     ]
     if any(g.nonfinite for g in groups):
