@@ -18,6 +18,7 @@ from domains.context import RunContext
 from domains.vision.biased import BASE_TEMPERATURE, Biased
 from domains.vision.colouring import MNIST_COLOURS, assign_colours, biased_mnist, colourize_binary
 from domains.vision.config import PRESETS, VisionConfig, resolved
+from domains.vision.images import ImageSet
 from domains.vision.method import Batch, DataInfo
 
 VISION = domains.get("vision")
@@ -165,6 +166,33 @@ def test_online_classifier_never_moves_the_encoder():
         torch.testing.assert_close(g0, g1)
 
 
+def _dead_features(biased_head: bool, shift: float) -> tuple[Biased, ImageSet]:
+    """A SimpleConvNet of the biased track whose last BatchNorm adds ``shift`` in eval mode (fresh running
+    statistics: mean 0, variance 1), and 12 random test images."""
+    cfg = resolved(replace(VisionConfig(arch="simpleconvnet"), biased_head=biased_head), "biased", "biased-mnist")
+    torch.manual_seed(0)
+    method = Biased(cfg, _info(size=28), losses.get("supcon"), True)
+    last_bn = [m for m in method.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d)][-1]
+    torch.nn.init.constant_(last_bn.bias, shift)
+    g = torch.Generator().manual_seed(1)
+    images = torch.randint(0, 256, (12, 3, 28, 28), dtype=torch.uint8, generator=g)
+    return method, ImageSet(images, torch.arange(12) % 4)
+
+
+@pytest.mark.parametrize("shift", [0.0, -1e4])
+def test_the_monitor_counts_the_test_images_whose_features_are_all_zero(shift):
+    """The head variant's ReLU features: the count each epoch is the images whose every feature is 0, computed
+    here image by image; a shift of -1e4 kills them all. The default variant's tanh features never read 0."""
+    method, test = _dead_features(True, shift)
+    method.eval()
+    with torch.no_grad():
+        dead = sum(bool((method.features(test.images[i:i + 1]) == 0).all()) for i in range(len(test)))
+    assert dead == (12 if shift else 0)
+    assert method.monitor(test, torch.device("cpu"))["zero_rows"] == dead
+    tanh, test = _dead_features(False, shift)
+    assert tanh.monitor(test, torch.device("cpu"))["zero_rows"] == 0
+
+
 def test_biased_mnist_colouring_follows_the_authors_construction():
     n_per_class = 500
     labels = torch.arange(10).repeat_interleave(n_per_class)
@@ -237,6 +265,7 @@ def test_short_biased_run_records_the_online_classifier(tmp_path):
     pre = VISION.pretrain(spec, ctx, data)
     assert [p["epoch"] for p in pre.curve] == [1, 2]
     assert all(0.0 <= p["online_top1"] <= 100.0 for p in pre.curve)
+    assert all(p["zero_rows"] == 0 for p in pre.curve)  # the small net's features end in tanh
     result = VISION.evaluate(spec, pre, ctx, data)
     m = result.metrics
     assert m["top1"] == pytest.approx(pre.curve[-1]["online_top1"])  # last epoch: the headline

@@ -140,9 +140,14 @@ class Biased(Method):
         return self.encoder(self.eval_input(images))
 
     def monitor(self, test: ImageSet, device: torch.device) -> dict[str, float]:
+        """Each epoch: the online classifier's test accuracy, and ``zero_rows``, the test images whose features
+        are all zero. Those carry nothing a classifier could read; ReLU-ended features (``biased_head``) can die
+        so, and the count shows when, where the final record's ``class_structure`` shows only how many."""
         with torch.no_grad():
-            pred = self._classify(extract(self, test, device, batch_size=EVAL_CHUNK)).argmax(1)
-        return {"online_top1": 100.0 * float((pred == test.labels.to(device)).float().mean())}
+            feats = extract(self, test, device, batch_size=EVAL_CHUNK)
+            pred = self._classify(feats).argmax(1)
+            zero_rows = int((feats == 0).all(dim=1).sum())
+        return {"online_top1": 100.0 * float((pred == test.labels.to(device)).float().mean()), "zero_rows": zero_rows}
 
     def reported_metrics(self, test_f: Tensor, test_y: Tensor, test_bias: Tensor | None,
                          curve: list[dict]) -> dict[str, float]:
