@@ -118,6 +118,24 @@ def test_a_group_only_an_older_code_of_the_candidate_ran_is_missing(tmp_path):
     assert code == 0 and "PASS with waivers: 1 missing (--allow-missing)" in report
 
 
+def test_a_group_only_an_older_commit_ran_is_missing_where_records_have_no_source_digest(tmp_path):
+    """Records written before the source digest are one code class per version, whatever their commits: an audit
+    (session 33) passed a candidate of version 0.1.0 whose newest commit ran only rings, its blobs judged on an
+    older commit's records. The commit is all that tells such records' code apart: blobs is missing, unless named."""
+    old = {"git_commit": "1" * 40, "git_commit_date": "2026-11-20T08:00:00+00:00"}
+    new = {"git_commit": "2" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00"}
+    base = _records(GOOD, version="0.0.9") + _records(GOOD, version="0.0.9", dataset="rings")
+    cand = _records(GOOD, software=old) + _records(GOOD, software=new, dataset="rings")
+    code, report = _gate(tmp_path, cand, base=base)
+    missing = report.split("## Missing")[1].split("\n## ")[0]
+    assert code == 1 and "tiny / blobs /" in missing and "tiny / rings /" not in missing
+    assert "only an older code of the candidate ran it (1111111); its newest code (2222222) did not" in missing
+    named = main(["compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@1111111",
+                  "--out", str(tmp_path / "named.md")])
+    report = (tmp_path / "named.md").read_text()
+    assert named == 1 and "tiny / rings /" in report.split("## Missing")[1].split("\n## ")[0]  # that commit ran blobs
+
+
 def test_hidden_and_renamed_copies_of_records_are_not_results(tmp_path, capsys):
     bad = _records([v - 30 for v in GOOD])
     write_records(tmp_path / "cand", bad)
