@@ -38,3 +38,21 @@ def test_a_damaged_record_with_out_says_its_report_was_written(tmp_path, run_mai
     # Without --out nothing is written, and the error still says so.
     out = run_main(main, "compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stderr.rstrip().endswith("nothing was written")
+
+
+@pytest.mark.parametrize("side", ["baseline", "candidate"])
+def test_a_json_report_among_a_sides_records_is_refused_and_not_written(tmp_path, run_main, side):
+    """An audit (session 33) wrote ``--out <candidate folder>/report.json``: the folder then held a .json that is no
+    record, and every later compare of it (the regression suite's next run too) was refused."""
+    write_records(tmp_path / "baseline", [synthetic_record("infonce", s, 80.0) for s in range(3)])
+    write_records(tmp_path / "candidate", [synthetic_record("infonce", s, 80.0) for s in range(3)])
+    report = tmp_path / side / "report.json"
+    out = run_main(main, "compare", "--baseline", str(tmp_path / "baseline"), "--candidate", str(tmp_path / "candidate"),
+                   "--out", str(report))
+    assert out.returncode == 2 and not report.exists() and "Traceback" not in out.stderr
+    assert f"is among the records of the {side}'s folder" in out.stderr
+    # as markdown, or beside the folders, it is written
+    for ok in (tmp_path / side / "report.md", tmp_path / "report.json"):
+        out = run_main(main, "compare", "--baseline", str(tmp_path / "baseline"), "--candidate",
+                       str(tmp_path / "candidate"), "--out", str(ok))
+        assert out.returncode == 0 and ok.exists(), out.stderr

@@ -120,13 +120,28 @@ def test_one_domains_baseline_files_are_its_records_and_their_logs(tmp_path):
         record = sorted(baseline.glob(f"{prefix}-*.json"))[0]
         for path in (record, record.with_suffix(".log")):
             (tmp_path / path.name).write_bytes(path.read_bytes())
-    graph = [p.name for p in baseline_files(tmp_path, "graph")]
+    suite = load_suite(suite_path("regression"))
+    graph = [p.name for p in baseline_files(tmp_path, suite, "graph")]
     assert len(graph) == 2 and all(name.startswith("graph-") for name in graph)
-    assert {p.suffix for p in baseline_files(tmp_path, "graph")} == {".json", ".log"}
-    assert len(baseline_files(tmp_path)) == 4 and baseline_files(tmp_path, "vision") == []
+    assert {p.suffix for p in baseline_files(tmp_path, suite, "graph")} == {".json", ".log"}
+    assert len(baseline_files(tmp_path, suite)) == 4 and baseline_files(tmp_path, suite, "vision") == []
     (tmp_path / "broken.json").write_text("{")  # not guessed at: a domain's update refuses to start
     with pytest.raises(UserError, match="broken.json"):
-        baseline_files(tmp_path, "graph")
+        baseline_files(tmp_path, suite, "graph")
+
+
+def test_an_update_refuses_a_folder_of_other_runs_and_removes_nothing(tmp_path, run_main):
+    """A wrong --baseline that holds records and logs only, such as leaderboards/results: an audit (session 33) saw
+    the update remove them all. Records of a domain and preset that no setting of the suite has are not its own."""
+    results = REPO / "leaderboards" / "results"
+    for record in sorted(results.glob("graph-DD-*.json"))[:2]:
+        for path in (record, record.with_suffix(".log")):
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = run_main(suite_main, "--update-baseline", "--baseline", str(tmp_path))
+    assert out.returncode == 2 and "holds 2 records of no domain and preset of the suite" in out.stderr
+    assert "graph-DD-" in out.stderr and sorted(p.name for p in tmp_path.iterdir()) == before
+    assert not list(tmp_path.parent.glob(f".{tmp_path.name}-new-*"))  # and ran nothing
 
 
 @pytest.mark.parametrize("args, message", [
@@ -154,10 +169,29 @@ def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(planned, tmp_path
     for args, message in ((["--baseline", str(tmp_path / "absent")], "is not a folder of run records"),
                           (["--baseline", str(tmp_path / "empty")], "holds no completed run record"),
                           (["--baseline", str(base), "--results", str(tmp_path / "empty" / ".." / "baseline")],
-                           "is the baseline folder")):
+                           "is the baseline folder"),
+                          (["--baseline", str(base), "--results", str(tmp_path / "runs"), "--report",
+                            str(tmp_path / "runs" / "report.json")], "would be read as a run record"),
+                          (["--baseline", str(base), "--report", str(base / "report.json")],
+                           "would be read as a run record")):
         out = planned("--suite", str(suite), *args)
         assert out.returncode == 2 and message in out.stderr and out.stdout == "", out.stdout + out.stderr
-    assert sorted(base.iterdir()) == before
+    assert sorted(base.iterdir()) == before and not (tmp_path / "runs").exists()
+
+
+def test_a_results_folder_the_gate_cannot_read_back_is_an_error_not_a_traceback(planned, tmp_path, monkeypatch):
+    """After compare's verdict the gate reads the runs' records back (settings without a baseline): a stray .json
+    in --results ended the suite with a traceback (an audit, session 33)."""
+    suite = tmp_path / "tiny.txt"
+    suite.write_text("tiny linear blobs_hard infonce quick 0 1\n")
+    base, runs = tmp_path / "baseline", tmp_path / "runs"
+    write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
+    write_records(runs, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
+    (runs / "notes.json").write_text("[]")  # no record
+    monkeypatch.setattr("harness.suites.__main__.run_all", lambda commands, jobs: [0 for _ in commands])
+    out = planned("--suite", str(suite), "--baseline", str(base), "--results", str(runs))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "error:" in out.stderr and "notes.json" in out.stderr
 
 
 def _records(folder: Path) -> list[Path]:

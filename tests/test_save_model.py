@@ -22,6 +22,7 @@ from harness.cli import main
 from harness.run.model_file import load_model
 from harness.run.runner import RunRequest, plan, seed_everything
 from harness.run.stopping import EXIT_STOPPED
+from harness.suites import Setting
 from harness.suites.__main__ import baseline_files
 from harness.suites.pack import collect
 
@@ -141,7 +142,8 @@ def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path, 
     gate = run_main(main, "compare", "--baseline", str(results), "--candidate", str(tmp_path / "copy"))
     assert gate.returncode == 0, gate.stdout + gate.stderr
     # The regression suite's update replaces a folder of records only: the models folder is the runs' own.
-    assert {p.suffix for p in baseline_files(results)} == {".json", ".log"}
+    suite = [Setting("tiny", "linear", "blobs", "infonce", "quick", (0, 1))]
+    assert {p.suffix for p in baseline_files(results, suite)} == {".json", ".log"}
     # tools/campaign pack takes a stage's records and logs, never its models.
     stage = tmp_path / "stage"
     write_records(stage / "leaderboards" / "results", [synthetic_record("infonce", 0, 90.0)])

@@ -68,7 +68,16 @@ from domains.errors import UserError
 from domains.files import folder_problem, write_atomic
 from harness import stats
 from harness.compare.report import HEAD, SUMMARY_NAMES, VERDICTS, Row, differing, error_report, report
-from harness.compare.sides import Side, copied, group_name, load_side, refuse_conflicts, refuse_mixed, seeds_text
+from harness.compare.sides import (
+    Side,
+    copied,
+    folder_and_name,
+    group_name,
+    load_side,
+    refuse_conflicts,
+    refuse_mixed,
+    seeds_text,
+)
 from harness.groups import Group, decimals
 from harness.pages.generated import refuse_foreign
 from harness.records import RunRecord
@@ -373,6 +382,22 @@ def _caveats(base: Side, cand: Side, rows: list[Row]) -> str:
     return "".join(f"; {note}" for note in notes)
 
 
+def refuse_out_among_records(args: argparse.Namespace) -> None:
+    """UserError when ``--out`` is a ``.json`` file at the top level of a side's folder: every later read of that
+    folder (this gate's next run, the pages) would take the report for a run record, and refuse it."""
+    out = Path(args.out)
+    if out.suffix != ".json":
+        return
+    for role in ("baseline", "candidate"):
+        try:
+            folder, _ = folder_and_name(getattr(args, role), args.results, role)
+        except UserError:
+            continue  # refused, with its reason, when the side is read
+        if folder and Path(folder).is_dir() and out.resolve().parent == Path(folder).resolve():
+            raise UserError(f"--out {args.out} is among the records of the {role}'s folder {folder}, where a .json "
+                            "report would be read as a run record (and refused); write it elsewhere, or as .md")
+
+
 # How the record loader (and the page commands) end an error: true of them, not of compare with --out, which
 # writes the error's report.
 NOTHING_WRITTEN = "; nothing was written"
@@ -382,6 +407,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     """0: every baseline group compared and held; 1: a regression or a missing group; 2: cannot decide."""
     if args.out:  # a record or a user's file at --out is never replaced, not even by a report of an error
         refuse_foreign([Path(args.out)], "compare", head=HEAD)
+        refuse_out_among_records(args)
     # --out must not keep an earlier comparison's verdict: it gets a report of the error (bad input: 2; a crash: 1).
     try:
         code, text, verdict = _gate(args)

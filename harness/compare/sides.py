@@ -228,7 +228,7 @@ def _refuse_ambiguous_ref(name: str) -> None:
         )
 
 
-def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | None, str]:
+def folder_and_name(text: str, results: str | None, role: str) -> tuple[str | None, str]:
     """``FOLDER``, ``FOLDER@NAME`` or (with ``--results``) ``NAME`` as (folder, name). A folder whose own name
     holds an ``@`` is that folder; where both readings name a folder (``runs@v1`` and ``runs``), UserError."""
     whole = Path(text).is_dir()
@@ -251,7 +251,7 @@ def _folder_and_name(text: str, results: str | None, role: str) -> tuple[str | N
 
 def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[RunRecord]]) -> Side:
     """A side from ``FOLDER``, ``FOLDER@NAME`` or (with ``--results``) ``NAME``."""
-    folder, name = _folder_and_name(text, results, role)
+    folder, name = folder_and_name(text, results, role)
     if folder is None or not Path(folder).is_dir():
         raise UserError(
             f"--{role} '{text}' is not a results folder (nor FOLDER@NAME); to compare two versions, "

@@ -19,8 +19,9 @@ file system) instead (no comparison), and only when every run completed swaps it
 move into the baseline folder and the old ones go. For a change that moves the numbers on purpose; commit the new
 records. A run that failed or diverged (a non-finite metric), or a stop (Ctrl-C, SIGTERM), leaves the old
 baseline as it was and the new runs in their folder, which it names. It refuses to start when the baseline folder
-holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders): a wrong
-``--baseline`` loses nothing. With ``--domain D`` it runs only D's settings and replaces only D's records (those
+holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders), or when a
+record it would remove is of a domain and preset that no setting of the suite has: a wrong ``--baseline`` (such as
+leaderboards/results, records and logs only) loses nothing. With ``--domain D`` it runs only D's settings and replaces only D's records (those
 whose ``domain`` is D, and their logs): the other domains' baseline stays as it is, so a change to one domain's
 ``regression`` preset reruns that domain alone.
 
@@ -94,11 +95,13 @@ def tolerance_args(settings: list[Setting]) -> list[str]:
     return [arg for key, s in chosen.items() for arg in ("--tolerance", f"{key}={s.tolerance:g}")]
 
 
-def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
+def baseline_files(baseline: Path, suite: list[Setting], domain: str | None = None) -> list[Path]:
     """The files an update replaces: the baseline's records (of one ``domain``) and their logs. UserError naming
     what the folder holds beyond run records, their logs and the runs' scratch (hidden files, the folders of
     :data:`RUN_FOLDERS`): an unreadable record, or a file the update would not own (a wrong ``--baseline``, someone's
-    notes)."""
+    notes); and, among the records it would remove, one of a domain and preset no setting of the ``suite`` has: a
+    folder of other runs, such as leaderboards/results, holds nothing but records and logs (a changed line of the
+    suite keeps its preset, so its old records are still the suite's and go)."""
     if not baseline.exists():
         return []
     try:
@@ -113,7 +116,15 @@ def baseline_files(baseline: Path, domain: str | None = None) -> list[Path]:
         raise UserError(f"--update-baseline: {baseline} holds {len(foreign)} files that are not run records or their "
                         f"logs: {', '.join(foreign)}; the update replaces a folder of records only, so move them out "
                         "(or give --baseline the records folder); nothing was changed")
-    chosen = [path for path, record in records if domain is None or record.domain == domain]
+    chosen = [(path, record) for path, record in records if domain is None or record.domain == domain]
+    ours = {(s.domain, s.preset) for s in suite}
+    others = [path.name for path, record in chosen if (record.domain, record.preset) not in ours]
+    if others:
+        raise UserError(f"--update-baseline: {baseline} holds {len(others)} records of no domain and preset of the "
+                        f"suite (e.g. {', '.join(others[:3])}), which the update would remove: it is no baseline of "
+                        "this suite; give --baseline the suite's own folder (if they are the suite's from before a "
+                        "change of preset, remove them first); nothing was changed")
+    chosen = [path for path, _ in chosen]
     return sorted([*chosen, *(log for path in chosen if (log := path.with_suffix(".log")).is_file())])
 
 
@@ -130,6 +141,18 @@ def check_gate_baseline(baseline: Path, results: Path | None) -> None:
     if results is not None and results.resolve() == baseline.resolve():
         raise UserError(f"--results {results} is the baseline folder: the runs would be written among the baseline's "
                         "records; give --results another folder (or none: a fresh temporary one)")
+
+
+def check_report(report: str | None, folders: list[Path]) -> None:
+    """UserError when ``--report`` is a ``.json`` file among the records of a folder the gate reads: it would be
+    read as a record, and refused, by this gate's check of the runs and by every later comparison of the folder."""
+    if report is None or Path(report).suffix != ".json":
+        return
+    parent = Path(report).resolve().parent
+    for folder in folders:
+        if parent == folder.resolve():
+            raise UserError(f"--report {report} is among the records of {folder}, where a .json report would be read "
+                            "as a run record (and refused); write it elsewhere, or as .md")
 
 
 def new_baseline_folder(baseline: Path, dry_run: bool = False) -> Path:
@@ -264,14 +287,14 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--update-baseline writes into --baseline; it takes no --results or --report")
         if args.domain is not None and not args.update_baseline:
             raise UserError("--domain applies to --update-baseline only (the gate compares every domain's baseline)")
-        settings = load_suite(suite_path(args.suite))
-        tolerances = tolerance_args(settings)
-        if args.domain is not None:
-            settings = only_domain(settings, args.domain)
+        suite = load_suite(suite_path(args.suite))
+        tolerances = tolerance_args(suite)
+        settings = suite if args.domain is None else only_domain(suite, args.domain)
         baseline = Path(args.baseline)
-        old = baseline_files(baseline, args.domain) if args.update_baseline and not args.dry_run else []
+        old = baseline_files(baseline, suite, args.domain) if args.update_baseline and not args.dry_run else []
         if not args.update_baseline:
             check_gate_baseline(baseline, Path(args.results) if args.results else None)
+            check_report(args.report, [baseline, *([Path(args.results)] if args.results else [])])
         digest = suite_code(settings)  # the code the runs run, which their records name
     except UserError as exc:
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -297,7 +320,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.update_baseline:
         return update_baseline(commands, args.jobs, baseline, results, old, args.domain)
-    return gate(commands, args.jobs, results, compare, report, baseline, digest)
+    try:
+        return gate(commands, args.jobs, results, compare, report, baseline, digest)
+    except UserError as exc:  # a folder the runs' records could not be read back from, after compare's verdict
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
