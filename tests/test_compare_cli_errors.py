@@ -47,8 +47,8 @@ def test_a_json_report_among_a_sides_records_is_refused_and_not_written(tmp_path
     write_records(tmp_path / "baseline", [synthetic_record("infonce", s, 80.0) for s in range(3)])
     write_records(tmp_path / "candidate", [synthetic_record("infonce", s, 80.0) for s in range(3)])
     report = tmp_path / side / "report.json"
-    out = run_main(main, "compare", "--baseline", str(tmp_path / "baseline"), "--candidate", str(tmp_path / "candidate"),
-                   "--out", str(report))
+    out = run_main(main, "compare", "--baseline", str(tmp_path / "baseline"), "--candidate",
+                   str(tmp_path / "candidate"), "--out", str(report))
     assert out.returncode == 2 and not report.exists() and "Traceback" not in out.stderr
     assert f"is among the records of the {side}'s folder" in out.stderr
     # as markdown, or beside the folders, it is written

@@ -21,9 +21,9 @@ records. A run that failed or diverged (a non-finite metric), or a stop (Ctrl-C,
 baseline as it was and the new runs in their folder, which it names. It refuses to start when the baseline folder
 holds anything but run records, their logs and the runs' scratch (hidden files, tracking folders), or when a
 record it would remove is of a domain and preset that no setting of the suite has: a wrong ``--baseline`` (such as
-leaderboards/results, records and logs only) loses nothing. With ``--domain D`` it runs only D's settings and replaces only D's records (those
-whose ``domain`` is D, and their logs): the other domains' baseline stays as it is, so a change to one domain's
-``regression`` preset reruns that domain alone.
+leaderboards/results, records and logs only) loses nothing. With ``--domain D`` it runs only D's settings and
+replaces only D's records (those whose ``domain`` is D, and their logs): the other domains' baseline stays as it
+is, so a change to one domain's ``regression`` preset reruns that domain alone.
 
 Ctrl-C or SIGTERM stops the suite: no further run starts, the running ones are stopped, and one line says what
 was stopped and how to go on; exit 130 (SIGINT) or 75 (SIGTERM).
