@@ -15,6 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
+from harness.run import as_found
 from harness.run.stopping import EXIT_STOPPED
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=3", "--quiet"]
@@ -98,3 +99,20 @@ def test_a_seed_busy_in_another_process_is_not_done_exit_75(tmp_path, capsys):
 def test_an_empty_seed_list_is_a_user_error(tmp_path, capsys):
     assert main([*TINY, "--seeds", "", "--results", str(tmp_path)]) == 2
     assert "--seeds expects comma-separated integers" in capsys.readouterr().err
+
+
+def test_the_printed_commands_name_this_installation_where_the_shell_would_not_find_it(tmp_path, monkeypatch):
+    """``continue with: python -m harness ...`` ran the system's python, which lacks torch (a new user, session 33,
+    with the venv not activated): a program the shell's PATH does not find as this very file is named by its path."""
+    venv, system = tmp_path / "venv" / "bin", tmp_path / "usr" / "bin"
+    for folder in (venv, system):
+        folder.mkdir(parents=True)
+        (folder / "python").write_text("#!/bin/sh\n")
+        (folder / "python").chmod(0o755)
+    (venv / "harness").symlink_to(system / "python")  # a link to another program is not that program
+    monkeypatch.setenv("PATH", str(system))
+    assert as_found(str(venv / "python")) == str(venv / "python")
+    assert as_found(str(system / "python")) == "python"
+    assert as_found(str(venv / "harness")) == str(venv / "harness")
+    monkeypatch.setenv("PATH", f"{venv}:{system}")  # the venv activated
+    assert as_found(str(venv / "python")) == "python" and as_found(str(venv / "harness")) == "harness"

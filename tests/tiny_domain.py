@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from domains.context import RunContext
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.records import SCHEMA_VERSION
+from harness.run import as_found
 
 
 @dataclass
@@ -190,7 +192,7 @@ def harness_env() -> dict[str, str]:
 
 
 # How the resume hints of a ``python -m harness`` subprocess start (harness.run.invocation).
-AS_MODULE = f"{Path(sys.executable).name} -m harness"
+AS_MODULE = f"{shlex.quote(as_found(sys.executable))} -m harness"  # what a subprocess of this interpreter prints
 
 
 def resume_args(hint: str) -> list[str]:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
+import shutil
 import statistics
 import sys
 from pathlib import Path
@@ -54,11 +56,22 @@ def _fmt(value: object) -> str:
 
 def invocation() -> list[str]:
     """How this process was started, for the commands it prints: ``harness`` (the installed script), or
-    ``python3 -m harness`` when run as a module, as on a machine that runs the project from source."""
+    ``python3 -m harness`` when run as a module, as on a machine that runs the project from source; each as
+    :func:`as_found` names it, so that the printed command runs this installation where the venv is not activated."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name == "harness.__main__":
-        return [Path(sys.executable).name, "-m", "harness"]
-    return ["harness"]
+        return [as_found(sys.executable), "-m", "harness"]
+    script = sys.argv[0] if sys.argv and Path(sys.argv[0]).name == "harness" else ""
+    return [as_found(script) if script else "harness"]
+
+
+def as_found(program: str) -> str:
+    """``program``'s bare name where the shell's PATH finds this very file under it (an activated venv), else its
+    absolute path: ``.venv/bin/python`` is not the ``python`` a shell runs outside the venv, which lacks the
+    project's packages. Links are not followed: a venv's python links to the system's, yet is not it."""
+    name = Path(program).name
+    found = shutil.which(name)
+    return name if found and os.path.abspath(found) == os.path.abspath(program) else os.path.abspath(program)
 
 
 def resume_command(argv: list[str]) -> str:
