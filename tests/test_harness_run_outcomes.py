@@ -101,6 +101,15 @@ def test_an_empty_seed_list_is_a_user_error(tmp_path, capsys):
     assert "--seeds expects comma-separated integers" in capsys.readouterr().err
 
 
+def test_a_run_that_fails_on_a_seed_says_which_seeds_it_did_not_run(tmp_path, capsys):
+    """A run stops at its first failed seed; a new user (session 33) saw seed 0 fail and no word of seeds 1 and 2."""
+    code = main([*TINY, "--seeds", "0-2", "--set", "fail=true", "--results", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "planted failure" in err
+    assert err.rstrip().endswith("; seed(s) 1,2 not run: a run stops at its first failed seed")
+    assert sorted(_by_seed(tmp_path)) == [0]  # seed 0's failed record alone
+
+
 def test_the_printed_commands_name_this_installation_where_the_shell_would_not_find_it(tmp_path, monkeypatch):
     """``continue with: python -m harness ...`` ran the system's python, which lacks torch (a new user, session 33,
     with the venv not activated): a program the shell's PATH does not find as this very file is named by its path."""

@@ -21,7 +21,7 @@ from domains.errors import RunStopped
 from harness.records import RunRecord
 from harness.run import config as cfg
 from harness.run import stopping, tracking
-from harness.run.runner import Outcome, RunRequest, execute
+from harness.run.runner import Outcome, RunRequest, execute, plan
 
 
 def request_from_args(args: argparse.Namespace) -> RunRequest:
@@ -141,7 +141,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(_metric_summary(done))
     failed = [o for o in outcomes if o.status == "failed"]
     if failed:
-        print(f"error: {failed[0].error} (log: {failed[0].path.with_suffix('.log')})", file=sys.stderr)
+        # A run stops at its first failed seed (a diverged config would fail the next ones alike): say which not ran.
+        left = [spec.seed for spec in plan(request).specs][len(outcomes):]
+        unrun = f"; seed(s) {','.join(map(str, left))} not run: a run stops at its first failed seed" if left else ""
+        print(f"error: {failed[0].error} (log: {failed[0].path.with_suffix('.log')}){unrun}", file=sys.stderr)
         return 2 if failed[0].user_error else 1
     busy = sum(o.status == "busy" for o in outcomes)
     if busy:
