@@ -47,6 +47,16 @@ def _study(tmp_path: Path, estimates: list[float]) -> Path:
     return results
 
 
+def test_a_folder_without_auto_runs_measures_no_goal(tmp_path):
+    """A new user's folder of infonce and dcl runs, none with `auto`: the page said the goal was met on 0 of 0 tasks."""
+    records = [_record(loss, seed, INFONCE[seed] + shift * (1 + seed / 10), params) for seed in range(3)
+               for loss, params, shift in (("infonce", {}, 0.0), ("dcl", {"tau_plus": 0.1}, 1.0))]
+    write_records(tmp_path / "prior", records)
+    page = write_prior_page(tmp_path / "prior", tmp_path / "out").read_text()
+    assert "no task here has both, so the goal (not worse on at least 2/3 of the tasks) is not measured" in page
+    assert "0 of 0 tasks" not in page and "met)" not in page
+
+
 def test_the_command_lists_the_page_and_its_figure(tmp_path, run_main):
     """It printed the page alone, where ``harness leaderboard`` and ``history`` list every file they write."""
     from harness.cli import main
