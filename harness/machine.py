@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from domains.errors import UserError
+
 
 def cpu_name() -> str:
     """The CPU model (``platform.processor()`` is empty on most Linux systems, so /proc/cpuinfo first)."""
@@ -35,3 +37,16 @@ def hardware_info(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
         "platform": platform.platform(),
     }
+
+
+def omp_threads() -> int | None:
+    """The thread count ``OMP_NUM_THREADS`` sets (its first, where OpenMP's list gives one per nesting level), None
+    where it is unset; UserError where it is no count: OpenMP only warns of it, and torch then takes every core."""
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not given:
+        return None
+    first = given.split(",")[0].strip()
+    if not first.isdigit() or int(first) < 1:
+        raise UserError(f"OMP_NUM_THREADS='{given}' is not a number of threads (1 or more): set it to one, or unset "
+                        "it to let torch choose")
+    return int(first)

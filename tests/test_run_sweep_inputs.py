@@ -87,3 +87,12 @@ def test_one_grid_value_written_twice_is_one_job(tmp_path, run_main):
     assert "sweep: 2 runs, 0 with a completed record (skipped), 2 to run" in out.stdout
     assert [line.split("--set ")[1].split()[0] for line in out.stdout.splitlines()
             if line.startswith("harness run")] == ["epochs=1", "epochs=2"], out.stdout
+
+
+def test_a_misspelt_loss_method_or_dataset_in_a_sweep_gets_a_did_you_mean_as_in_run(tmp_path, run_main):
+    """``run --loss pcul`` asked "did you mean 'pucl'?"; a sweep only said that no domain had it (session 33)."""
+    for option, typo, meant in (("--losses", "pcul", "pucl"), ("--methods", "linaer", "linear"),
+                                ("--datasets", "blbos", "blobs")):
+        out = run_main(main, "sweep", "--domains", "tiny", option, typo, "--results", str(tmp_path), "--dry-run")
+        assert out.returncode == 2, out.stderr
+        assert f" {typo}; did you mean '{meant}'? (see harness list)" in out.stderr

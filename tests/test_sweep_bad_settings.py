@@ -39,6 +39,10 @@ def test_a_bad_omp_num_threads_is_one_error_line_before_any_job(tmp_path, capsys
     assert harness_main(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--tracker", "none",
                          "--results", str(tmp_path)]) == 2
     assert f"error: OMP_NUM_THREADS='{value}' is not a number of threads" in capsys.readouterr().err
+    # harness run too: OpenMP only warned of it, and the run trained on every core (a new user, session 33)
+    assert harness_main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--tracker", "none",
+                         "--results", str(tmp_path)]) == 2
+    assert f"error: OMP_NUM_THREADS='{value}' is not a number of threads" in capsys.readouterr().err
     assert not list(tmp_path.glob("*.json"))
 
 

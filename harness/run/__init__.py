@@ -18,6 +18,7 @@ from pathlib import Path
 
 from domains.base import counted
 from domains.errors import RunStopped
+from harness.machine import omp_threads
 from harness.records import RunRecord
 from harness.run import config as cfg
 from harness.run import stopping, tracking
@@ -125,6 +126,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Print each seed as it finishes; exit 0, 1 (a run failed), 2 (user error), 75 (``stopping.EXIT_STOPPED``:
     stopped at a checkpoint by SIGTERM, SIGUSR1 or --time-limit, or a seed busy in another process: not done yet)
     or 130 (interrupted by Ctrl-C at once)."""
+    omp_threads()  # a bad OMP_NUM_THREADS is refused, as by a sweep, not warned of by OpenMP and run on every core
     request, limit = request_from_args(args), time_limit(args)
     try:
         with stopping.graceful(stopping.STOP_SIGNALS, limit):

@@ -129,6 +129,7 @@ def build_requests(args: argparse.Namespace) -> tuple[list[RunRequest], list[str
     wanted = {"dataset": _csv(args.datasets, "--datasets"), "method": _csv(args.methods, "--methods"),
               "loss": _csv(args.losses, "--losses")}
     used: dict[str, set[str]] = {k: set() for k in wanted}
+    offered: dict[str, set[str]] = {k: set() for k in wanted}  # what the domains have: a misspelling's did-you-mean
     used_grid: set[str] = set()
     known: set[str] = set()  # every key some job of the sweep could take: the did-you-mean of one that none takes
     requests, seen = [], set()
@@ -141,6 +142,8 @@ def build_requests(args: argparse.Namespace) -> tuple[list[RunRequest], list[str
         used["dataset"].update(datasets)
         used["method"].update(methods)
         used["loss"].update(loss for loss in wanted["loss"] or [] if loss in domain.losses)
+        for what, names in (("dataset", domain.datasets), ("method", domain.methods), ("loss", domain.losses)):
+            offered[what].update(names)
         if args.preset not in domain.presets:
             raise UserError(f"unknown preset '{args.preset}' for domain '{name}'; "
                             f"available: {', '.join(sorted(domain.presets))}")
@@ -169,7 +172,8 @@ def build_requests(args: argparse.Namespace) -> tuple[list[RunRequest], list[str
     for what, names in wanted.items():
         missing = sorted(set(names or []) - used[what])
         if missing:
-            raise UserError(f"no domain in --domains has {what} {', '.join(missing)} (see harness list)")
+            hint = did_you_mean(missing[0], offered[what]).removesuffix(".")
+            raise UserError(f"no domain in --domains has {what} {', '.join(missing)}{hint} (see harness list)")
     for option, keys in (("--grid", grid), ("--set", fixed)):
         unused = sorted(set(keys) - used_grid)
         reasons = [reason for key in unused for (ignored, reason) in left_out if ignored == key]

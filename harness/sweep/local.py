@@ -18,6 +18,7 @@ import torch
 
 from domains.base import counted
 from domains.errors import UserError
+from harness.machine import omp_threads
 from harness.run import stopping
 from harness.run.output import configure_output
 from harness.run.runner import RunRequest, error_line
@@ -58,14 +59,7 @@ def _run_job(request: RunRequest, stop_file: str, verbose: bool) -> list[dict[st
 def threads(workers: int) -> int:
     """Torch threads per job: an explicit OMP_NUM_THREADS wins (on a machine shared with other jobs, one thread
     per worker avoids OpenMP threads spinning on busy cores), else this machine's cores over the workers."""
-    given = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if not given:
-        return max(1, (os.cpu_count() or 1) // workers)
-    first = given.split(",")[0].strip()  # OpenMP also takes a list, one count per nesting level
-    if not first.isdigit() or int(first) < 1:
-        raise UserError(f"OMP_NUM_THREADS='{given}' is not a number of threads (1 or more): set it to one, or unset "
-                        "it to share this machine's cores among the workers")
-    return int(first)
+    return omp_threads() or max(1, (os.cpu_count() or 1) // workers)
 
 
 def run_local(requests: list[RunRequest], workers: int, stop_file: Path, varying: list[str],
