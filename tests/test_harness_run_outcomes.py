@@ -52,6 +52,11 @@ def test_resuming_an_interrupted_force_run_redoes_only_the_seeds_it_had_not_redo
     assert forced[1] == before[1] and forced[2] == before[2]
     monkeypatch.setattr(TinyDomain, "pretrain", pretrain)
 
+    # --resume without --force keeps the old records, and says that the interrupted --force had seeds 1-2 to redo
+    assert main([*args, "--resume"]) == 0 and _by_seed(tmp_path) == forced
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  note: ")]
+    assert notes == ["  note: an interrupted --force left this seed to redo: add --force to redo it (--force --resume)"
+                     ] * 2
     assert main(_hint_args(hint)) == 0
     out = capsys.readouterr().out
     after = _by_seed(tmp_path)

@@ -92,6 +92,8 @@ def _print_outcome(outcome: Outcome) -> None:
         print(f"    reproduce: {reproduce_line(record)}", flush=True)
     if outcome.model:
         print(f"  {outcome.model}", flush=True)
+    if outcome.note:
+        print(f"  note: {outcome.note}", flush=True)
 
 
 def reproduce_line(record: RunRecord) -> str:

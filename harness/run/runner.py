@@ -73,6 +73,7 @@ class Outcome:
     error: str | None = None
     user_error: bool = False
     model: str | None = None  # with --save-model: the line that says where the model went, or why there is none
+    note: str | None = None  # a skipped seed's: why it may not be the record the user meant
 
 
 @dataclass
@@ -357,7 +358,10 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
 def _skipped(req: RunRequest, results: Path, rid: str, path: Path, record: records.RunRecord) -> Outcome:
     """A seed whose completed record exists: nothing runs, so ``--save-model`` has no model to save (it says so)."""
     note = model_file.skipped_note(results, rid) if req.save_model else None
-    return Outcome(rid, "skipped", path, record, model=note)
+    # --resume without --force after an interrupted --force: the seed it had yet to redo keeps its old record
+    pending = ("an interrupted --force left this seed to redo: add --force to redo it (--force --resume)"
+               if not req.force and force_mark(results, rid).exists() else None)
+    return Outcome(rid, "skipped", path, record, model=note, note=pending)
 
 
 def _secondary_rank() -> bool:
