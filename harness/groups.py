@@ -57,6 +57,7 @@ class Group:
     values: dict[int, float] = field(default_factory=dict)  # seed -> primary metric
     secondary: dict[str, dict[int, float]] = field(default_factory=dict)  # metric -> seed -> value
     nonfinite: set[int] = field(default_factory=set)  # seeds whose primary metric is NaN or infinite
+    halted: set[int] = field(default_factory=set)  # of those, seeds whose training diverged (failed records)
     codes: dict[str, str] = field(default_factory=dict)  # RunRecord.code -> its short label, of the members
     conflicts: dict[int, list[RunRecord]] = field(default_factory=dict)  # seed -> its records, where they disagree
     records: list[RunRecord] = field(default_factory=list, repr=False)  # the members, oldest first
@@ -243,7 +244,7 @@ def group_of(members: list[RunRecord], domains: dict[str, Domain | None], other_
 
 
 def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], str] = record_key,
-                  keep_empty: bool = False, one_data: bool = False) -> list[Group]:
+                  keep_empty: bool = False, one_data: bool = False, diverged: bool = False) -> list[Group]:
     """Completed records grouped on ``key`` (by default everything but seed and code), sorted deterministically.
 
     Per group only the records of the newest code class are kept (:func:`code_classes`). A seed recorded twice
@@ -251,11 +252,13 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
     must not choose between them). ``keep_empty`` keeps groups whose seeds are all non-finite (a gate must see them).
     ``one_data`` keeps, of those, the records that read the data the newest one read (:data:`DATA`), the others in
     ``Group.other_data`` (a page shows one data set's mean and says so); without it a group holds every data its
-    code read, for a gate to refuse. Each group's fields: :func:`group_of`.
+    code read, for a gate to refuse. ``diverged`` takes in a failed run whose training diverged
+    (``RunRecord.diverged``) as a seed whose metric is not finite, as the pages count it (a gate judges failed seeds
+    its own way). Each group's fields: :func:`group_of`.
     """
     by_key: dict[str, list[RunRecord]] = {}
     for record in records:
-        if record.status == "completed":
+        if record.status == "completed" or (diverged and record.diverged):
             by_key.setdefault(key(record), []).append(record)
     groups = []
     loaded: dict[str, Domain | None] = {}
@@ -278,8 +281,11 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
             seen[record.seed] = record
             group.values.pop(record.seed, None)
             group.nonfinite.discard(record.seed)
+            group.halted.discard(record.seed)
             if record.metrics.get(record.primary_metric) is None:
                 group.nonfinite.add(record.seed)
+            if record.status == "failed":
+                group.halted.add(record.seed)
             for name, value in record.metrics.items():
                 if value is None or not math.isfinite(value):
                     continue
@@ -293,7 +299,8 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
 
 
 def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Group], list[Path]]:
-    """The groups of the completed records in the folder ``results``, and the record files read, for the pages. A
+    """The groups of the completed records in the folder ``results``, and the record files read, for the pages,
+    with the failed runs whose training diverged as seeds whose metric is not finite (``RunRecord.diverged``). A
     group whose every seed is non-finite is kept: a page must show that those runs diverged, not drop them. A group
     holds the seeds that read its newest record's data (``one_data``): a page never averages different data, and
     marks the groups that left seeds out (``Group.other_data``).
@@ -301,8 +308,9 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
     UserError(``empty``) when there is none, by default "no completed records in '<results>'; nothing was
     written" (a page, a report or a gate built on nothing would look like a result); and when no group has a
     finite primary metric, one that says so."""
-    files = load_record_files(results)
-    groups = group_records((record for _, record in files), keep_empty=True, one_data=True)
+    files = [(path, record) for path, record in load_record_files(results, completed_only=False)
+             if record.status == "completed" or record.diverged]
+    groups = group_records((record for _, record in files), keep_empty=True, one_data=True, diverged=True)
     if not groups:
         raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")
     if not any(g.values for g in groups):

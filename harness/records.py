@@ -134,6 +134,13 @@ class RunRecord(BaseModel):
         return self
 
     @property
+    def diverged(self) -> bool:
+        """A failed run whose training diverged (its loss turned non-finite): its record says so by a primary metric
+        of null, where other failures report none; the pages count it as a seed whose metric is not finite."""
+        return self.status == "failed" and self.primary_metric in self.metrics \
+            and self.metrics[self.primary_metric] is None
+
+    @property
     def version(self) -> str:
         """The ``contrastive-harness`` version that wrote the record."""
         return str(self.software.get("contrastive_harness", "0+unknown"))

@@ -83,3 +83,32 @@ def test_the_report_ranks_a_loss_that_diverged_last_and_names_it(tmp_path):
     assert "| dcl | 2 | 1.50 | 100% (2) |" in overall
     notes = text.split("## Overall")[0]
     assert "non-finite" in notes and "tiny/blobs/linear/quick: hcl, 2 of 2 seeds non-finite" in notes
+
+
+def test_a_seed_whose_training_diverged_is_counted_on_the_page(tmp_path, monkeypatch, capsys):
+    """A loss that turns NaN in training fails the run (exit 2) before any metric: its record, failed, said nothing
+    the pages read, and a row of the other seeds looked whole (a new user, session 33). The failed record's primary
+    metric is null, so the row counts it; a failed run of another cause has no result and stays out."""
+    pretrain = tiny_domain.TinyDomain.pretrain
+
+    def diverges_on_seed_1(self, spec, ctx, data):
+        if spec.seed == 1:
+            ctx.check_loss(float("nan"), 3)
+        if spec.seed == 2 and spec.loss == "infonce":
+            raise RuntimeError("out of memory")  # a failure that is no divergence
+        return pretrain(self, spec, ctx, data)
+
+    monkeypatch.setattr(tiny_domain.TinyDomain, "pretrain", diverges_on_seed_1)
+    results = tmp_path / "results"
+    codes = {(loss, seed): main(["run", "--domain", "tiny", "--loss", loss, "--seeds", str(seed), "--set", "epochs=2",
+                                 "--tracker", "none", "--quiet", "--results", str(results)])
+             for loss in ("infonce", "dcl") for seed in range(3)}
+    assert codes == {("infonce", 0): 0, ("infonce", 1): 2, ("infonce", 2): 1, ("dcl", 0): 0, ("dcl", 1): 2,
+                     ("dcl", 2): 0}
+    assert "training diverged" in capsys.readouterr().err
+    assert _run("leaderboard", results, tmp_path / "lb") == 0
+    page = (tmp_path / "lb" / "tiny.md").read_text()
+    assert "(2 of 3 seeds; 1 non-finite)" in _row(page, "linear", "dcl")
+    assert "(1 of 2 seeds; 1 non-finite)" in _row(page, "linear", "infonce")  # seed 2's crash is no seed of the row
+    index = (tmp_path / "lb" / "README.md").read_text()
+    assert "from 3 completed runs, 2 more whose training diverged (2 of them non-finite" in index

@@ -1,6 +1,7 @@
 """``harness leaderboard``: regenerate ``leaderboards/README.md`` and one page per domain from the records.
 
-Only completed records count; runs are grouped on everything but the seed, and per group only the latest
+Only completed records count, and failed runs whose training diverged, as seeds whose metric is not finite
+(``RunRecord.diverged``); runs are grouped on everything but the seed, and per group only the latest
 version present is used. The output depends on the records only (sorted, no timestamps), so regenerating
 from the same records gives byte-identical files. Files are replaced atomically under a lock. Under each table,
 its rows' learning curves (:mod:`harness.pages.curves`, ``curves/<domain>-<dataset>.png``).
@@ -176,8 +177,9 @@ def comparisons(rows: list[Group]) -> list[Group]:
 
 
 def index_page(groups: list[Group]) -> str:
-    diverged = sum(len(g.nonfinite) for g in groups)
-    runs = f"{sum(g.runs for g in groups)} completed runs" + (
+    diverged, halted = sum(len(g.nonfinite) for g in groups), sum(len(g.halted) for g in groups)
+    runs = f"{sum(g.runs for g in groups) - halted} completed runs" + (
+        f", {halted} more whose training diverged" if halted else "") + (
         f" ({diverged} of them non-finite: diverged, left out of the means)" if diverged else "")
     lines = [
         MARKER, "", "# Leaderboards", "",

@@ -512,8 +512,10 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
             LOGGER.error("run %s failed: %s", rid, error)
         else:
             LOGGER.error("run %s failed:\n%s", rid, traceback.format_exc())
+        # Training that diverged has a result, a non-finite one (RunRecord.diverged); other failures have none.
+        metrics = {fields["primary_metric"]: None} if isinstance(exc, NonFiniteLossError) else {}
         failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
-                                   metrics={}, details={}, curve=[], throughput={}, info={},
+                                   metrics=metrics, details={}, curve=[], throughput={}, info={},
                                    timings=timings(ctx, total_s=time.perf_counter() - start))
         return Outcome(rid, "failed", path, failed, error=error, user_error=user), None
     LOGGER.info("run %s completed: %s", rid, record.metrics)
