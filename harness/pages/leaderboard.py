@@ -59,8 +59,9 @@ MIN_SEEDS = 3  # the seeds a row needs to be a dataset's "best" on the index
 # Said only where a record's primary metric is null (NaN or infinite when it was measured): survivors alone
 # would otherwise read as the whole run.
 NONFINITE = ("**Non-finite seeds.** *k of n seeds; m non-finite*: m of the row's n seeds ran to completion with a "
-             "NaN or infinite primary metric (diverged); its mean, std and Δ are over the k finite seeds, which "
-             "flatters it. A row that diverged on every seed says so and is never the best.")
+             "NaN or infinite primary metric, or stopped when their training loss turned non-finite (diverged); its "
+             "mean, std and Δ are over the k finite seeds, which flatters it. A row that diverged on every seed says "
+             "so and is never the best.")
 
 
 def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figure: dict[str, str]) -> str:
