@@ -146,6 +146,28 @@ def test_a_session_whose_runs_all_failed_packs_their_records_and_logs(tmp_path):
         pack(stage, out, repo)
 
 
+def test_a_run_whose_training_diverged_comes_back_as_a_record(tmp_path):
+    """Its failed record holds a null primary metric (RunRecord.diverged): the pages count it as a seed, so it goes
+    into leaderboards/ with its log, where another failure's record goes to the side folder."""
+    from harness.suites.pack import pack
+
+    repo, stage, out = tmp_path / "repo", tmp_path / "stage", tmp_path / "out"
+    (repo / "leaderboards" / "results").mkdir(parents=True)
+    staged = stage / "leaderboards" / "results"
+    staged.mkdir(parents=True)
+    diverged = synthetic_record("infonce", 0, 0.0, status="failed")
+    diverged["metrics"] = {"accuracy": None}
+    crashed = synthetic_record("infonce", 1, 0.0, status="failed")
+    for record in (diverged, crashed):
+        (staged / f"{record['run_id']}.json").write_text(json.dumps(record))
+        (staged / f"{record['run_id']}.log").write_text("the loss is nan at training step 3: training diverged\n")
+    unpack(pack(stage, out, repo), repo, tmp_path / "side")
+    results = repo / "leaderboards" / "results"
+    assert sorted(p.name for p in results.iterdir()) == [f"{diverged['run_id']}.json", f"{diverged['run_id']}.log"]
+    assert sorted(p.name for p in (tmp_path / "side" / "failed").iterdir()) == [f"{crashed['run_id']}.json",
+                                                                               f"{crashed['run_id']}.log"]
+
+
 def test_a_manifest_entry_without_its_kind_or_size_is_named_damaged(tmp_path):
     data = b"log\n"
     name = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s1.log"

@@ -134,6 +134,12 @@ def test_a_group_only_an_older_commit_ran_is_missing_where_records_have_no_sourc
                   "--out", str(tmp_path / "named.md")])
     report = (tmp_path / "named.md").read_text()
     assert named == 1 and "tiny / rings /" in report.split("## Missing")[1].split("\n## ")[0]  # that commit ran blobs
+    # One commit's clean and edited (+dirty) trees are one code here, as naming the commit selects both: a reviewer
+    # saw the committed prior records of 738092f fail against themselves
+    dirty = {**new, "git_dirty": True}
+    cand = _records(GOOD, software=dirty) + _records(GOOD, software=new, dataset="rings")
+    code, report = _gate(tmp_path / "dirty", cand, base=base)
+    assert code == 0, report
 
 
 def test_hidden_and_renamed_copies_of_records_are_not_results(tmp_path, capsys):

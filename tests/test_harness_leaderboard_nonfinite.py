@@ -111,4 +111,4 @@ def test_a_seed_whose_training_diverged_is_counted_on_the_page(tmp_path, monkeyp
     assert "(2 of 3 seeds; 1 non-finite)" in _row(page, "linear", "dcl")
     assert "(1 of 2 seeds; 1 non-finite)" in _row(page, "linear", "infonce")  # seed 2's crash is no seed of the row
     index = (tmp_path / "lb" / "README.md").read_text()
-    assert "from 3 completed runs, 2 more whose training diverged (2 of them non-finite" in index
+    assert "from 3 completed runs and 2 whose training diverged (2 non-finite in all" in index

@@ -49,12 +49,12 @@ class Side:
     current: dict[str, list[RunRecord]] = field(init=False)  # key -> the records of the group's newest code
     shadowed: dict[str, list[str]] = field(init=False)  # key -> the labels of the group's older codes, if any
     newest: str = field(init=False)  # the side's newest code class, over all its groups
-    newest_code: str = field(init=False)  # its newest code (RunRecord.code): a class without a digest holds commits
+    newest_record: RunRecord = field(init=False)  # the newest code's last record: its commit, where no digest
 
     def __post_init__(self) -> None:
         self.newest = code_classes(self.records)[-1]
-        self.newest_code = max((r for r in self.records if code_class(r) == self.newest),
-                               key=lambda r: (r.code_time(), utc_iso(r.finished_at), r.code)).code
+        self.newest_record = max((r for r in self.records if code_class(r) == self.newest),
+                                 key=lambda r: (r.code_time(), utc_iso(r.finished_at), r.code))
         by_key: dict[str, list[RunRecord]] = {}
         for record in self.records:
             by_key.setdefault(command_key(record), []).append(record)
@@ -105,15 +105,18 @@ class Side:
         that keeps several versions: the side's newest code did not run these groups, an older one did). Records
         without a source digest are one class per version, which may hold several commits: there the commit is
         all that tells their code apart, so a group that only another commit of the newest class ran is older
-        code too (judged as its own by naming it: ``FOLDER@<commit>``)."""
+        code too (judged as its own by naming it: ``FOLDER@<commit>``, which takes a commit's clean and edited
+        trees alike, as this does)."""
+        legacy = not self.newest.startswith("src:")
         return {
             key: members[0].code_label()
             for key, members in self.current.items()
-            if code_class(members[0]) != self.newest or self.newest_code not in {r.code for r in members}
+            if code_class(members[0]) != self.newest
+            or (legacy and self.newest_record.commit not in {r.commit for r in members})
         }
 
     def newest_label(self) -> str:
-        return next(r for r in self.records if r.code == self.newest_code).code_label()
+        return self.newest_record.code_label()
 
     def judged_codes(self) -> list[str]:
         """The codes whose records the side judged (:func:`code_name`), newest last."""

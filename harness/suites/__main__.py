@@ -122,8 +122,8 @@ def baseline_files(baseline: Path, suite: list[Setting], domain: str | None = No
     if others:
         raise UserError(f"--update-baseline: {baseline} holds {len(others)} records of no domain and preset of the "
                         f"suite (e.g. {', '.join(others[:3])}), which the update would remove: it is no baseline of "
-                        "this suite; give --baseline the suite's own folder (if they are the suite's from before a "
-                        "change of preset, remove them first); nothing was changed")
+                        "this suite; give --baseline the suite's own folder (if they are the suite's own, from a line "
+                        "since removed or given another preset, remove them first); nothing was changed")
     chosen = [path for path, _ in chosen]
     return sorted([*chosen, *(log for path in chosen if (log := path.with_suffix(".log")).is_file())])
 

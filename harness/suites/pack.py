@@ -6,6 +6,7 @@ that folder (``results``, ``prior``), their logs and, in ``.work/<run id>/``, th
 one ``.tar.gz`` with a ``MANIFEST.json`` (each member's kind, size and sha256):
 
 - ``record`` and ``log``: each completed record that the repository does not hold byte for byte, and its log;
+  so is a failed run's whose training diverged (``RunRecord.diverged``), which the pages count as a seed;
 - ``bench``: each benchmark file that differs from the repository's;
 - ``checkpoint`` (``checkpoints=True``): the checkpoints of unfinished runs that the repository does not hold
   byte for byte, for a later session to resume;
@@ -87,7 +88,7 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
                 continue
             finished.add(path.stem)
             log = path.with_suffix(".log")
-            if record.status != "completed":
+            if record.status != "completed" and not record.diverged:
                 members += [Member(p, SIDE / "failed" / p.name, "side") for p in (path, log) if p.is_file()]
             else:
                 members.append(Member(path, rel / path.name, "record"))
@@ -234,8 +235,9 @@ def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
                 record = parse_record(json.loads(data), name)
             except ValueError as exc:  # JSON errors and pydantic's; InvalidRecordError is a UserError
                 raise UserError(f"{tarball}: {name} is not a valid record ({' '.join(str(exc).split())})") from None
-            if record.run_id != PurePosixPath(name).stem or record.status != "completed":
-                raise UserError(f"{tarball}: {name} is not the completed record of run '{PurePosixPath(name).stem}'")
+            if record.run_id != PurePosixPath(name).stem or not (record.status == "completed" or record.diverged):
+                raise UserError(f"{tarball}: {name} is not the completed (or diverged) record of run "
+                                f"'{PurePosixPath(name).stem}'")
         out.append((entry, data))
     return out
 
