@@ -316,7 +316,8 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
     if not any(g.values for g in groups):
         runs, halted = sum(g.runs for g in groups), sum(len(g.halted) for g in groups)
         metrics = " or ".join(sorted({g.primary_metric for g in groups}))
-        what = f"{runs} record{'s' * (runs != 1)}" + (f" ({halted} of runs whose training diverged)" if halted else "")
+        what = (f"{runs} records ({halted} of runs whose training diverged)" if halted else
+                f"{runs} completed record{'s' * (runs != 1)}")
         raise UserError(f"{what} in '{results}', none with a finite {metrics} (every run diverged); nothing was "
                         "written")
     return groups, [path for path, _ in files]
