@@ -108,6 +108,16 @@ def test_a_diverged_run_is_counted_not_averaged(tmp_path):
     write_records(results, [_record("dcl", 5, None, {"tau_plus": 0.25})])  # NaN is written as null
     page = write_prior_page(results, tmp_path / "out").read_text()
     assert "from 20 completed records in the folder `prior`; 1 more whose metric is non-finite" in page
+    # a run whose training diverged (a failed record, its metric null) is counted as the leaderboard counts it;
+    # another failure has no result
+    halted = _record("dcl", 6, 0.0, {"tau_plus": 0.25})
+    halted.update(status="failed", error="the loss is nan at training step 3: training diverged", metrics={
+        "accuracy": None})
+    crashed = {**_record("dcl", 7, 0.0, {"tau_plus": 0.25}), "status": "failed", "error": "out of memory",
+               "metrics": {}}
+    write_records(results, [halted, crashed])
+    page = write_prior_page(results, tmp_path / "out").read_text()
+    assert "from 20 completed records in the folder `prior`; 2 more whose metric is non-finite" in page
     only = tmp_path / "only"
     write_records(only, [_record("dcl", 0, None, {"tau_plus": 0.25})])
     with pytest.raises(UserError, match=r"with a finite metric .*\(1 non-finite\); nothing was written"):

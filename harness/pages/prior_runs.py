@@ -130,7 +130,7 @@ def study_runs(records: list[RunRecord]) -> tuple[list[Run], int, int]:
     (:func:`one_setting`). Of what is kept, the runs whose primary metric is non-finite are counted as diverged,
     not run. Left out: the records of older code, of other data, a seed's earlier run, or another setting. The
     runs keep the order of ``records`` (the figure draws its curves in it)."""
-    groups = group_records(records, keep_empty=True, one_data=True)
+    groups = group_records(records, keep_empty=True, one_data=True, diverged=True)
     kept: dict[int, Group] = {}
     for group in groups:
         latest = {r.seed: r for r in group.records}  # oldest first: a seed's rerun replaces its earlier record
