@@ -272,7 +272,9 @@ class WandbTracker:
         folder = Path(self._run.dir).parent  # <results>/wandb/offline-run-<time>-<id>[-<attempt>]/files
         self.location = os.path.relpath(folder, results)
         every = f"{shlex.quote(str(folder.parent))}/offline-run-*-{self._id}*"  # each attempt's, in order
-        mode, url = self._run.settings.mode, getattr(self._run, "url", None)
+        mode = self._run.settings.mode
+        # online only: offline, reading the url prints wandb's "URL not available" warning past the quiet output
+        url = getattr(self._run, "url", None) if mode not in ("offline", "disabled") else None
         self.hint = (f"wandb sync {every if saved else shlex.quote(str(folder))}" if mode == "offline"
                      else None if mode == "disabled" else str(url) if url else view_hint(self.name, results))
         self._closed = False
