@@ -258,7 +258,7 @@ def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], st
     """
     by_key: dict[str, list[RunRecord]] = {}
     for record in records:
-        if record.status == "completed" or (diverged and record.diverged):
+        if (record.has_result if diverged else record.status == "completed"):
             by_key.setdefault(key(record), []).append(record)
     groups = []
     loaded: dict[str, Domain | None] = {}
@@ -308,8 +308,7 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
     UserError(``empty``) when there is none, by default "no completed records in '<results>'; nothing was
     written" (a page, a report or a gate built on nothing would look like a result); and when no group has a
     finite primary metric, one that says so."""
-    files = [(path, record) for path, record in load_record_files(results, completed_only=False)
-             if record.status == "completed" or record.diverged]
+    files = [(path, record) for path, record in load_record_files(results, completed_only=False) if record.has_result]
     groups = group_records((record for _, record in files), keep_empty=True, one_data=True, diverged=True)
     if not groups:
         raise UserError(empty if empty is not None else f"no completed records in '{results}'; nothing was written")

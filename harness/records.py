@@ -141,6 +141,11 @@ class RunRecord(BaseModel):
             and self.metrics[self.primary_metric] is None
 
     @property
+    def has_result(self) -> bool:
+        """Completed, or failed with training that diverged: a seed the pages count (its metric finite or not)."""
+        return self.status == "completed" or self.diverged
+
+    @property
     def version(self) -> str:
         """The ``contrastive-harness`` version that wrote the record."""
         return str(self.software.get("contrastive_harness", "0+unknown"))

@@ -77,6 +77,7 @@ from harness.compare.sides import (
     load_side,
     refuse_conflicts,
     refuse_mixed,
+    refuse_report_among_records,
     seeds_text,
 )
 from harness.groups import Group, decimals
@@ -384,19 +385,17 @@ def _caveats(base: Side, cand: Side, rows: list[Row]) -> str:
 
 
 def refuse_out_among_records(args: argparse.Namespace) -> None:
-    """UserError when ``--out`` is a ``.json`` file at the top level of a side's folder: every later read of that
-    folder (this gate's next run, the pages) would take the report for a run record, and refuse it."""
-    out = Path(args.out)
-    if out.suffix != ".json":
-        return
+    """UserError when ``--out`` is a ``.json`` file among the records of a side's folder
+    (:func:`refuse_report_among_records`)."""
+    folders = []
     for role in ("baseline", "candidate"):
         try:
             folder, _ = folder_and_name(getattr(args, role), args.results, role)
         except UserError:
             continue  # refused, with its reason, when the side is read
-        if folder and Path(folder).is_dir() and out.resolve().parent == Path(folder).resolve():
-            raise UserError(f"--out {args.out} is among the records of the {role}'s folder {folder}, where a .json "
-                            "report would be read as a run record (and refused); write it elsewhere, or as .md")
+        if folder and Path(folder).is_dir():
+            folders.append((f"the {role}'s folder {folder}", Path(folder)))
+    refuse_report_among_records("--out", args.out, folders)
 
 
 # How the record loader (and the page commands) end an error: true of them, not of compare with --out, which

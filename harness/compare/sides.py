@@ -167,6 +167,19 @@ def code_hint(record: RunRecord) -> str:
     return digest[:12] if isinstance(digest, str) and digest else record.version
 
 
+def refuse_report_among_records(option: str, report: str, folders: list[tuple[str, Path]]) -> None:
+    """UserError when ``report`` is a ``.json`` file at the top level of one of ``folders`` ((its name in the
+    message, the folder)): every later read of that folder (the gate's next run, the pages) would take the report
+    for a run record, and refuse it."""
+    if Path(report).suffix != ".json":
+        return
+    parent = Path(report).resolve().parent
+    for name, folder in folders:
+        if parent == folder.resolve():
+            raise UserError(f"{option} {report} is among the records of {name}, where a .json report would be read "
+                            "as a run record (and refused); write it elsewhere, or as .md")
+
+
 def nested_records(folder: Path) -> list[Path]:
     """The ``*.json`` files below the top level of a results folder, outside the runs' own folders
     (:data:`RUN_FOLDERS`, hidden ones): records there are never read (:func:`load_record_files` reads the top level),

@@ -157,9 +157,9 @@ def write_prior_page(results: Path, out: Path) -> Path:
     are none (a page built on nothing would look like a result)."""
     from harness.pages import figures
 
-    # as the leaderboard pages: the completed records, and the failed runs whose training diverged (RunRecord.diverged)
-    records = [r for r in load_records(results, completed_only=False) if (r.status == "completed" or r.diverged)
-               and (r.loss == "infonce" or r.loss in LOSSES)]
+    # as the leaderboard pages: the completed records, and the failed runs whose training diverged
+    records = [r for r in load_records(results, completed_only=False)
+               if r.has_result and (r.loss == "infonce" or r.loss in LOSSES)]
     # A diverged run (its metric non-finite) has no gain to judge: it is counted on the page, not averaged.
     runs, diverged, left = study_runs(records)
     if not runs:

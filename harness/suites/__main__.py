@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from domains.errors import UserError
-from harness.compare.sides import RUN_FOLDERS, group_name
+from harness.compare.sides import RUN_FOLDERS, group_name, refuse_report_among_records
 from harness.groups import command_key, group_records
 from harness.records import load_record_files
 from harness.run.stopping import EXIT_STOPPED, handled
@@ -116,16 +116,16 @@ def baseline_files(baseline: Path, suite: list[Setting], domain: str | None = No
         raise UserError(f"--update-baseline: {baseline} holds {len(foreign)} files that are not run records or their "
                         f"logs: {', '.join(foreign)}; the update replaces a folder of records only, so move them out "
                         "(or give --baseline the records folder); nothing was changed")
-    chosen = [(path, record) for path, record in records if domain is None or record.domain == domain]
+    removed = [(path, record) for path, record in records if domain is None or record.domain == domain]
     ours = {(s.domain, s.preset) for s in suite}
-    others = [path.name for path, record in chosen if (record.domain, record.preset) not in ours]
+    others = [path.name for path, record in removed if (record.domain, record.preset) not in ours]
     if others:
         raise UserError(f"--update-baseline: {baseline} holds {len(others)} records of no domain and preset of the "
                         f"suite (e.g. {', '.join(others[:3])}), which the update would remove: it is no baseline of "
                         "this suite; give --baseline the suite's own folder (if they are the suite's own, from a line "
                         "since removed or given another preset, remove them first); nothing was changed")
-    chosen = [path for path, _ in chosen]
-    return sorted([*chosen, *(log for path in chosen if (log := path.with_suffix(".log")).is_file())])
+    paths = [path for path, _ in removed]
+    return sorted([*paths, *(log for path in paths if (log := path.with_suffix(".log")).is_file())])
 
 
 def check_gate_baseline(baseline: Path, results: Path | None) -> None:
@@ -141,18 +141,6 @@ def check_gate_baseline(baseline: Path, results: Path | None) -> None:
     if results is not None and results.resolve() == baseline.resolve():
         raise UserError(f"--results {results} is the baseline folder: the runs would be written among the baseline's "
                         "records; give --results another folder (or none: a fresh temporary one)")
-
-
-def check_report(report: str | None, folders: list[Path]) -> None:
-    """UserError when ``--report`` is a ``.json`` file among the records of a folder the gate reads: it would be
-    read as a record, and refused, by this gate's check of the runs and by every later comparison of the folder."""
-    if report is None or Path(report).suffix != ".json":
-        return
-    parent = Path(report).resolve().parent
-    for folder in folders:
-        if parent == folder.resolve():
-            raise UserError(f"--report {report} is among the records of {folder}, where a .json report would be read "
-                            "as a run record (and refused); write it elsewhere, or as .md")
 
 
 def new_baseline_folder(baseline: Path, dry_run: bool = False) -> Path:
@@ -281,24 +269,31 @@ def gate(commands: list[tuple[str, list[str]]], jobs: int, results: Path, compar
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.jobs < 1:
-            raise UserError("--jobs must be at least 1")
-        if args.update_baseline and (args.results or args.report):
-            raise UserError("--update-baseline writes into --baseline; it takes no --results or --report")
-        if args.domain is not None and not args.update_baseline:
-            raise UserError("--domain applies to --update-baseline only (the gate compares every domain's baseline)")
-        suite = load_suite(suite_path(args.suite))
-        tolerances = tolerance_args(suite)
-        settings = suite if args.domain is None else only_domain(suite, args.domain)
-        baseline = Path(args.baseline)
-        old = baseline_files(baseline, suite, args.domain) if args.update_baseline and not args.dry_run else []
-        if not args.update_baseline:
-            check_gate_baseline(baseline, Path(args.results) if args.results else None)
-            check_report(args.report, [baseline, *([Path(args.results)] if args.results else [])])
-        digest = suite_code(settings)  # the code the runs run, which their records name
-    except UserError as exc:
+        return _suite(args)
+    except UserError as exc:  # bad input before any run, or a folder the runs' records cannot be read back from
         print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+
+
+def _suite(args: argparse.Namespace) -> int:
+    """The suite (or its update) as ``args`` ask; the exit status of the module's docstring."""
+    if args.jobs < 1:
+        raise UserError("--jobs must be at least 1")
+    if args.update_baseline and (args.results or args.report):
+        raise UserError("--update-baseline writes into --baseline; it takes no --results or --report")
+    if args.domain is not None and not args.update_baseline:
+        raise UserError("--domain applies to --update-baseline only (the gate compares every domain's baseline)")
+    suite = load_suite(suite_path(args.suite))
+    tolerances = tolerance_args(suite)
+    settings = suite if args.domain is None else only_domain(suite, args.domain)
+    baseline = Path(args.baseline)
+    old = baseline_files(baseline, suite, args.domain) if args.update_baseline and not args.dry_run else []
+    if not args.update_baseline:
+        check_gate_baseline(baseline, Path(args.results) if args.results else None)
+        if args.report:  # compare would refuse it too, but only after the whole suite ran
+            folders = [baseline, *([Path(args.results)] if args.results else [])]
+            refuse_report_among_records("--report", args.report, [(str(f), f) for f in folders])
+    digest = suite_code(settings)  # the code the runs run, which their records name
     # A dry run names the folder it would make, and makes none.
     if args.update_baseline:
         results = new_baseline_folder(baseline, args.dry_run)
@@ -320,11 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.update_baseline:
         return update_baseline(commands, args.jobs, baseline, results, old, args.domain)
-    try:
-        return gate(commands, args.jobs, results, compare, report, baseline, digest)
-    except UserError as exc:  # a folder the runs' records could not be read back from, after compare's verdict
-        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+    return gate(commands, args.jobs, results, compare, report, baseline, digest)
 
 
 if __name__ == "__main__":

@@ -88,7 +88,7 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
                 continue
             finished.add(path.stem)
             log = path.with_suffix(".log")
-            if record.status != "completed" and not record.diverged:
+            if not record.has_result:
                 members += [Member(p, SIDE / "failed" / p.name, "side") for p in (path, log) if p.is_file()]
             else:
                 members.append(Member(path, rel / path.name, "record"))
@@ -235,7 +235,7 @@ def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
                 record = parse_record(json.loads(data), name)
             except ValueError as exc:  # JSON errors and pydantic's; InvalidRecordError is a UserError
                 raise UserError(f"{tarball}: {name} is not a valid record ({' '.join(str(exc).split())})") from None
-            if record.run_id != PurePosixPath(name).stem or not (record.status == "completed" or record.diverged):
+            if record.run_id != PurePosixPath(name).stem or not record.has_result:
                 raise UserError(f"{tarball}: {name} is not the completed (or diverged) record of run "
                                 f"'{PurePosixPath(name).stem}'")
         out.append((entry, data))
