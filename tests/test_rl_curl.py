@@ -363,3 +363,9 @@ def test_presets_are_valid_configs():
         assert cfg.num_env_steps >= cfg.eval_freq, name
     assert domain.presets["paper"].overrides["num_env_steps"] == 100_000
     assert domain.presets["paper"].overrides["batch_size"] == 512
+    # 512 on every task follows the authors' word (their issue 15), not their paper's table or their scripts' 128;
+    # the preset and the published rows' protocol say so
+    assert "issue 15" in domain.presets["paper"].description
+    from domains.rl.published import REFERENCES
+
+    assert all("issue 15" in ref.protocol for ref in REFERENCES if ref.source.startswith("CURL paper"))
