@@ -82,3 +82,31 @@ def test_contiguous_batches_cover_the_corpus_in_order():
     batches = contiguous_batches(10, 4)
     assert [(b.start, b.stop) for b in batches] == [(0, 4), (4, 8), (8, 10)]
     assert [(b.start, b.stop) for b in contiguous_batches(9, 4)] == [(0, 4), (4, 8)]  # a lone sentence has no pair
+
+
+def test_infonce_is_not_quick_thoughts_own_loss():
+    """S2V's build_loss (lajanugen/S2V, src/s2v_model.py): the diagonal set to 0 and kept, one softmax per anchor
+    with targets 1/M on its batch neighbours, documents ignored. On one document, where the positives agree, ours
+    differs only by the denominators: each of ours holds one positive and the negatives, S2V's every candidate and
+    the anchor's exp(0). The quick-thought docstring and the text page state it."""
+    torch.manual_seed(0)
+    u, v = torch.randn(5, 4), torch.randn(5, 4)
+    doc_ids, positions = torch.zeros(5, dtype=torch.long), torch.arange(5)
+    logits = u @ v.T
+    s2v = []
+    for a in range(5):
+        row = logits[a].clone()
+        row[a] = 0.0
+        targets = [k for k in (a - 1, a + 1) if 0 <= k < 5]
+        s2v.append(-torch.stack([torch.log_softmax(row, 0)[k] for k in targets]).mean())
+    ours = losses.get("infonce")(qt_scores(u, v, doc_ids, positions))
+    assert not torch.allclose(ours, torch.stack(s2v).mean(), atol=1e-3)
+    # S2V's per-positive denominator is ours plus the other positive and exp(0): the gap is exactly that
+    gap = []
+    for a in range(5):
+        targets = [k for k in (a - 1, a + 1) if 0 <= k < 5]
+        neg = [k for k in range(5) if k != a and k not in targets]
+        terms = [torch.log(logits[a, targets].exp().sum() + logits[a, neg].exp().sum() + 1.0)
+                 - torch.log(logits[a, p].exp() + logits[a, neg].exp().sum()) for p in targets]
+        gap.append(torch.stack(terms).mean())
+    assert torch.allclose(torch.stack(s2v).mean() - ours, torch.stack(gap).mean(), atol=1e-5)

@@ -7,6 +7,12 @@ no logit bounds are known, so ``min_logit = max_logit = None``) or the cosine (b
 Positives: the sentences at distance 1..``context`` in the same document (M = 2 inside a document, fewer at
 its boundaries, never across documents). Negatives: every other sentence of the batch. The anchor itself
 is neither. The DCL paper (Chuang et al. 2020, Sec. 5) runs this with ``dcl``, tau+ 0.005 and 0.01, M = 2.
+
+With ``infonce`` this is the spec's InfoNCE with M positives, not quick-thought's own loss (lajanugen/S2V,
+src/s2v_model.py ``build_loss``), which differs in three ways: one softmax cross-entropy per anchor with targets
+1/M on its context sentences (each positive's denominator holds the other positives; ours holds the negatives
+only), the anchor kept as a candidate with its logit set to 0 (ours drops it), and context taken from batch
+neighbours whatever their document (ours never crosses one). The text page states it beside the published rows.
 """
 
 from __future__ import annotations
