@@ -218,7 +218,16 @@ class RunContext:
 
     def check_loss(self, value: float, step: int, hint: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
-        record saying so. ``hint`` names what to change (default: a lower learning rate)."""
-        if not math.isfinite(value):
-            raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
-                                     f"{hint or 'try a lower learning rate (--set lr=...)'}")
+        record saying so. ``hint`` names what to change (default: a lower learning rate). ``value`` may sum a
+        window of steps ending at ``step``.
+
+        A loss at step 1 is of the initial weights: nothing was updated, so it is no divergence (which
+        the pages count as a non-finite seed) and no learning rate helps; it is a plain failure that says so."""
+        if math.isfinite(value):
+            return
+        if step == 1:
+            raise UserError(f"the loss is {value} at training step 1, on the initial weights before any update: "
+                            "not a divergence (no learning rate helps); the loss, or the scores it was given, is "
+                            "not finite from the start: a loss of your own (HARNESS_PLUGINS) may return one")
+        raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
+                                 f"{hint or 'try a lower learning rate (--set lr=...)'}")

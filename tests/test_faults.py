@@ -339,6 +339,29 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     ctx.check_loss(1.5, 1)
     with pytest.raises(NonFiniteLossError, match=r"the loss is inf at training step 7: .*lower learning rate"):
         ctx.check_loss(float("inf"), 7)
+    # at step 1 nothing was updated: no divergence, and no learning rate to blame
+    with pytest.raises(UserError, match=r"step 1, on the initial weights before any update: not a divergence") as err:
+        ctx.check_loss(float("nan"), 1)
+    assert not isinstance(err.value, NonFiniteLossError)
+
+
+def test_a_loss_that_is_nan_from_the_start_fails_as_no_divergence(tmp_path):
+    """A user's loss that returns NaN (a bug in its kernel) was reported as training that diverged ("try a lower
+    learning rate"), and its record counted on the pages as a non-finite seed."""
+    (tmp_path / "nan_loss.py").write_text(
+        "from losses import register_loss\n\n\n"
+        "@register_loss('nan_nce', paper='-', summary='-')\n"
+        "def nan_nce(scores):\n    return scores.logits.sum() * float('nan')\n")
+    env = {**harness_env(), "HARNESS_PLUGINS": "nan_loss"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    args = ["run", "--domain", "graph", "--loss", "nan_nce", "--seeds", "0", "--quiet", "--tracker", "none",
+            "--set", "epochs=1", "--results", str(tmp_path / "results")]
+    out = subprocess.run([sys.executable, "-m", "harness", *args],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2 and "on the initial weights before any update" in out.stderr, out.stderr
+    assert "lower learning rate" not in out.stderr
+    [record] = _records(tmp_path / "results")
+    assert record["status"] == "failed" and not records.RunRecord.model_validate(record).diverged
 
 
 # --- data: mistyped, missing, corrupted, changed --------------------------------------------------------------
