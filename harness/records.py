@@ -167,14 +167,29 @@ class RunRecord(BaseModel):
             return f"git:{self.commit}{'+dirty' if self.software.get('git_dirty') else ''}"
         return f"version:{self.version}"
 
+    def code_parts(self) -> dict[str, str]:
+        """The code by its parts: ``packages`` (this project's, as :attr:`code` names them) and, where plugins ran,
+        ``plugin:<module>`` for each. Two rows' code differs where a part both name differs: a plugin loss's own
+        module is its loss, not other code."""
+        plugins, packages = self.software.get("plugins"), self.software.get("package_digest")
+        if isinstance(plugins, dict) and plugins and isinstance(packages, str) and packages:
+            return {"packages": f"src:{packages}", **{f"plugin:{m}": str(d) for m, d in plugins.items()}}
+        return {"packages": self.code}
+
     def code_label(self) -> str:
         """A short name of the code for pages: the abbreviated commit (``+dirty``, ``~<digest>`` where the
-        sources differed from it), else the version."""
+        sources differed from it), else the version; then each plugin's module and digest, which the commit does
+        not name (an edited plugin in a clean tree is other code)."""
         digest = self.software.get("source_digest")
         if self.commit:
             dirty = "+dirty" if self.software.get("git_dirty") else ""
-            return f"{self.commit[:7]}{dirty}" + (f" (src {digest[:7]})" if dirty and digest else "")
-        return f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
+            label = f"{self.commit[:7]}{dirty}" + (f" (src {digest[:7]})" if dirty and digest else "")
+        else:
+            label = f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
+        plugins = self.software.get("plugins")
+        if isinstance(plugins, dict) and plugins:
+            label += " (plugins " + ", ".join(f"{m} {str(d)[:7]}" for m, d in sorted(plugins.items())) + ")"
+        return label
 
     @property
     def commit_date(self) -> str | None:

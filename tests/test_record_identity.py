@@ -201,3 +201,31 @@ def test_minus_zero_and_zero_are_one_setting():
         return run_id(plan(RunRequest("vision", "dcl", seeds=[0], sets=sets)).specs[0], {})
 
     assert rid({"weight_decay": "-0", "loss.tau_plus": "-0.0"}) == rid({"weight_decay": "0", "loss.tau_plus": "0"})
+
+
+def _plugin_software(packages: str, plugin: str) -> dict:
+    # what a run of a plugin loss records (harness.version.software_info): the combined digest, and its parts
+    return {"source_digest": f"{packages}+{plugin}", "package_digest": packages, "plugins": {"my_losses": plugin},
+            "git_commit": "1234567" * 6, "git_dirty": False}
+
+
+@pytest.mark.parametrize(("packages", "marked"), [("aaaa", False), ("bbbb", True)])
+def test_a_plugin_loss_row_is_marked_other_code_only_where_the_project_code_differs(tmp_path, packages, marked):
+    """Every plugin-loss row was marked ‖ against its built-in baseline: its source digest takes in the plugin, which
+    is the loss itself. Now only the code both rows ran counts: the packages, and plugins both name."""
+    built_in = {"source_digest": "aaaa", "git_commit": "1234567" * 6, "git_dirty": False}
+    write_records(tmp_path / "results", [
+        *(synthetic_record("infonce", s, 80.0 + s, software=built_in) for s in range(3)),
+        *(synthetic_record("my_nce", s, 82.0 + s, software=_plugin_software(packages, "p1p1")) for s in range(3))])
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "pages")]) == 0
+    [row] = [line for line in (tmp_path / "pages" / "tiny.md").read_text().splitlines()
+             if line.startswith("| linear | my_nce")]
+    assert ("‖" in row) == marked and "+2.00" in row, row
+
+
+def test_the_code_label_names_each_plugin_a_clean_commit_does_not():
+    """history.md labelled two versions of a plugin, run from one clean commit, alike."""
+    one, two = (records.RunRecord.model_validate(synthetic_record("my_nce", 0, 1.0, software=_plugin_software(
+        "aaaa", plugin))) for plugin in ("p1p1p1p1", "p2p2p2p2"))
+    assert one.code_label() == "1234567 (plugins my_losses p1p1p1p)"
+    assert one.code_label() != two.code_label()

@@ -66,15 +66,24 @@ def other_data(group: Group, base: Group | None) -> bool:
 
 def other_code(group: Group, base: Group | None) -> bool:
     """Whether a row and its baseline ran different code (each row shows its newest code's records): a change
-    between their means would be the code's as well as the loss's."""
-    return base is not None and base is not group and set(group.codes) != set(base.codes)
+    between their means would be the code's as well as the loss's. Only the parts of the code that both rows' records
+    name count (:meth:`RunRecord.code_parts`): a plugin loss's own module is the loss whose change the row shows."""
+    if base is None or base is group:
+        return False
+    parts = [record.code_parts() for record in (*group.records, *base.records)]
+    shared = set.intersection(*(set(p) for p in parts)) if parts else set()
+
+    def codes(g: Group) -> set[tuple[tuple[str, str], ...]]:
+        return {tuple(sorted((k, p[k]) for k in shared)) for p in (r.code_parts() for r in g.records)}
+
+    return codes(group) != codes(base)
 
 
 def code_note(shown: bool) -> str:
     """The legend of :data:`OTHER_CODE`, where a page shows it."""
     return (f"{OTHER_CODE} after a change marks one between rows whose records name different code (other source "
-            "digests; for records without one, other commits; history.md lists them): it may be the code's as well "
-            "as the loss's." if shown else "")
+            "digests, a plugin loss's own module aside; for records without one, other commits; history.md lists "
+            "them): it may be the code's as well as the loss's." if shown else "")
 
 
 def data_note(rows: Iterable[Group], deltas: bool) -> str:
