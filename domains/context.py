@@ -55,6 +55,23 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"][:torch.cuda.device_count()])
 
 
+def _malformed(state: dict[str, Any]) -> str | None:
+    """What is wrong with the layout of a loaded checkpoint that has the right keys and run (a tampered or
+    damaged file), or None: the objects' states, the generators' and the extras are dicts by name, the generators
+    those :func:`rng_state` saves, and the elapsed seconds a finite number, none negative."""
+    for part in ("objects", "extra", "rng"):
+        if not isinstance(state[part], dict) or not all(isinstance(name, str) for name in state[part]):
+            return f"its {part} are not a dict by name"
+    if not all(isinstance(value, Mapping) for value in state["objects"].values()):
+        return "an object's state is not a dict"
+    if not {"python", "numpy", "torch"} <= set(state["rng"]) <= {"python", "numpy", "torch", "cuda"}:
+        return "its random generator states are not those the harness saves"
+    elapsed = state.get("elapsed_s", 0.0)
+    if not isinstance(elapsed, numbers.Real) or isinstance(elapsed, bool) or not 0 <= elapsed < math.inf:
+        return f"its elapsed_s {elapsed!r} is not a number of seconds"
+    return None
+
+
 @dataclass
 class RunContext:
     """What the harness gives a domain for one run."""
@@ -167,10 +184,15 @@ class RunContext:
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
         self._checkpointed = True
 
-    def restore_checkpoint(self, objects: dict[str, Any]) -> dict[str, Any] | None:
+    def restore_checkpoint(self, objects: dict[str, Any],
+                           counters: Mapping[str, int] | None = None) -> dict[str, Any] | None:
         """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
         random generators and return the extras; None on a fresh start. Call it once the objects are built:
-        building them draws random numbers, and the saved state must be what the next step draws from."""
+        building them draws random numbers, and the saved state must be what the next step draws from.
+
+        ``counters`` names the extras that count the training done (epoch, step) with the configured total
+        each: each must be a whole number from 0 to its total. A state that does not load into the objects or
+        the generators, or a counter out of its range, is a damaged checkpoint: a :class:`UserError` saying so."""
         state, self._pending = self._pending or self._saved(), None
         if state is None:
             return None
@@ -179,10 +201,21 @@ class RunContext:
         if missing:
             raise UserError(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
                             "--resume to start over")
+        extra = state["extra"]
+        for name, total in (counters or {}).items():
+            value = extra.get(name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 0 <= value <= total:
+                raise self._damaged(f"its {name} {value!r} is not a whole number from 0 to {total}")
         for name, obj in given.items():
-            obj.load_state_dict(state["objects"][name])
-        set_rng_state(state["rng"])
-        return state["extra"]
+            try:
+                obj.load_state_dict(state["objects"][name])
+            except Exception as exc:  # noqa: BLE001 - wrong keys, shapes or types: not what this run saves
+                raise self._damaged(f"{type(exc).__name__} loading its {name}") from None
+        try:
+            set_rng_state(state["rng"])
+        except Exception as exc:  # noqa: BLE001 - a generator state of the wrong kind or size
+            raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
+        return extra
 
     def saved_extras(self) -> dict[str, Any] | None:
         """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
@@ -203,9 +236,7 @@ class RunContext:
             with torch.serialization.safe_globals(_checkpoint_globals()):
                 state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # noqa: BLE001 - truncated, not a torch file, or a class that is refused
-            kind = type(exc).__name__
-            raise UserError(f"the checkpoint {path} cannot be read ({kind}: it is damaged or not a checkpoint the "
-                            f"harness wrote); {start_over}") from None
+            raise self._damaged(type(exc).__name__) from None
         # elapsed_s: absent from checkpoints written before records timed a resumed run whole
         if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
                 {"objects", "rng", "extra", "run", "elapsed_s"}:
@@ -213,8 +244,15 @@ class RunContext:
         if state["run"] != self.run_key:
             raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
                             f"{start_over}")
+        if problem := _malformed(state):
+            raise self._damaged(problem)
         self.earlier_s = float(state.get("elapsed_s", 0.0))
         return state
+
+    def _damaged(self, why: str) -> UserError:
+        """The error for a checkpoint that cannot be used, ``why`` saying what is wrong with it."""
+        return UserError(f"the checkpoint {self.checkpoint_path} cannot be read ({why}: it is damaged or not a "
+                         "checkpoint the harness wrote); rerun without --resume to start over")
 
     def check_loss(self, value: float, step: int, hint: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed

@@ -334,6 +334,68 @@ def test_the_extras_then_the_objects_read_the_checkpoint_once(tmp_path, monkeypa
     assert ctx.restore_checkpoint({"model": fresh}) == {"vocabulary": "a b c"} and len(reads) == 2  # not kept
 
 
+def _tamper(ctx: RunContext, change) -> None:
+    state = torch.load(ctx.checkpoint_path, weights_only=False)
+    change(state)
+    torch.save(state, ctx.checkpoint_path)
+
+
+_TAMPERS = {
+    "elapsed_s a string": lambda s: s.update(elapsed_s="abc"),
+    "elapsed_s infinite": lambda s: s.update(elapsed_s=float("inf")),
+    "objects a list": lambda s: s.update(objects=["model", "optimizer"]),
+    "an object's state a list": lambda s: s["objects"].update(model=[1, 2]),
+    "extra None": lambda s: s.update(extra=None),
+    "rng missing a generator": lambda s: s.update(rng={"python": 5}),
+    "rng of the wrong kind": lambda s: s["rng"].update(python=5),
+    "torch rng of the wrong size": lambda s: s["rng"].update(torch=torch.zeros(3, dtype=torch.uint8)),
+    "a weight of the wrong shape": lambda s: s["objects"]["model"].update(weight=torch.zeros(3)),
+    "an optimizer state of the wrong layout": lambda s: s["objects"]["optimizer"].update(param_groups=5),
+    "epoch beyond the total": lambda s: s["extra"].update(epoch=10**6),
+    "epoch negative": lambda s: s["extra"].update(epoch=-5),
+    "epoch a string": lambda s: s["extra"].update(epoch="x"),
+    "epoch a bool": lambda s: s["extra"].update(epoch=True),
+    "epoch missing": lambda s: s["extra"].pop("epoch"),
+}
+
+
+@pytest.mark.parametrize("tamper", list(_TAMPERS))
+def test_a_checkpoint_of_the_right_run_with_a_tampered_state_is_the_clean_error(tmp_path, tamper):
+    """The right keys and run key, but a state that does not fit: the 'cannot be read' error, never a raw one."""
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    ctx.save_checkpoint({"model": model, "optimizer": opt}, epoch=2, curve=[])
+    assert ctx.restore_checkpoint({"model": model, "optimizer": opt}, counters={"epoch": 30})["epoch"] == 2
+    _tamper(ctx, _TAMPERS[tamper])
+    with pytest.raises(UserError, match=r"checkpoint.pt cannot be read \(.*: it is damaged .*rerun without --resume "
+                                        r"to start over$"):
+        ctx.restore_checkpoint({"model": model, "optimizer": opt}, counters={"epoch": 30})
+
+
+@pytest.mark.parametrize("tamper", ["a weight of the wrong shape", "epoch beyond the total", "rng of the wrong kind"])
+def test_resuming_from_a_tampered_checkpoint_is_one_clean_error_line(tmp_path, monkeypatch, capsys, tamper):
+    def full_disk(path: Path, data: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:  # a finished run whose record could not be written keeps its checkpoint
+        patch.setattr(records, "write_json_atomic", full_disk)
+        assert main([*TINY, "--results", str(tmp_path)]) == 2
+    [path] = (tmp_path / ".work").glob("*/checkpoint.pt")
+    state = torch.load(path, weights_only=False)
+    {"a weight of the wrong shape": lambda: state["objects"]["encoder"].update(weight=torch.zeros(3)),
+     "epoch beyond the total": lambda: state["extra"].update(epoch=10**6),
+     "rng of the wrong kind": lambda: state["rng"].update(python=5)}[tamper]()
+    torch.save(state, path)
+    capsys.readouterr()
+    assert main([*TINY, "--results", str(tmp_path), "--resume"]) == 2
+    err = capsys.readouterr().err
+    clean = rf"the checkpoint {re.escape(str(path))} cannot be read \([^\n]*: it is damaged or not a checkpoint " \
+            r"the harness wrote\); rerun without --resume to start over"
+    assert re.fullmatch(rf"error: {clean} \(log: [^\n]*\)\n", err), err
+    [record] = _records(tmp_path)  # a failure of the user's input: the message alone, no exception type
+    assert record["status"] == "failed" and re.fullmatch(clean, record["error"]), record["error"]
+
 def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path)
     ctx.check_loss(1.5, 1)

@@ -114,7 +114,7 @@ class TinyDomain(Domain):
         loss_fn = None if spec.loss == "ce" else spec.make_loss()
         training = {"encoder": encoder, "head": head, "opt": opt, "loss": loss_fn}
         start, curve = 0, []
-        state = ctx.restore_checkpoint(training)
+        state = ctx.restore_checkpoint(training, counters={"epoch": c.epochs})
         if state is not None:
             start, curve = state["epoch"], state["curve"]
         gen = torch.Generator().manual_seed(ctx.seed)

@@ -75,7 +75,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     start = 0
     training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
     same_class = SameClassShare()  # the share of same-class negatives the loss saw, for the prior page
-    state = ctx.restore_checkpoint(training)
+    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs})
     if state is not None:
         start, curve = state["epoch"], state["curve"]
         if "same_class" in state:  # absent from a checkpoint written before it was counted

@@ -294,7 +294,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
 
     # The action sampler's and the environment's generators are their own: saved as extras.
     training = {"agent": agent, "buffer": buffer, "loss": loss_fn}
-    state = ctx.restore_checkpoint(training)
+    state = ctx.restore_checkpoint(training, counters={"step": total_agent_steps})
     if state is not None:
         rng.bit_generator.state = state["rng"]
         env.set_rng_state(state["env_rng"])

@@ -106,7 +106,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
         total = min(total, cfg.max_steps)
     step, curve, elapsed, seen, skipped = 0, [], 0.0, 0, 0
     training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
-    state = ctx.restore_checkpoint(training)
+    state = ctx.restore_checkpoint(training, counters={"step": total})
     if state is not None:
         step, curve, elapsed = state["step"], state["curve"], state["elapsed_s"]
         seen, skipped = state["sentences_seen"], state["skipped_batches"]

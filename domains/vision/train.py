@@ -217,7 +217,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     # The share of same-class negatives the loss saw (the prior page's τ+): on sets labelled throughout, where
     # the negatives are the batch's other images; under torchrun, this rank's batches.
     same_class = SameClassShare() if method.in_batch_negatives and bool((data.pretrain.labels >= 0).all()) else None
-    state = ctx.restore_checkpoint(training)
+    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs})
     if state is not None:
         start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
         if same_class is not None and state.get("same_class"):
