@@ -100,6 +100,30 @@ def test_the_log_and_the_work_folder_are_never_opened_through_a_link(tmp_path, c
         load_record_files(tmp_path)
 
 
+@pytest.mark.parametrize("force", [True, False])
+def test_a_work_folder_that_is_a_link_is_refused_before_anything_is_written_through_it(tmp_path, capsys, force):
+    """``--force`` marks its seeds in .work before the first one runs: the link is named before that mark (or any
+    other file) is written where it points."""
+    results, elsewhere = tmp_path / "results", tmp_path / "elsewhere"
+    results.mkdir()
+    elsewhere.mkdir()
+    (results / ".work").symlink_to(elsewhere, target_is_directory=True)
+    assert _run(results, "--seeds", "0,1", *(["--force"] if force else [])) == 2
+    assert f"{results / '.work'} is a symbolic link" in capsys.readouterr().err
+    assert list(elsewhere.iterdir()) == [] and [p.name for p in results.iterdir()] == [".work"]
+
+
+def test_a_force_mark_that_is_a_link_is_refused_before_any_mark_is_written(tmp_path, capsys):
+    assert _run(tmp_path, "--seeds", "0,1") == 0
+    rid = sorted(_records(tmp_path))[1]
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    (tmp_path / ".work" / f"{rid}.force").symlink_to(outside)
+    before = sorted(p.name for p in (tmp_path / ".work").iterdir())
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0,1", "--force") == 2
+    assert f"{rid}.force is a symbolic link" in capsys.readouterr().err
+    assert not outside.exists() and sorted(p.name for p in (tmp_path / ".work").iterdir()) == before
+
 def _leave_a_checkpoint(results: Path, seed: int, monkeypatch) -> Path:
     """A run whose record cannot be written keeps its checkpoint in .work/<run id>/, as a killed run would."""
     with monkeypatch.context() as patch:

@@ -265,6 +265,14 @@ def force_mark(results: Path, rid: str) -> Path:
     return results / ".work" / f"{rid}.force"
 
 
+def own_paths(results: Path, rid: str) -> list[Path]:
+    """What the harness writes of run ``rid`` in ``results``: none may be, or lie under, a symbolic link
+    (:func:`refuse_link`): ``.work`` itself is checked as the folder above the run's work folder and marks."""
+    path = records.record_path(results, rid)
+    return [path, path.with_suffix(".log"), results / ".work" / rid, results / "tb" / rid,
+            results / ".work" / f"{rid}.lock", force_mark(results, rid), model_file.model_path(results, rid)]
+
+
 def redo(req: RunRequest, results: Path, rid: str) -> bool:
     """Whether ``req`` runs this seed again although it has a completed record (:func:`force_mark`)."""
     return req.force and (not req.resume or force_mark(results, rid).exists())
@@ -281,6 +289,9 @@ def execute(req: RunRequest, on_outcome: Callable[[Outcome], None] | None = None
     data_root = default_data_root(req.data_root)
     data = PlanData(the_plan, data_root, device)
     rids = [records.run_id(spec, data.fingerprint) for spec in the_plan.specs]
+    for rid in rids:  # before anything is written (a --force mark, a folder): a refusal leaves the folder as it was
+        for own in own_paths(Path(req.results), rid):
+            refuse_link(own, Path(req.results))
     if not all(not redo(req, Path(req.results), rid) and records.reusable(Path(req.results), spec, data.fingerprint)
                for spec, rid in zip(the_plan.specs, rids)):
         data.load()  # before any run starts: a data error leaves the results folder untouched
@@ -319,12 +330,11 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
                         write=False)
     if not redo(req, results, rid) and (done := records.reusable(results, spec, data.fingerprint)) is not None:
         return _skipped(req, results, rid, path, done)
+    for own in own_paths(results, rid):  # checked by execute too; again here, as the folder may have changed since
+        refuse_link(own, results)
     work_dir = results / ".work" / rid
     work_dir.parent.mkdir(parents=True, exist_ok=True)
     lock_path = results / ".work" / f"{rid}.lock"
-    for own in (path, path.with_suffix(".log"), work_dir, results / "tb" / rid, lock_path,
-                model_file.model_path(results, rid)):
-        refuse_link(own, results)
     # One process per run id at a time: a second one (another sweep, a second terminal) skips it.
     try:
         lock = FileLock(str(lock_path), timeout=0)
