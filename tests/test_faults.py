@@ -18,7 +18,7 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from support import default_sigint, toy_tu
-from tiny_domain import AS_MODULE, REPO, harness, harness_env, resume_args, synthetic_record, write_records
+from tiny_domain import REPO, RESUMES_WITH, harness, harness_env, resume_args, synthetic_record, write_records
 
 from domains.context import RunContext
 from domains.errors import NonFiniteLossError, UserError
@@ -103,7 +103,7 @@ def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_r
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     hint = stderr.strip().splitlines()[-1]
-    assert hint.startswith(f"interrupted; continue with: {AS_MODULE} run ") and hint.endswith("--resume")
+    assert hint.startswith(f"interrupted; continue with: {RESUMES_WITH} run ") and hint.endswith("--resume")
     assert "--force" in hint  # with --resume it goes on with the forced rerun, keeping the seeds it redid
     out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr

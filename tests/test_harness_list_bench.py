@@ -10,7 +10,7 @@ import types
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
-from tiny_domain import AS_MODULE, REPO, harness, harness_env
+from tiny_domain import REPO, RESUMES_WITH, harness, harness_env
 
 from harness.bench import format_table
 from harness.cli import main
@@ -219,7 +219,7 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     monkeypatch.delenv("TINY_BENCH_SIGTERM")
     assert first.returncode == 75, first.stderr
     assert "tiny: stopped (SIGTERM) with 2 of 3 parts" in first.stdout
-    assert f"continue with: {AS_MODULE} bench tiny --device cpu --out {tmp_path} --resume" in first.stdout
+    assert f"continue with: {RESUMES_WITH} bench tiny --device cpu --out {tmp_path} --resume" in first.stdout
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
     assert saved["complete"] is False and saved["parts_done"] == ["B=64", "B=256"]
     kept = _pids(tmp_path / "tiny-cpu.json")

@@ -89,6 +89,42 @@ def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_ru
     assert pasted.returncode == 0 and "[skipped]" in pasted.stdout and new_id in pasted.stdout, pasted.stderr
 
 
+def _pasted(plugins: Path, line: str) -> subprocess.CompletedProcess:
+    """``line`` run in a new shell, as a user pastes it: without HARNESS_PLUGINS in the environment, with the plugin
+    modules on the path and this interpreter first on PATH."""
+    env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted_in_a_new_shell(tmp_path):
+    plugins, results = tmp_path / "plugins", tmp_path / "results"
+    plugins.mkdir()
+    shutil.copy(REPO / "tests" / "tiny_loss.py", plugins / "tiny_loss.py")
+    run = ["run", "--domain", "tiny", "--loss", LOSS, "--seeds", "0", "--set", "epochs=6", "--set", "sleep_s=0.4",
+           "--quiet", "--tracker", "none", "--results", str(results)]
+    stopped = _harness(plugins, *run, "--time-limit", "1s")
+    assert stopped.returncode == 75, stopped.stderr
+    hint = stopped.stderr.strip().splitlines()[-1]
+    assert "at a checkpoint; continue with: HARNESS_PLUGINS=tiny_domain,tiny_loss " in hint, hint
+    command = hint.split("continue with: ", 1)[1]
+    assert " --time-limit 1s " in command
+    resumed = _pasted(plugins, command.replace(" --time-limit 1s ", " "))  # the rest of the run at once
+    assert resumed.returncode == 0 and "[completed]" in resumed.stdout, resumed.stderr
+    [record] = _records(results).values()
+    assert record["status"] == "completed" and record["loss"] == LOSS
+
+    sweep = ["sweep", "--domains", "tiny", "--losses", LOSS, "--seeds", "1", "--set", "epochs=1", "--tracker", "none",
+             "--results", str(results)]
+    dry = _harness(plugins, *sweep, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    [job] = [line for line in dry.stdout.splitlines() if " run --domain tiny " in line]
+    assert job.startswith("HARNESS_PLUGINS=tiny_domain,tiny_loss harness run "), job
+    pasted = _pasted(plugins, job.replace("harness run", f"{sys.executable} -m harness run", 1))
+    assert pasted.returncode == 0 and "[completed]" in pasted.stdout, pasted.stderr
+
+
 def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
     (tmp_path / "my_dcl.py").write_text(
         "from losses import register_loss\n\n\n"

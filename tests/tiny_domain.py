@@ -193,12 +193,15 @@ def harness_env() -> dict[str, str]:
 
 # How the resume hints of a ``python -m harness`` subprocess start (harness.run.invocation).
 AS_MODULE = f"{shlex.quote(as_found(sys.executable))} -m harness"  # what a subprocess of this interpreter prints
+# ... after the plugins of :func:`harness_env` (harness.run.plugins_prefix)
+RESUMES_WITH = f"HARNESS_PLUGINS=tiny_domain {AS_MODULE}"
 
 
 def resume_args(hint: str) -> list[str]:
-    """The arguments of the ``continue with: ...`` command a subprocess printed, for :func:`harness`."""
-    assert f"continue with: {AS_MODULE} " in hint and hint.endswith(" --resume"), hint
-    return hint.split(f"continue with: {AS_MODULE} ")[1].split()
+    """The arguments of the ``continue with: HARNESS_PLUGINS=... python -m harness ...`` command a subprocess
+    printed (with the plugins of its environment, which :func:`harness` gives again), for :func:`harness`."""
+    assert "continue with: HARNESS_PLUGINS=" in hint and f" {AS_MODULE} " in hint and hint.endswith(" --resume"), hint
+    return hint.split(f" {AS_MODULE} ", 1)[1].split()
 
 
 def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

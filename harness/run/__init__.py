@@ -14,6 +14,7 @@ import shlex
 import shutil
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from domains.base import counted
@@ -79,8 +80,20 @@ def resume_command(argv: list[str]) -> str:
     """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
     ``--resume``, started the way this process was (:func:`invocation`). A ``--force`` stays: ``--force
     --resume`` goes on with the forced rerun, redoing only the seeds it had not redone yet
-    (:func:`harness.run.runner.force_mark`)."""
-    return shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
+    (:func:`harness.run.runner.force_mark`). It starts with this process's plugins (:func:`plugins_prefix`): in a new
+    shell, the command without them names an unknown loss or domain."""
+    return plugins_prefix() + shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
+
+
+def plugins_prefix(modules: Iterable[str] | None = None) -> str:
+    """What a printed command starts with so that it runs pasted in a new shell: ``HARNESS_PLUGINS=a,b `` naming
+    the plugin ``modules`` (by default those that ``HARNESS_PLUGINS`` names in this process), or nothing without
+    any. Every command the harness prints for a user to run again starts with it (:func:`resume_command`,
+    :func:`reproduce_line`, a sweep's ``--dry-run`` jobs)."""
+    if modules is None:
+        modules = (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))
+    named = ",".join(dict.fromkeys(filter(None, modules)))
+    return f"HARNESS_PLUGINS={shlex.quote(named)} " if named else ""
 
 
 def _print_outcome(outcome: Outcome) -> None:
@@ -99,9 +112,7 @@ def _print_outcome(outcome: Outcome) -> None:
 def reproduce_line(record: RunRecord) -> str:
     """The shell line that reruns a record's run: its command, after ``HARNESS_PLUGINS`` naming the plugins that
     provided its domain or loss (``software.plugins``), without which the command names an unknown one."""
-    plugins = record.software.get("plugins") or {}
-    prefix = f"HARNESS_PLUGINS={shlex.quote(','.join(plugins))} " if plugins else ""
-    return prefix + shlex.join(record.command)
+    return plugins_prefix(record.software.get("plugins") or {}) + shlex.join(record.command)
 
 
 def time_limit(args: argparse.Namespace) -> float | None:
