@@ -27,6 +27,7 @@ from losses.registry import (
     SCORINGS,
     VIEWS,
     HParam,
+    KernelOutputError,
     Loss,
     LossSpec,
     available,
@@ -49,9 +50,9 @@ from losses.supcon import eps_supcon, eps_supinfonce, supcon
 from losses.unbiased import unbiased
 
 __all__ = [
-    "CLASS", "CLASSMATES", "LOGITS", "POSITIVES", "PROBABILITIES", "SCORINGS", "VIEWS", "HParam", "Loss", "LossSpec",
-    "NonFiniteError", "Scores", "available", "bank_scores", "ce", "class_scores", "dcl", "debiased_pos", "eps_supcon",
-    "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "jsd_hard", "label_scores", "membership_scores",
-    "multiview_scores", "pair_scores", "pairwise_scores", "pucl", "register", "register_loss", "set_sync_checks",
-    "spec", "supcon", "unbiased",
+    "CLASS", "CLASSMATES", "LOGITS", "POSITIVES", "PROBABILITIES", "SCORINGS", "VIEWS", "HParam", "KernelOutputError",
+    "Loss", "LossSpec", "NonFiniteError", "Scores", "available", "bank_scores", "ce", "class_scores", "dcl",
+    "debiased_pos", "eps_supcon", "eps_supinfonce", "fairkl", "get", "hcl", "infonce", "jsd", "jsd_hard",
+    "label_scores", "membership_scores", "multiview_scores", "pair_scores", "pairwise_scores", "pucl", "register",
+    "register_loss", "set_sync_checks", "spec", "supcon", "unbiased",
 ]

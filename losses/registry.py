@@ -217,6 +217,11 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 NAME_RULE = "letters, digits, _ and -, starting with a letter or digit"  # NAME in words, for the errors
 
 
+class KernelOutputError(TypeError):
+    """A loss kernel returned what no loss returns: not a 0-dim floating-point tensor, or one cut off from the
+    autograd graph of the scores it was given (:meth:`Loss.__call__`)."""
+
+
 class NameRefusedError(ValueError):
     """A loss registered under a name that another loss has, or under one that is no plain name (:data:`NAME`)."""
 
@@ -349,7 +354,25 @@ class Loss:
             scores = inputs[0]
             # kept by reference (views: no copy, no device sync) for the next estimate
             self._last_scores = (scores.logits.detach(), scores.pos_mask, scores.neg_mask)
-        return self._fn(*inputs)
+        return self._checked(self._fn(*inputs), inputs)
+
+    def _checked(self, out: Any, inputs: tuple[Any, ...]) -> Tensor:
+        """``out`` if it is what a loss returns: a 0-dim floating-point tensor that requires grad wherever its
+        inputs do (Scores: their logits), else KernelOutputError naming the loss. Host-side metadata only (no value
+        read, no device sync): the same under ``torch.compile`` (whose output it is) and CUDA-graph capture."""
+        if isinstance(out, Tensor) and out.dim() == 0 and out.is_floating_point():
+            if out.requires_grad or not torch.is_grad_enabled() or not any(
+                    t.requires_grad for t in _tensors(inputs)):
+                return out
+            what = "a tensor that does not require grad (detached from the scores' autograd graph)"
+        elif isinstance(out, Tensor):
+            what = f"a {out.dtype} tensor" if out.dim() == 0 else f"a tensor of shape {tuple(out.shape)}"
+        else:
+            what = f"a {type(out).__name__}" + (f" ({out!r})" if isinstance(out, (int, float)) else "")
+        raise KernelOutputError(
+            f"loss '{self.name}' ({self.spec.fn.__module__}) returned {what}; a loss kernel must return a 0-dim "
+            "floating-point torch Tensor computed from its inputs, e.g. per_anchor.mean() (no .item(), float() or "
+            ".detach(): training takes its gradient)")
 
     def observe(self, embeddings: Tensor) -> None:
         """Offer a batch's embeddings [B, d] (those the scores compare) to the prior's estimate; kept,
@@ -423,6 +446,11 @@ class Loss:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.hparams.items())
         return f"{self.name}({args})"
+
+
+def _tensors(inputs: tuple[Any, ...]) -> list[Tensor]:
+    """The tensors a loss reads its gradient through: the logits of Scores, and tensors given as they are."""
+    return [x.logits if isinstance(x, Scores) else x for x in inputs if isinstance(x, (Scores, Tensor))]
 
 
 def get(name: str, **hparams: Any) -> Loss:

@@ -116,3 +116,55 @@ def test_prior_settings_without_auto_are_refused_in_words_that_agree(settings):
         losses.spec("dcl").resolve(tau_plus=0.1, **settings)
     assert str(err.value) == f"{', '.join(settings)} of loss 'dcl' can only apply to an estimated prior: add " \
                              "tau_plus=auto"
+
+
+_BAD_OUTPUTS = {  # what a plugin's kernel may return by mistake -> what the error says it returned
+    "vector": (lambda scores: scores.logits.mean(1), "a tensor of shape (12,)"),
+    "float": (lambda scores: scores.logits.mean().item(), "a float ("),
+    "detached": (lambda scores: scores.logits.mean().detach(), "a tensor that does not require grad"),
+    "integer": (lambda scores: (scores.logits > 0).sum(), "a torch.int64 tensor"),
+}
+
+
+def _probe(kernel) -> losses.Loss:
+    """A bound loss of ``kernel``, not registered (the registry stays as it is)."""
+    return losses.Loss(losses.LossSpec("probe_output", kernel, paper="-", summary="-"), {})
+
+
+def _scores(requires_grad: bool = True) -> losses.Scores:
+    z = torch.randn(6, 4, requires_grad=requires_grad)
+    return losses.pair_scores(z, z + 0.1, 0.5)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("kind", sorted(_BAD_OUTPUTS))
+def test_a_kernel_that_returns_no_loss_is_refused_naming_the_loss_and_what_a_kernel_returns(kind, compiled):
+    kernel, returned = _BAD_OUTPUTS[kind]
+    if compiled and kind == "float":
+        pytest.skip("a compiled .item() is torch.compile's own error (and the run then trains eagerly)")
+    loss = _probe(kernel)
+    if compiled:
+        assert loss.compile(backend="eager")
+    with pytest.raises(losses.KernelOutputError) as refused:
+        loss(_scores())
+    message = str(refused.value)
+    assert message.startswith(f"loss 'probe_output' ({__name__}) returned {returned}"), message
+    assert "must return a 0-dim floating-point torch Tensor" in message
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_kernel_that_returns_a_scalar_loss_passes_and_so_does_one_without_grad_where_none_is_taken(compiled):
+    loss = _probe(lambda scores: scores.logits.logsumexp(1).mean())
+    if compiled:
+        assert loss.compile(backend="eager")
+    assert loss(_scores()).requires_grad
+    assert loss(_scores(requires_grad=False)).dim() == 0
+    detached = _probe(_BAD_OUTPUTS["detached"][0])
+    with torch.no_grad():  # an evaluation: nothing requires grad
+        assert detached(_scores()).dim() == 0
+    for name in ("infonce", "dcl", "supcon", "jsd"):  # the built-in losses return what a loss returns
+        labels = torch.arange(6) % 3
+        z = torch.randn(6, 4, requires_grad=True)
+        scores = losses.label_scores(z, labels, 0.5) if losses.spec(name).needs_labels else \
+            losses.pair_scores(z, z + 0.1, 0.5)
+        assert losses.get(name)(scores).requires_grad, name

@@ -125,6 +125,25 @@ def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted
     assert pasted.returncode == 0 and "[completed]" in pasted.stdout, pasted.stderr
 
 
+@pytest.mark.parametrize(("body", "returned"), [
+    ("scores.logits.logsumexp(1)", "a tensor of shape ("),
+    ("scores.logits.logsumexp(1).mean().item()", "a float ("),
+    ("scores.logits.logsumexp(1).mean().detach()", "a tensor that does not require grad"),
+])
+def test_a_plugin_kernel_that_returns_no_loss_fails_its_run_in_one_line_naming_the_loss(tmp_path, body, returned):
+    (tmp_path / "bad_kernel.py").write_text(
+        "from losses import register_loss\n\n\n"
+        "@register_loss('bad_kernel', paper='-', summary='-')\n"
+        f"def bad_kernel(scores):\n    return {body}\n")
+    out = _harness(tmp_path, "run", "--domain", "tiny", "--loss", "bad_kernel", "--seeds", "0", "--set", "epochs=1",
+                   "--quiet", "--tracker", "none", "--results", str(tmp_path / "results"),
+                   names="tiny_domain,bad_kernel")
+    assert out.returncode == 2, out.stderr  # the user's code to fix, not a crash
+    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: loss 'bad_kernel' (bad_kernel) returned {returned}"), out.stderr
+    assert "a loss kernel must return a 0-dim floating-point torch Tensor" in out.stderr
+
+
 def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
     (tmp_path / "my_dcl.py").write_text(
         "from losses import register_loss\n\n\n"

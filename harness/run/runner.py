@@ -34,6 +34,7 @@ from harness.run import model_file, stopping, tracking
 from harness.run.estimate import EstimatingContext
 from harness.version import software_info
 from losses.checks import NonFiniteError
+from losses.registry import KernelOutputError
 
 LOGGER = logging.getLogger("harness")
 
@@ -474,6 +475,8 @@ def _pretrain(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any) -> Pret
     as graph's and text's own check, not a crash."""
     try:
         return domain.pretrain(spec, ctx, data)
+    except KernelOutputError as exc:  # a plugin's kernel that returns no loss: the user's code to fix, one line
+        raise UserError(str(exc)) from exc
     except NonFiniteError as exc:
         lr = getattr(spec.config, "lr", None)
         now = f" (now --set lr={lr:g})" if isinstance(lr, (int, float)) else " (--set lr=...)"
