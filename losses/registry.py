@@ -177,6 +177,12 @@ class LossSpec:
                              f"of {', '.join(POSITIVES)}, got {self.scoring!r} and {self.positives!r}")
         if not self.objective and (self.scoring, self.positives) != (None, None):
             raise ValueError(f"loss '{self.name}' is no objective: it takes no Scores, so no scoring or positives")
+        for h in self.hparams:  # a default its own range refuses would fail the first run that sets nothing
+            try:
+                h.check(h.default)
+            except ValueError as exc:
+                raise ValueError(f"loss '{self.name}': the default of its hyper-parameter {h.name} is not an allowed "
+                                 f"value ({exc}); give it a default within its range") from None
 
     def parse(self, texts: dict[str, str]) -> dict[str, Any]:
         """Command-line texts (``{"tau_plus": "0.2"}``) as checked values (:meth:`HParam.parse`); a name the loss

@@ -168,3 +168,18 @@ def test_a_kernel_that_returns_a_scalar_loss_passes_and_so_does_one_without_grad
         scores = losses.label_scores(z, labels, 0.5) if losses.spec(name).needs_labels else \
             losses.pair_scores(z, z + 0.1, 0.5)
         assert losses.get(name)(scores).requires_grad, name
+
+
+@pytest.mark.parametrize(("hparam", "refused"), [
+    (losses.HParam("margin", 5.0, low=0, high=2), "margin must be a number in [0, 2], got 5"),
+    (losses.HParam("k", 0, low=1, integer=True), "k must be an integer >= 1, got 0"),
+    (losses.HParam("form", "x", choices=("a", "b")), "form must be one of a, b, got 'x'"),
+])
+def test_a_hyperparameter_whose_default_its_own_range_refuses_is_refused_at_registration(hparam, refused):
+    """Listed as ``margin=5.0 [0, 2]``, it failed the first run that set nothing ("bad hyper-parameter")."""
+    with pytest.raises(ValueError) as caught:
+        losses.register_loss("probe_default", paper="-", summary="-", hparams=(hparam,))(
+            eval(f"lambda scores, {hparam.name}={hparam.default!r}: scores.logits.sum()"))
+    assert str(caught.value) == (f"loss 'probe_default': the default of its hyper-parameter {hparam.name} is not an "
+                                 f"allowed value ({refused}); give it a default within its range")
+    assert "probe_default" not in losses.available(objective=None)

@@ -195,3 +195,14 @@ def test_only_the_plugins_that_provide_a_runs_domain_or_loss_are_part_of_its_ide
     assert version.source_digest("graph", "dcl") == version.package_digest() == run_code_digest(REPO)
     assert list(version.plugin_digests("tiny", "dcl")) == ["tiny_domain"]
     assert version.source_digest("tiny", "dcl") not in (version.package_digest(), version.source_digest("graph", "dcl"))
+
+
+def test_a_plugin_loss_whose_default_is_outside_its_range_is_refused_before_it_is_listed(tmp_path):
+    (tmp_path / "margin_loss.py").write_text(
+        "from losses import HParam, register_loss\n\n\n"
+        "@register_loss('margin_nce', paper='-', summary='-', hparams=(HParam('margin', 5.0, low=0, high=2),))\n"
+        "def margin_nce(scores, margin=5.0):\n    return scores.logits.sum() * margin\n")
+    out = _harness(tmp_path, "list", "losses", names="margin_loss")
+    assert out.returncode != 0 and "margin_nce" not in out.stdout
+    assert ("loss 'margin_nce': the default of its hyper-parameter margin is not an allowed value (margin must be a "
+            "number in [0, 2], got 5)") in out.stderr, out.stderr
