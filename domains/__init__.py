@@ -47,7 +47,10 @@ def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> No
     try:
         load()
     except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
-        raise UserError(f"{named_by} names '{module}', which cannot be imported ({exc}); fix or remove it") from None
+        top = module.split(".")[0]  # a plugin in the current folder, where the `harness` script does not look
+        here = "; fix or remove it" if getattr(exc, "name", None) != top or not os.path.isfile(f"{top}.py") else \
+            f"; ./{top}.py is in the current folder, which is not on the Python path: run with PYTHONPATH=."
+        raise UserError(f"{named_by} names '{module}', which cannot be imported ({exc}){here}") from None
     except NameRefusedError as exc:
         raise UserError(f"plugin '{module}' ({named_by}) is refused: {exc}") from None
 

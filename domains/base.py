@@ -34,7 +34,7 @@ import torch
 import losses
 from domains.context import RunContext
 from domains.errors import UserError
-from losses.registry import POSITIVES, PROBABILITIES, SCORINGS, VIEWS, LossSpec
+from losses.registry import CLASS, CLASSMATES, LOGITS, POSITIVES, PROBABILITIES, SCORINGS, VIEWS, LossSpec
 
 
 def require(module: str, extra: str) -> Any:
@@ -197,6 +197,25 @@ class Supplies:
         it supplies, and labels where the loss needs them."""
         return (loss.objective and loss.positives in self.positives and loss.scoring in self.scorings
                 and (self.labels or not loss.needs_labels))
+
+    def lacks(self, loss: LossSpec) -> str:
+        """What ``loss`` needs that this does not supply, in words (``class labels``), for an error that says why a
+        method does not train with it; empty where it :meth:`admits` it. A regulariser is no objective to train
+        with: ``a training objective``."""
+        if not loss.objective:
+            return "a training objective (it is a regulariser, added to one)"
+        needs = ["class labels"] if loss.needs_labels and not self.labels else []
+        if loss.positives not in self.positives:
+            needs.append(f"positives that are {_POSITIVE_WORDS[loss.positives]}")
+        if loss.scoring not in self.scorings:
+            needs.append(_SCORING_WORDS[loss.scoring])
+        return " and ".join(needs)
+
+
+_SCORING_WORDS = {PROBABILITIES: "logits it normalises over the candidates (a softmax)",
+                  LOGITS: "raw logits, each pair scored on its own"}
+_POSITIVE_WORDS = {VIEWS: "other views of the anchor's sample", CLASSMATES: "the anchor's classmates",
+                   CLASS: "the anchor's class among class candidates"}
 
 
 class Domain(ABC):

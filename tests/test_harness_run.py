@@ -74,7 +74,9 @@ def test_a_misspelt_name_is_answered_with_the_closest_one(field, typo, meant):
 
 @pytest.mark.parametrize("args, expected", [
     (["--domain", "nope", "--loss", "infonce"], "unknown domain 'nope'"),
-    (["--domain", "tiny", "--loss", "jsd"], "does not accept loss 'jsd'; accepted: infonce"),
+    (["--domain", "tiny", "--loss", "jsd"], "does not accept loss 'jsd': it needs raw logits, each pair scored on "
+                                            "its own, which tiny's methods linear, linear2 do not supply; accepted: "
+                                            "infonce"),
     (["--domain", "tiny", "--loss", "infnce"], "unknown loss 'infnce'; did you mean 'infonce'? Domain 'tiny' "
                                                "accepts: infonce"),
     (["--domain", "tiny", "--loss", "infonce", "--set", "nope=1"], "Valid keys: classes, dim_in"),

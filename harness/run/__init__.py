@@ -90,9 +90,7 @@ def plugins_prefix(modules: Iterable[str] | None = None) -> str:
     the plugin ``modules`` (by default those that ``HARNESS_PLUGINS`` names in this process), or nothing without
     any. Every command the harness prints for a user to run again starts with it (:func:`resume_command`,
     :func:`reproduce_line`, a sweep's ``--dry-run`` jobs)."""
-    if modules is None:
-        modules = (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))
-    named = ",".join(dict.fromkeys(filter(None, modules)))
+    named = ",".join(dict.fromkeys(cfg.plugin_modules() if modules is None else modules))
     return f"HARNESS_PLUGINS={shlex.quote(named)} " if named else ""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import typing
 from typing import Annotated, Any
 
@@ -151,15 +152,52 @@ def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return config_sets, loss_sets
 
 
+def plugin_modules() -> list[str]:
+    """The plugin modules ``HARNESS_PLUGINS`` names in this process (comma-separated), in order, once each."""
+    return list(dict.fromkeys(filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(",")))))
+
+
+def plugin_hint(names: list[str]) -> str:
+    """Why an unknown loss name may be a loss of the user's own, in words that follow the error: without
+    ``HARNESS_PLUGINS``, that its module is named there; with it, that the modules it names register none of
+    ``names``."""
+    modules = plugin_modules()
+    if not modules:
+        return ("a loss of your own is known only where HARNESS_PLUGINS names the module that registers it: "
+                "HARNESS_PLUGINS=my_losses harness ...")
+    return (f"HARNESS_PLUGINS names {', '.join(modules)}, which register{'s' if len(modules) == 1 else ''} no loss "
+            f"{', '.join(names)}")
+
+
+def why_refused(domain: Domain, loss: str) -> str:
+    """Why no method of ``domain`` trains with the registered ``loss``: what it needs that the methods do not
+    supply (:meth:`domains.base.Supplies.lacks`), e.g. ``it needs class labels, which graph's infograph does not
+    supply``."""
+    spec = losses.spec(loss)
+    by_need: dict[str, list[str]] = {}
+    for method in domain.methods:
+        need = domain.method_supplies.get(method, domain.supplies).lacks(spec)
+        if need:
+            by_need.setdefault(need, []).append(method)
+    parts = []
+    for need, methods in by_need.items():
+        who = f"{domain.name}'s {methods[0]} does" if len(methods) == 1 else \
+            f"{domain.name}'s methods {', '.join(methods)} do"
+        parts.append(f"{need}, which {who} not supply")
+    return "it needs " + "; and ".join(parts) if parts else "no method of the domain trains with it"
+
+
 def resolve_loss(domain: Domain, loss: str, loss_sets: dict[str, str]) -> dict[str, Any]:
     """Check that ``domain`` accepts ``loss`` and return its hyper-parameters from the ``loss.*`` texts, parsed and
     validated by the loss registry, defaults filled."""
     accepted = domain.accepted_losses()
     if loss not in losses.available():
+        plugins = "" if loss in losses.available(objective=None) else f" ({plugin_hint([loss])})"
         raise UserError(f"unknown loss '{loss}'{did_you_mean(loss, accepted)} Domain '{domain.name}' accepts: "
-                        f"{', '.join(accepted)}")
+                        f"{', '.join(accepted)}{plugins}")
     if loss not in accepted:
-        raise UserError(f"domain '{domain.name}' does not accept loss '{loss}'; accepted: {', '.join(accepted)}")
+        raise UserError(f"domain '{domain.name}' does not accept loss '{loss}': {why_refused(domain, loss)}; "
+                        f"accepted: {', '.join(accepted)}")
     spec = losses.spec(loss)
     names = [h.name for h in spec.hparams]
     unknown = sorted(set(loss_sets) - set(names))

@@ -173,7 +173,11 @@ def build_requests(args: argparse.Namespace) -> tuple[list[RunRequest], list[str
         missing = sorted(set(names or []) - used[what])
         if missing:
             hint = did_you_mean(missing[0], offered[what]).removesuffix(".")
-            raise UserError(f"no domain in --domains has {what} {', '.join(missing)}{hint} (see harness list)")
+            known = losses.available(objective=None)
+            unknown = [name for name in missing if name not in known] if what == "loss" else []
+            plugins = f"; {cfg.plugin_hint(unknown)}" if unknown else ""
+            raise UserError(f"no domain in --domains has {what} {', '.join(missing)}{hint} (see harness list"
+                            f"{plugins})")
     for option, keys in (("--grid", grid), ("--set", fixed)):
         unused = sorted(set(keys) - used_grid)
         reasons = [reason for key in unused for (ignored, reason) in left_out if ignored == key]
