@@ -46,11 +46,15 @@ import domains
 from domains.base import Domain, RunSpec, describe_validation, split_config
 from domains.errors import UserError
 from domains.files import hash_jsonable, refuse_link, write_atomic
+from harness.regular import read_regular
 from harness.version import source_digest
 
 SCHEMA_VERSION = 3
 # A name that may become (part of) a file name: no path separator, no leading dot, no control character.
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:+=@,-]*")
+# The longest such name: a file name has 255 bytes, and the atomic writes' temporary ".<run_id>.json.<8>.tmp" must
+# fit (a run of a longer id could not write its record either); "<domain>.md" and its temporary do then too.
+MAX_NAME = 236
 # What no name of a run holds and what would end a line of a page (a heading, a table row) or of a log: the C0 and
 # C1 control characters (newline, NUL, ...), DEL, and Unicode's line and paragraph separators.
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -106,6 +110,9 @@ class RunRecord(BaseModel):
     @field_validator("run_id", "domain")
     @classmethod
     def _plain_name(cls, value: str) -> str:
+        if len(value) > MAX_NAME:
+            raise ValueError(f"{value[:40]!r}... is {len(value)} characters long, more than the {MAX_NAME} a name "
+                             "that names a file may have")
         if not PLAIN_NAME.fullmatch(value) or ".." in value:
             raise ValueError(f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)")
         return value
@@ -337,23 +344,33 @@ def parse_record(data: Any, source: str | Path = "record") -> RunRecord:
         raise InvalidRecordError(f"{source}: invalid run record: {describe_validation(exc, whole='record')}") from None
 
 
-def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:
+def normalize(record: RunRecord, domain: Domain | None, source: str | Path = "record") -> RunRecord:
     """``record`` against its domain's config class as the code defines it now: the domain first says what the
     record ran where its fields predate the class (``Domain.recorded_config``), then fields added to the class since
     the record was written take their defaults (a new field must default to the behaviour before it existed),
     ``auto`` values are resolved (``Domain.resolve_config``), each field sits in ``config`` or ``runtime`` as the
-    class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here or the
-    class can no longer build the recorded values; fields since removed from the class stay in ``config``."""
+    class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here (or its
+    code cannot import what resolving needs); fields since removed from the class stay in ``config``.
+
+    InvalidRecordError, naming ``source`` and the field where the class says which, when the class cannot build the
+    recorded values (``"epochs": "x"``): kept as written, such a record would reach the pages without the fields
+    the domain's code reads of every config (its setting note, its columns) and fail there."""
     if domain is None:
         return record
-    values = domain.recorded_config({**record.runtime, **record.config}, record.details)
     cls = domain.config_class
     try:
+        values = domain.recorded_config({**record.runtime, **record.config}, record.details)
         names = set().union(*split_config(cls()))  # every field has a default (the Domain protocol)
         known = {k: v for k, v in values.items() if k in names}
         experiment, runtime = split_config(domain.resolve_config(cls(**known), record.method, record.dataset))
-    except (TypeError, ValueError, KeyError, ImportError, UserError):
+    except ImportError:
         return record
+    except ValidationError as exc:
+        raise InvalidRecordError(f"{source}: invalid run record: its config does not build the {record.domain} "
+                                 f"domain's config: {describe_validation(exc, whole='config')}") from None
+    except (TypeError, ValueError, KeyError, AttributeError, UserError) as exc:
+        raise InvalidRecordError(f"{source}: invalid run record: its config does not build the {record.domain} "
+                                 f"domain's config ({type(exc).__name__}: {exc})") from None
     removed = {k: v for k, v in values.items() if k not in names}
     config = jsonable({**experiment, **removed})
     return record.model_copy(update={
@@ -363,11 +380,11 @@ def normalize(record: RunRecord, domain: Domain | None) -> RunRecord:
 
 
 def load_record(path: Path, loaded: dict[str, Domain | None] | None = None) -> RunRecord:
-    """The record at ``path``, validated, migrated and normalised. OSError when it cannot be opened,
-    InvalidRecordError / NewerRecordError (naming the file) otherwise. ``loaded`` caches domains across calls."""
+    """The record at ``path``, validated, migrated and normalised. OSError when it cannot be opened, UserError when
+    it is a link or no regular file (a FIFO would block the read for ever), InvalidRecordError / NewerRecordError
+    (naming the file) otherwise. ``loaded`` caches domains across calls."""
     refuse_link(path, Path(path).parent)
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    raw = read_regular(path)  # a FIFO or a device would hang the read: refused, naming the file
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep, an integer of 4300+ digits
@@ -376,7 +393,7 @@ def load_record(path: Path, loaded: dict[str, Domain | None] | None = None) -> R
     loaded = {} if loaded is None else loaded
     if record.domain not in loaded:
         loaded[record.domain] = domain_or_none(record.domain)
-    return normalize(record, loaded[record.domain])
+    return normalize(record, loaded[record.domain], path)
 
 
 def read_record(path: Path) -> RunRecord | None:

@@ -31,13 +31,18 @@ MONITORS = (("eval_return", "evaluation return", "return"), ("knn_top1", "kNN to
             ("online_top1", "online linear top-1 (%)", None), ("loss", "training loss", None))
 
 
+MAX_STEM = 150  # the characters of a figure's name kept from its domain and dataset: a file name has 255 bytes
+
+
 def figure_path(domain: str, dataset: str) -> str:
     """The figure's path relative to the pages (a dataset such as ``hf:org/set`` becomes a plain file name, with
-    8 hex digits of the name it stands for, so that ``a b`` and ``a_b`` draw two figures, not one over the other)."""
+    8 hex digits of the name it stands for, so that ``a b`` and ``a_b`` draw two figures, not one over the other).
+    A name longer than :data:`MAX_STEM` is cut there, with the digits of the whole name: a record's dataset is any
+    one line of text, and the file's name must fit the file system's limit."""
     name = f"{domain}-{dataset}"
     plain = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-    if plain != name:
-        plain += "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
+    if plain != name or len(plain) > MAX_STEM:
+        plain = plain[:MAX_STEM] + "-" + hashlib.sha256(name.encode()).hexdigest()[:8]
     return f"{FOLDER}/{plain}.png"
 
 
