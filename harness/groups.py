@@ -319,7 +319,29 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
                 f"{runs} completed record{'s' * (runs != 1)}")
         raise UserError(f"{what} in '{results}', none with a finite {metrics} (every run diverged); nothing was "
                         "written")
+    refuse_unsummable(groups)
     return groups, [path for path, _ in files]
+
+
+def refuse_unsummable(groups: Iterable[Group]) -> None:
+    """UserError, naming the group, its seeds' records and the values, when a group's primary or secondary metric
+    or its runs' ``timings.total_s`` are finite but too large to average (1e308 on every seed: the sum overflows),
+    compare's rule for such values: a page would fail midway on them, after writing some of its files."""
+    for g in groups:
+        runs = [r.timings["total_s"] for r in g.records if "total_s" in r.timings]
+        secondary = [(m, list(v.values())) for m, v in sorted(g.secondary.items())]
+        for what, values in [(g.primary_metric, list(g.values.values())), *secondary, ("timings.total_s", runs)]:
+            try:
+                if values:
+                    statistics.fmean(values)
+                if len(values) > 1:
+                    statistics.stdev(values)
+            except OverflowError:
+                ids = sorted({r.run_id for r in g.records})
+                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+                raise UserError(f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, "
+                                f"{g.setting_label()}): its {what} values are too large to compute a mean with; check "
+                                f"the records' values (records {shown}); nothing was written") from None
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:

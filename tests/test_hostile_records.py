@@ -79,3 +79,41 @@ def test_a_name_that_names_a_file_must_fit_a_file_name(tmp_path, run_main, field
     path.write_text(json.dumps(record))
     said = _refused(run_main, tmp_path, "leaderboard", "--results", str(tmp_path / "results"))
     assert f"{field}: 'xxxx" in said and f"is {MAX_NAME + 1} characters long" in said
+
+
+def _tiny_results(tmp_path: Path, **edit) -> Path:
+    records = [synthetic_record(loss, seed, 80.0 + seed) for loss in ("infonce", "dcl") for seed in range(3)]
+    for r in records:
+        r["curve"] = [{"epoch": e, "loss": 3.0 - e / 10} for e in (1, 2, 3)]
+        r["timings"] = {"total_s": 10.0}
+        if r["loss"] == "dcl":
+            for part, value in edit.items():
+                r[part] = {k: value for k in r[part]}
+    write_records(tmp_path / "results", records)
+    return tmp_path / "results"
+
+
+DEEP = "[" * 100_000
+
+
+@pytest.mark.parametrize("content", [
+    '{"rows":[],"hardware":["x"]}', '{"rows":[],"software":{"git_commit":5}}', '{"rows":[],"sessions":[1,2]}',
+    '{"rows":[],"sessions":[{"parts":[1]},{"parts":[2]}]}', '{"rows":[],"complete":false,"parts_done":5}',
+    '{"rows":[],"command":5}', '{"rows":[],"columns":[[1]]}', b"\xff", '{"rows":[],"x":' + "1" * 5000 + "}", DEEP,
+    '{"rows":[{"seconds":' + "9" * 400 + '}]}'])
+def test_a_bench_file_of_the_wrong_shape_is_refused_before_any_page(tmp_path, run_main, content):
+    """The page read the fields it prints without checking their types: a traceback after README.md, the domain's
+    page, records.txt and the curves were written, bench.md left stale."""
+    results = _tiny_results(tmp_path)
+    (tmp_path / "bench").mkdir()
+    path = tmp_path / "bench" / "losses-cpu.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    said = _refused(run_main, tmp_path, "leaderboard", "--results", str(results), "--bench", str(tmp_path / "bench"))
+    assert f"{path} is not a" in said and "bench file" in said
+
+
+@pytest.mark.parametrize("command", ["leaderboard", "report"])
+@pytest.mark.parametrize("edit", [{"metrics": 1e308}, {"timings": -1e308}])
+def test_values_too_large_to_average_are_refused_as_compare_refuses_them(tmp_path, run_main, command, edit):
+    said = _refused(run_main, tmp_path, command, "--results", str(_tiny_results(tmp_path, **edit)))
+    assert "tiny / blobs / linear / dcl" in said and "values are too large to compute a mean" in said

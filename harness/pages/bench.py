@@ -20,6 +20,7 @@ from typing import Any
 from domains.errors import UserError
 from domains.files import folder_problem, write_atomic
 from harness.pages import generated
+from harness.regular import read_regular
 from harness.tables import Markup, bullet, code, escape, markdown
 
 PAGE = "bench.md"
@@ -224,13 +225,13 @@ def hardware_line(bench: Mapping[str, Any]) -> str:
     if bench.get("quick"):
         parts.append("quick run")
     if partial(bench):
-        parts.append(f"**partial**: {len(bench.get('parts_done', []))} of {len(bench.get('parts', []))} parts "
+        parts.append(f"**partial**: {len(bench.get('parts_done') or [])} of {len(bench.get('parts') or [])} parts "
                      "measured (the same command with `--resume` measures the rest)")
     sessions = bench.get("sessions") or []
     if len(sessions) > 1:
         parts.append("parts measured by " + ", ".join(
             f"{text(number(s.get('git_commit'))[:10])} on {text(s.get('date'))} "
-            f"({text(', '.join(s.get('parts', [])))})"
+            f"({text(', '.join(s.get('parts') or []))})"
             for s in sessions) + ", with the same source digest")
     command = bench.get("command")
     if command:
@@ -257,7 +258,7 @@ def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
     shown = [figures(row) for row in bench["rows"]]
     for rows in row_groups(shown):
         present = {key for row in rows for key in row}
-        columns = list(dict.fromkeys([*(c for c in bench.get("columns", []) if c in present),
+        columns = list(dict.fromkeys([*(c for c in bench.get("columns") or [] if c in present),
                                       *(key for row in rows for key in row)]))
         hit = [[t for t in targets if matches(t, row)] for row in rows]
         cells = [[number(row.get(c)) if c in row else "" for c in columns] for row in rows]
@@ -270,16 +271,61 @@ def file_section(stem: str, bench: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def load_bench(path: Path) -> dict[str, Any]:
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _fits_a_float(value: Any) -> bool:
+    """Whether a cell's number can be summed and printed as a float (an integer of 400 digits cannot)."""
     try:
-        bench = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path} is not a readable bench file ({exc}); run `harness bench` again; nothing was "
-                        "written") from None
+        return not _numeric(value) or isinstance(float(value), float)
+    except OverflowError:
+        return False
+
+
+def bench_problem(bench: Any) -> str | None:
+    """What makes ``bench`` no bench file the page can render, as the end of a sentence, or None: the types of
+    the fields the page reads (a file of a collaborator or another machine can hold anything)."""
     if not (isinstance(bench, dict) and isinstance(bench.get("rows"), list)
             and all(isinstance(r, dict) for r in bench["rows"])):
-        raise UserError(f"{path} is not a bench file: expected an object with a list of row objects under 'rows'; "
-                        "nothing was written")
+        return "expected an object with a list of row objects under 'rows'"
+    for i, row in enumerate(bench["rows"]):
+        for key, value in row.items():
+            if not _fits_a_float(value):
+                return f"row {i}: '{key}' is a number too large for a float"
+    checks = {
+        "name": lambda v: isinstance(v, str), "device": lambda v: isinstance(v, str),
+        "hardware": lambda v: isinstance(v, dict), "software": lambda v: isinstance(v, dict),
+        "command": _strings, "columns": _strings, "parts": _strings, "parts_done": _strings,
+        "sessions": lambda v: isinstance(v, list) and all(
+            isinstance(s, dict) and _strings(s.get("parts") or []) for s in v),
+    }
+    kinds = {"name": "a string", "device": "a string", "hardware": "an object", "software": "an object",
+             "command": "a list of strings", "columns": "a list of strings", "parts": "a list of strings",
+             "parts_done": "a list of strings", "sessions": "a list of objects whose 'parts' are lists of strings"}
+    for key, check in checks.items():
+        if bench.get(key) is not None and not check(bench[key]):
+            return f"'{key}' must be {kinds[key]}, got {type(bench[key]).__name__}"
+    commit = (bench.get("software") or {}).get("git_commit")
+    if commit is not None and not isinstance(commit, str):
+        return f"'software.git_commit' must be a string, got {type(commit).__name__}"
+    return None
+
+
+def load_bench(path: Path) -> dict[str, Any]:
+    """The bench file at ``path``, checked (:func:`bench_problem`). UserError, naming the file and the problem,
+    when it cannot be read (not a regular file, not UTF-8, not JSON, nested too deep, an integer of 4300+ digits)
+    or is not a bench file."""
+    try:
+        bench = json.loads(read_regular(path).decode())
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: UnicodeDecodeError, JSONDecodeError, ...
+        why = "nested too deep" if isinstance(exc, RecursionError) else (
+            "not UTF-8" if isinstance(exc, UnicodeDecodeError) else getattr(exc, "strerror", None) or exc)
+        raise UserError(f"{path} is not a readable bench file ({why}); run `harness bench` again; nothing was "
+                        "written") from None
+    problem = bench_problem(bench)
+    if problem:
+        raise UserError(f"{path} is not a bench file: {problem}; nothing was written")
     bench.setdefault("name", path.stem.rsplit("-", 1)[0])
     return bench
 
@@ -328,8 +374,9 @@ def read_benches(bench_dir: Path, *, required: bool = False) -> dict[str, dict[s
     return {p.stem: load_bench(p) for p in paths}
 
 
-def write_benches(benches: dict[str, dict[str, Any]], out: Path) -> Path:
-    """Write ``out/bench.md`` for ``benches`` (read and checked, and the page checked replaceable, beforehand)."""
+def write_benches(benches: dict[str, dict[str, Any]], out: Path, text: str | None = None) -> Path:
+    """Write ``out/bench.md`` for ``benches`` (read and checked, and the page checked replaceable, beforehand);
+    ``text``: the page, where the caller rendered it already (before writing any other page)."""
     page = out / PAGE
-    write_atomic(page, bench_page(benches))
+    write_atomic(page, bench_page(benches) if text is None else text)
     return page

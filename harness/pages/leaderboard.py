@@ -292,22 +292,24 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path, *, bench_named
     generated.refuse_foreign([*pages.values(), index, *([out / bench.PAGE] if benches else [])], "leaderboard")
     generated.refuse_foreign([manifest], "leaderboard", head=MANIFEST_HEAD)
     generated.refuse_foreign([out / path for path, _ in planned.values()], "leaderboard", figures=previous)
+    # Every page is rendered before any file is written: a page that fails on its input writes nothing.
+    texts = {}
+    for domain, path in pages.items():
+        figure = {dataset: p for (d, dataset), (p, _) in planned.items() if d == domain}
+        texts[path] = domain_page(domain, [g for g in groups if g.domain == domain], results, out, figure)
+    texts[index], texts[manifest] = index_page(groups), manifest_text(files)
+    bench_text = bench.bench_page(benches) if benches else None
     out.mkdir(parents=True, exist_ok=True)
     written = []
     refuse_link(out / ".leaderboard.lock", out)  # a lock file that is a link could point anywhere
     with FileLock(str(out / ".leaderboard.lock")):
         drawn = curves.write_curves(planned, out)
         written += [out / path for path in drawn.values()]
-        for domain, path in pages.items():
-            figure = {dataset: p for (d, dataset), p in drawn.items() if d == domain}
-            write_atomic(path, domain_page(domain, [g for g in groups if g.domain == domain], results, out, figure))
+        for path, text in texts.items():
+            write_atomic(path, text)
             written.append(path)
-        write_atomic(index, index_page(groups))
-        written.append(index)
-        write_atomic(manifest, manifest_text(files))
-        written.append(manifest)
-        if benches:
-            written.append(bench.write_benches(benches, out))
+        if bench_text is not None:
+            written.append(bench.write_benches(benches, out, bench_text))
         # Removed last, once the pages that linked them are replaced: a run stopped midway breaks no link.
         # bench.md is rendered from the benchmark files, never removed here.
         kept = {index, out / "report.md", out / bench.PAGE}
