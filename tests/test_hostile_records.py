@@ -117,3 +117,32 @@ def test_a_bench_file_of_the_wrong_shape_is_refused_before_any_page(tmp_path, ru
 def test_values_too_large_to_average_are_refused_as_compare_refuses_them(tmp_path, run_main, command, edit):
     said = _refused(run_main, tmp_path, command, "--results", str(_tiny_results(tmp_path, **edit)))
     assert "tiny / blobs / linear / dcl" in said and "values are too large to compute a mean" in said
+
+
+AUTO = REPO / "leaderboards" / "prior" / "graph-DD-infograph-dcl-b3d9f859-s0.json"
+
+
+def _set(data: dict, where: str, value) -> None:
+    *parents, last = where.split(".")
+    for key in parents:
+        data = data[key]
+    data[last] = value
+
+
+@pytest.mark.parametrize("where, value, said", [
+    ("info.prior", "x", "info.prior: must be an object, got 'x'"),
+    ("curve", [{"epoch": "a", "prior": "b"}], "curve[0].epoch: must be a number, got 'a'"),
+    ("details.label_prior", "x", "details.label_prior: must be a number in (0, 1], got 'x'"),
+    ("info.prior", {"final": [1]}, "info.prior.final: must be a number in (0, 1], got [1]"),
+    ("details.label_classes", [3], "details.label_classes: must be a positive integer"),
+    ("loss_params.tau_plus", "x", "loss_params.tau_plus: must be a number or 'auto', got 'x'"),
+])
+def test_a_prior_record_with_a_malformed_free_form_field_is_refused_naming_it(tmp_path, run_main, where, value, said):
+    """The prior page read a record's free-form fields (details, info, curve) as the harness writes them: another
+    type gave an AttributeError, a ValueError or a TypeError with a traceback."""
+    data = json.loads(AUTO.read_text())
+    _set(data, where, value)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / AUTO.name).write_text(json.dumps(data))
+    message = _refused(run_main, tmp_path, "prior", "--results", str(tmp_path / "results"))
+    assert f"{AUTO.name}: the class-prior page cannot read this record: {said}" in message

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from domains.errors import UserError
 from harness.groups import DATA, Group, digest, group_records
 from harness.records import RunRecord, utc_iso
 
@@ -84,6 +85,61 @@ def prior_hparam(loss: str) -> HParam | None:
     return losses.spec(loss).prior_hparam if loss in losses.available() else None
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _share(value: Any) -> bool:
+    """A τ+ (a label prior, a measured share, an estimate): a number in (0, 1]; the page divides by it."""
+    return _number(value) and 0 < value <= 1
+
+
+def record_problem(record: RunRecord) -> str | None:
+    """What of the free-form fields the page reads (``details``, ``info``, ``curve``, the prior's value in
+    ``loss_params``) does not have the type the page needs, as ``field: must be ...``; None when all do. A record of
+    another machine or a collaborator can hold anything there, and the record model leaves them free."""
+    prior = prior_hparam(record.loss) if record.loss != "infonce" else None
+    if prior is not None:
+        value = record.loss_params.get(prior.name)
+        if value != "auto" and not _number(value):
+            return f"loss_params.{prior.name}: must be a number or 'auto', got {value!r:.40}"
+        estimator = record.loss_params.get("prior_estimator")
+        if estimator is not None and not isinstance(estimator, str):
+            return f"loss_params.prior_estimator: must be a string, got {estimator!r:.40}"
+    details, info = record.details, record.info
+    checks: list[tuple[str, Any, Callable[[Any], bool], str]] = [
+        ("details.label_prior", details.get("label_prior"), _share, "a number in (0, 1]"),
+        ("details.label_classes", details.get("label_classes"), lambda v: type(v) is int and v > 0,
+         "a positive integer"),
+        ("details.class_structure", details.get("class_structure"),
+         lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "an object of numbers"),
+        ("info.prior", info.get("prior"), lambda v: isinstance(v, dict), "an object"),
+        *((f"info.{key}", info.get(key), _share, "a number in (0, 1]") for key in SHARE_KEYS),
+    ]
+    if isinstance(info.get("prior"), dict):
+        checks.append(("info.prior.final", info["prior"].get("final"), _share, "a number in (0, 1]"))
+    for i, point in enumerate(record.curve):
+        if "prior" in point:
+            checks += [(f"curve[{i}].epoch", point.get("epoch"), _number, "a number"),
+                       (f"curve[{i}].prior", point["prior"], _share, "a number in (0, 1]")]
+        if "prior_seconds" in point:
+            checks.append((f"curve[{i}].prior_seconds", point["prior_seconds"], _number, "a number"))
+    for name, value, check, kind in checks:
+        if value is not None and not check(value):
+            return f"{name}: must be {kind}, got {value!r:.40}"
+    return None
+
+
+def refuse_malformed(records: Iterable[RunRecord]) -> None:
+    """UserError naming the first record (its file) whose fields the page reads are malformed (:func:`record_problem`),
+    before anything is written: the page's one rule for bad input."""
+    for record in records:
+        problem = record_problem(record)
+        if problem:
+            raise UserError(f"{record.run_id}.json: the class-prior page cannot read this record: {problem}; "
+                            "nothing was written")
+
+
 def classify(record: RunRecord) -> tuple[tuple[str, ...], str | None]:
     """(settings, estimator) of a record: its loss's prior against the label prior and the paper default."""
     if record.loss == "infonce":
@@ -128,8 +184,10 @@ def study_runs(records: list[RunRecord]) -> tuple[list[Run], int, int]:
     a setting's seeds over different data or code, nor count a seed run twice): per experiment, the newest code's
     records that read its newest record's data, a seed's latest record; and of those, one setting per cell
     (:func:`one_setting`). Of what is kept, the runs whose primary metric is non-finite are counted as diverged,
-    not run. Left out: the records of older code, of other data, a seed's earlier run, or another setting. The
+    not run. UserError, naming it, for a record whose fields the page reads are malformed (:func:`record_problem`).
+    Left out: the records of older code, of other data, a seed's earlier run, or another setting. The
     runs keep the order of ``records`` (the figure draws its curves in it)."""
+    refuse_malformed(records)
     groups = group_records(records, keep_empty=True, one_data=True, diverged=True)
     kept: dict[int, Group] = {}
     for group in groups:
