@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import traceback
 from collections.abc import Callable
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from domains.base import Domain, did_you_mean
 from domains.errors import UserError
@@ -43,16 +45,48 @@ def register(cls: type[Domain]) -> type[Domain]:
     return cls
 
 
+def _where(exc: BaseException) -> str:
+    """``file:line`` where ``exc`` arose: a syntax error's own place; else the innermost frame in the user's own
+    code (not the project's packages, not importlib, not the standard library or an installed package), the
+    innermost frame where there is none."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{exc.filename}:{exc.lineno}"
+    from harness.run_code import is_own_code
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    root = Path(__file__).resolve().parent.parent
+    own = [f for f in frames if is_own_code(Path(f.filename), root)]
+    frame = (own or frames or [None])[-1]
+    return "" if frame is None else f"{frame.filename}:{frame.lineno}"
+
+
 def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> None:
+    """Import the plugin ``module`` (``load``); any error it raises as one UserError line that names it, the error
+    and where it arose."""
     try:
         load()
-    except ImportError as exc:  # a typo in the variable: one line, not a traceback from deep in importlib
-        top = module.split(".")[0]  # a plugin in the current folder, where the `harness` script does not look
-        here = "; fix or remove it" if getattr(exc, "name", None) != top or not os.path.isfile(f"{top}.py") else \
-            f"; ./{top}.py is in the current folder, which is not on the Python path: run with PYTHONPATH=."
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
+            raise _failed(module, named_by, exc) from None  # a module that the plugin imports is missing
+        # a typo in the variable, or a plugin in the current folder, where the `harness` script does not look: one
+        # line, not a traceback from deep in importlib
+        top = module.split(".")[0]
+        here = f"; ./{top}.py is in the current folder, which is not on the Python path: run with PYTHONPATH=." \
+            if os.path.isfile(f"{top}.py") else "; fix or remove it"
         raise UserError(f"{named_by} names '{module}', which cannot be imported ({exc}){here}") from None
     except NameRefusedError as exc:
         raise UserError(f"plugin '{module}' ({named_by}) is refused: {exc}") from None
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's own mistake (a SyntaxError too): one line, not a traceback
+        raise _failed(module, named_by, exc) from None
+
+
+def _failed(module: str, named_by: str, exc: Exception) -> UserError:
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    where = _where(exc)
+    return UserError(f"plugin '{module}' ({named_by}) failed on import: {type(exc).__name__}: {message}"
+                     + (f" (at {where})" if where else ""))
 
 
 def _load_plugins() -> None:

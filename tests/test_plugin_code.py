@@ -1,0 +1,54 @@
+"""What a plugin's code is, and which plugin a run needs: a plugin's identity covers the user's own modules it imports
+(an edited helper is other code, so another run), the plugin named for a loss is the ``HARNESS_PLUGINS`` module that
+registered it (not the module that defines its kernel), and a plugin that fails on import is one error line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tiny_domain import REPO, harness_env
+
+
+def _harness(plugins: Path, names: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m harness ARGS`` with ``HARNESS_PLUGINS=names`` and the modules in the folder ``plugins``."""
+    env = {**harness_env(), "HARNESS_PLUGINS": names}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=180)
+
+
+def _run(plugins: Path, names: str, loss: str, results: Path) -> subprocess.CompletedProcess:
+    return _harness(plugins, names, "run", "--domain", "tiny", "--loss", loss, "--seeds", "0", "--set", "epochs=1",
+                    "--quiet", "--tracker", "none", "--results", str(results))
+
+
+def _digests(plugins: Path, names: str, loss: str) -> dict[str, str]:
+    code = f"import json, harness.version as v; print(json.dumps(v.plugin_digests(None, {loss!r})))"
+    env = {**harness_env(), "HARNESS_PLUGINS": names}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize(("source", "error", "line"), [
+    ("x = 1\ny = x / 0\n", "ZeroDivisionError: division by zero", 2),
+    ("x = 1\n\ndef f(:\n    pass\n", "SyntaxError: ", 3),
+    ("from losses import HParam, register_loss\n\n\n"
+     "@register_loss('bad_sig', paper='-', summary='-', hparams=(HParam('tau', 0.5),))\n"
+     "def bad(scores, tau=0.7):\n    return scores.logits.sum()\n",
+     "TypeError: loss 'bad_sig': the kernel's defaults {'tau': 0.7} are not its hyper-parameters' {'tau': 0.5}", 4),
+    ("import no_such_dependency_of_a_plugin\n", "ModuleNotFoundError: No module named "
+     "'no_such_dependency_of_a_plugin'", 1),
+])
+def test_a_plugin_that_fails_on_import_is_one_error_line_naming_it_and_where(tmp_path, source, error, line):
+    (tmp_path / "bad_plugin.py").write_text(source)
+    out = _harness(tmp_path, "bad_plugin", "list", "losses")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"error: plugin 'bad_plugin' (HARNESS_PLUGINS) failed on import: {error}")
+    assert out.stderr.rstrip().endswith(f"(at {tmp_path / 'bad_plugin.py'}:{line})")
