@@ -19,6 +19,8 @@ from pathlib import Path
 from domains.base import Domain, did_you_mean
 from domains.errors import UserError
 from losses.registry import NAME, NAME_RULE, NameRefusedError
+from losses.registry import available as _loss_names
+from losses.registry import spec as _loss_spec
 
 _BUILTIN = {
     "graph": "domains.graph",
@@ -28,6 +30,9 @@ _BUILTIN = {
 }
 _REGISTRY: dict[str, type[Domain]] = {}
 _plugins_loaded = False
+# The plugin (a HARNESS_PLUGINS module, an entry point's module) whose import registered each domain and loss: the
+# module that a run of it needs imported, whichever module defines its class or kernel (provider, loss_provider).
+_LOADED_BY: dict[str, dict[str, str]] = {"domain": {}, "loss": {}}
 
 
 def register(cls: type[Domain]) -> type[Domain]:
@@ -61,8 +66,9 @@ def _where(exc: BaseException) -> str:
 
 
 def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> None:
-    """Import the plugin ``module`` (``load``); any error it raises as one UserError line that names it, the error
-    and where it arose."""
+    """Import the plugin ``module`` (``load``), noting it as the plugin of each domain and loss its import
+    registers; any error it raises as one UserError line that names it, the error and where it arose."""
+    domains_before, losses_before = set(_REGISTRY), set(_loss_names(objective=None))
     try:
         load()
     except ModuleNotFoundError as exc:
@@ -80,6 +86,10 @@ def _import_plugin(module: str, named_by: str, load: Callable[[], object]) -> No
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's own mistake (a SyntaxError too): one line, not a traceback
         raise _failed(module, named_by, exc) from None
+    for name in set(_REGISTRY) - domains_before - set(_BUILTIN):  # (a plugin may import a built-in domain)
+        _LOADED_BY["domain"].setdefault(name, module)
+    for name in set(_loss_names(objective=None)) - losses_before:  # (the built-in ones: all with losses)
+        _LOADED_BY["loss"].setdefault(name, module)
 
 
 def _failed(module: str, named_by: str, exc: Exception) -> UserError:
@@ -121,9 +131,20 @@ def get(name: str) -> Domain:
 
 
 def provider(name: str) -> str:
-    """The module that defines the domain ``name``; a built-in one's without importing it (its extras may be
-    missing, and no plugin takes a built-in name)."""
-    return _BUILTIN.get(name) or type(get(name)).__module__
+    """The module that provides the domain ``name``: a built-in one's without importing it (its extras may be
+    missing, and no plugin takes a built-in name); the plugin whose import registered it (``HARNESS_PLUGINS``, an
+    entry point), which may define the class in another module; else the module that defines its class."""
+    if name in _BUILTIN:
+        return _BUILTIN[name]
+    cls = type(get(name))
+    return _LOADED_BY["domain"].get(name) or cls.__module__
 
 
-__all__ = ["Domain", "UserError", "available", "get", "provider", "register"]
+def loss_provider(name: str) -> str:
+    """The module that provides the loss ``name``: the plugin whose import registered it (``HARNESS_PLUGINS``, an
+    entry point; its kernel may be defined in another module), else the module that defines its kernel."""
+    _load_plugins()
+    return _LOADED_BY["loss"].get(name) or _loss_spec(name).fn.__module__
+
+
+__all__ = ["Domain", "UserError", "available", "get", "loss_provider", "provider", "register"]

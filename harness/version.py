@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import domains
-import losses
 from domains.files import hash_jsonable
 from harness.run_code import PACKAGES, run_files
 
@@ -155,10 +154,11 @@ def _plugin_digest(module: str) -> str:
 
 
 def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
-    """The modules outside the packages that define ``domain`` and ``loss`` (plugins, however they were imported)
-    -> the digest of their source (:func:`_plugin_source`). Empty where both are built in."""
+    """The modules outside the packages that provide ``domain`` and ``loss`` (:func:`domains.provider`,
+    :func:`domains.loss_provider`: the plugin whose import registered each) -> the digest of their source
+    (:func:`_plugin_source`). Empty where both are built in."""
     providers = [domains.provider(domain)] if domain else []
-    providers += [losses.spec(loss).fn.__module__] if loss else []
+    providers += [domains.loss_provider(loss)] if loss else []
     return {module: _plugin_digest(module) for module in dict.fromkeys(providers)
             if module.split(".")[0] not in PACKAGES}
 

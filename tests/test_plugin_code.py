@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from tiny_domain import REPO, harness_env
 
+KERNEL = "def kernel(scores):\n    return scores.logits.logsumexp(-1).mean() + {shift}\n"
+
 
 def _harness(plugins: Path, names: str, *args: str) -> subprocess.CompletedProcess:
     """``python -m harness ARGS`` with ``HARNESS_PLUGINS=names`` and the modules in the folder ``plugins``."""
@@ -34,6 +36,29 @@ def _digests(plugins: Path, names: str, loss: str) -> dict[str, str]:
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
+    plugins, results = tmp_path / "plugins", tmp_path / "results"
+    plugins.mkdir()
+    (plugins / "kern.py").write_text(KERNEL.format(shift="0.0"))
+    (plugins / "reg.py").write_text("import kern\n\nfrom losses import register_loss\n\n"
+                                    "register_loss('split_nce', paper='-', summary='-')(kern.kernel)\n")
+    names = "tiny_domain,reg"
+    first = _run(plugins, names, "split_nce", results)
+    assert first.returncode == 0 and "[completed]" in first.stdout, first.stderr
+    [record] = [json.loads(p.read_text()) for p in results.glob("*.json")]
+    assert set(record["software"]["plugins"]) == {"tiny_domain", "reg"}
+
+    again = _run(plugins, names, "split_nce", results)
+    [line] = [ln.split("reproduce: ", 1)[1] for ln in again.stdout.splitlines() if "reproduce: " in ln]
+    assert line.split(" harness run ")[0] in ("HARNESS_PLUGINS=reg,tiny_domain", "HARNESS_PLUGINS=tiny_domain,reg")
+    env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(plugins), env["PYTHONPATH"]])
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    pasted = subprocess.run(["bash", "-c", f"{line} --results {results}"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert pasted.returncode == 0 and "[skipped]" in pasted.stdout, pasted.stderr
 
 
 @pytest.mark.parametrize(("source", "error", "line"), [
