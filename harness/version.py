@@ -1,13 +1,14 @@
 """The code a run ran: the package version, the git commit and dirty flag, and a digest of the package's sources.
 
-*The same code* means the same **source digest**: sha256 over the path and bytes of every ``*.py`` file of the
-three packages (``losses``, ``domains``, ``harness``) that a run can execute (:mod:`harness.run_code`: the run
-command, the losses, the built-in domains and all they import; not the pages, ``compare``, sweeps, benchmarks or
-a domain's published rows), and over the source of the plugins that provide the run's domain and loss (a
-module outside the packages: ``HARNESS_PLUGINS``, an entry point, any import that registered it), whose digests
-the record names. It is part of every run's identity (``records.run_hash``): a run of other
-code is another run, so skipping a completed record and ``--resume`` reuse a result only for the same sources,
-and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the commit because
+*The same code* means the same **source digest**: sha256 over the path and bytes of every ``*.py`` file of the three
+packages (``losses``, ``domains``, ``harness``) that a run can execute (:mod:`harness.run_code`: the run command,
+the losses, the built-in domains and all they import; not the pages, ``compare``, sweeps, benchmarks or a domain's
+published rows), and over the code of the plugins that provide the run's domain and loss (a module outside the
+packages: the ``HARNESS_PLUGINS`` module or entry point whose import registered it, else the module that defines it;
+its package's files or its own, and the user's own modules that these import: :func:`_plugin_digest`), whose digests
+the record names. It is part of every run's identity (``records.run_hash``): a run of other code is another run, so
+skipping a completed record and ``--resume`` reuse a result only for the same sources, and ``harness compare`` never
+pools two versions of a plugin. The digest is used rather than the commit because
 it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a copied tree) and
 an installed wheel, and because a commit that changes only records, pages, documentation or the commands around
 runs changes no result. A run of built-in code hashes the packages' run code alone (:func:`package_digest`);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.machinery
 import os
 import re
 import subprocess
@@ -35,7 +37,7 @@ from typing import Any
 
 import domains
 from domains.files import hash_jsonable
-from harness.run_code import PACKAGES, run_files
+from harness.run_code import PACKAGES, imported_names, is_own_code, run_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,12 +109,16 @@ def package_version() -> str:
         return "0+unknown"
 
 
+def _update(digest: Any, files: list[tuple[str, Path]]) -> None:
+    for label, path in files:
+        digest.update(label.encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+
+
 def _digest_files(root: Path, paths: list[Path]) -> str:
     """sha256 over the path (relative to ``root``) and bytes of each file, in the order given."""
     digest = hashlib.sha256()
-    for path in paths:
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    _update(digest, [(path.relative_to(root).as_posix(), path) for path in paths])
     return digest.hexdigest()
 
 
@@ -130,33 +136,100 @@ def tree_digest() -> str:
     return _digest_files(ROOT, [path for package in PACKAGES for path in sorted((ROOT / package).rglob("*.py"))])
 
 
-def _plugin_source(module: str) -> Path | None:
-    """Where a plugin's code lies: its outermost regular package (the code it imports beside itself lies there
-    too), else its own file; None for a module without a file. A namespace package (no file) is not one project."""
+def _plugin_source(module: str) -> tuple[str, Path] | None:
+    """Where a plugin's code lies, with that module's name: its outermost regular package (the code it imports
+    beside itself lies there too), else its own file; None for a module without a file. A namespace package (no
+    file) is not one project."""
     parts = module.split(".")
     for n in range(1, len(parts) + 1):
-        found = sys.modules.get(".".join(parts[:n]))
-        file = getattr(found, "__file__", None)
+        name = ".".join(parts[:n])
+        file = getattr(sys.modules.get(name), "__file__", None)
         if file:
-            return Path(file).parent if hasattr(found, "__path__") else Path(file)
+            return name, Path(file).parent if hasattr(sys.modules[name], "__path__") else Path(file)
     return None
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of the module ``name``: the one this process imported, else the one an import would load, found
+    without running any code (a module imported only inside a function is found too); None for a name that is no
+    module (an attribute imported from one), a module without a file or one not found."""
+    file, search = None, None  # the file and the package's folders of the module found so far
+    parts = name.split(".")
+    for n in range(1, len(parts) + 1):
+        found = sys.modules.get(".".join(parts[:n]))
+        if found is not None:
+            file, search = getattr(found, "__file__", None), getattr(found, "__path__", None)
+            continue
+        if not parts[n - 1] or (n > 1 and search is None):
+            return None
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(parts[n - 1], None if n == 1 else list(search))
+        except (ImportError, ValueError):
+            return None
+        if spec is None:
+            return None
+        file = spec.origin if spec.has_location else None
+        search = spec.submodule_search_locations
+    return Path(file) if file else None
+
+
+def _local_imports(modules: dict[str, Path], inside: Path) -> dict[str, Path]:
+    """The user's own modules (:func:`harness.run_code.is_own_code`: not the standard library, not installed, not
+    the project's packages) that ``modules`` (name -> file) import, at any depth, outside the file or folder
+    ``inside`` (the plugin's own code): name -> file. An import is read from the source
+    (:func:`harness.run_code.imported_names`), so one inside a function counts too."""
+    found: dict[str, Path] = {}
+    seen = set(modules)
+    todo = sorted(modules.items())
+    while todo:
+        name, path = todo.pop()
+        try:
+            names = imported_names(path, name)
+        except (OSError, SyntaxError, ValueError):  # not Python source (a compiled module): its bytes alone
+            continue
+        # and the packages above each: importing a.b runs a/__init__.py
+        wanted = {".".join(parts[:k]) for parts in (i.split(".") for i in names) for k in range(1, len(parts) + 1)}
+        for imported in sorted(wanted - seen):
+            seen.add(imported)
+            if imported.split(".")[0] in PACKAGES:
+                continue
+            file = _module_file(imported)
+            if (file is None or file.suffix != ".py" or not file.is_file() or file.resolve().is_relative_to(inside)
+                    or not is_own_code(file, ROOT)):
+                continue
+            found[imported] = file
+            todo.append((imported, file))
+    return found
 
 
 @functools.cache
 def _plugin_digest(module: str) -> str:
-    # Cached: the code a process runs is what it imported, whatever later happens to the files.
+    """sha256 over the plugin's code: the relative path and bytes of each ``*.py`` file of its package, or of its
+    own file (:func:`_plugin_source`), then the name and bytes of each of the user's own modules that these import,
+    at any depth (:func:`_local_imports`), in name order. Cached: the code a process runs is what it imported,
+    whatever later happens to the files."""
     source = _plugin_source(module)
     if source is None:
         return _digest_files(Path(), [])
-    if source.is_dir():  # relative paths: the digest is the same wherever the package is installed
-        return _digest_files(source, sorted(source.rglob("*.py")))
-    return _digest_files(source.parent, [source])
+    name, path = source
+    if path.is_dir():  # relative paths: the digest is the same wherever the package is installed
+        root, files = path, sorted(path.rglob("*.py"))
+        modules = {".".join([name, *f.relative_to(path).with_suffix("").parts]).removesuffix(".__init__"): f
+                   for f in files}
+    else:
+        root, files, modules = path.parent, [path], {name: path}
+    digest = hashlib.sha256()
+    _update(digest, [(f.relative_to(root).as_posix(), f) for f in files])
+    # Beside its own files (a digest as before where it imports none of the user's other modules), by module
+    # name: the same wherever the user keeps them. ':' starts no relative path.
+    _update(digest, [(":" + other, file) for other, file in sorted(_local_imports(modules, path.resolve()).items())])
+    return digest.hexdigest()
 
 
 def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
     """The modules outside the packages that provide ``domain`` and ``loss`` (:func:`domains.provider`,
-    :func:`domains.loss_provider`: the plugin whose import registered each) -> the digest of their source
-    (:func:`_plugin_source`). Empty where both are built in."""
+    :func:`domains.loss_provider`: the plugin whose import registered each) -> the digest of their code
+    (:func:`_plugin_digest`). Empty where both are built in."""
     providers = [domains.provider(domain)] if domain else []
     providers += [domains.loss_provider(loss)] if loss else []
     return {module: _plugin_digest(module) for module in dict.fromkeys(providers)

@@ -38,6 +38,51 @@ def _digests(plugins: Path, names: str, loss: str) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
+def test_an_edited_module_that_a_single_file_plugin_imports_is_another_run(tmp_path):
+    plugins, results = tmp_path / "plugins", tmp_path / "results"
+    plugins.mkdir()
+    (plugins / "my_helper.py").write_text("def margin_shift(x):\n    return x + 0.0\n")
+    (plugins / "helped_loss.py").write_text(
+        "import json\n\nimport torch\nfrom my_helper import margin_shift\n\nfrom losses import register_loss\n\n\n"
+        "@register_loss('helped_nce', paper='-', summary='a loss with a helper')\n"
+        "def helped(scores):\n    return margin_shift(scores.logits.logsumexp(-1).mean())\n")
+    names = "tiny_domain,helped_loss"
+    first = _run(plugins, names, "helped_nce", results)
+    assert first.returncode == 0 and "[completed]" in first.stdout, first.stderr
+    [before] = [json.loads(p.read_text()) for p in results.glob("*.json")]
+
+    (plugins / "my_helper.py").write_text("def margin_shift(x):\n    return x + 0.5\n")  # other code
+    rerun = _run(plugins, names, "helped_nce", results)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "[completed]" in rerun.stdout and "[skipped]" not in rerun.stdout
+    [after] = [json.loads(p.read_text()) for p in results.glob("*.json") if json.loads(p.read_text()) != before]
+    assert after["software"]["plugins"]["helped_loss"] != before["software"]["plugins"]["helped_loss"]
+    assert after["software"]["source_digest"] != before["software"]["source_digest"]
+
+
+def test_a_package_plugins_identity_covers_the_users_modules_it_imports_from_outside_it(tmp_path):
+    (tmp_path / "pkg_plugin").mkdir()
+    (tmp_path / "pkg_plugin" / "__init__.py").write_text("from pkg_plugin import loss\n")
+    (tmp_path / "pkg_plugin" / "loss.py").write_text(
+        "import os\n\nfrom losses import register_loss\n\n\ndef _lazy():\n    from far.helper import kernel\n\n"
+        "    return kernel\n\n\n"
+        "@register_loss('pkg_nce', paper='-', summary='-')\n"
+        "def pkg_nce(scores):\n    return _lazy()(scores)\n")
+    (tmp_path / "far").mkdir()
+    (tmp_path / "far" / "__init__.py").write_text("")
+    (tmp_path / "far" / "helper.py").write_text("import near\n\n" + KERNEL.format(shift="near.SHIFT"))
+    (tmp_path / "near.py").write_text("SHIFT = 0.0\n")
+    first = _digests(tmp_path, "pkg_plugin", "pkg_nce")
+    assert list(first) == ["pkg_plugin"]
+    assert _digests(tmp_path, "pkg_plugin", "pkg_nce") == first  # the same code: the same digest
+
+    (tmp_path / "near.py").write_text("SHIFT = 1.0\n")  # two imports away, first imported inside a function
+    second = _digests(tmp_path, "pkg_plugin", "pkg_nce")
+    assert second != first
+    (tmp_path / "far" / "__init__.py").write_text("# edited\n")  # the package above an imported module runs too
+    assert _digests(tmp_path, "pkg_plugin", "pkg_nce") not in (first, second)
+
+
 def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
     plugins, results = tmp_path / "plugins", tmp_path / "results"
     plugins.mkdir()
@@ -59,6 +104,10 @@ def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
     pasted = subprocess.run(["bash", "-c", f"{line} --results {results}"], cwd=REPO, env=env, capture_output=True,
                             text=True, timeout=180)
     assert pasted.returncode == 0 and "[skipped]" in pasted.stdout, pasted.stderr
+
+    (plugins / "kern.py").write_text(KERNEL.format(shift="1.0"))  # the kernel's module is the plugin's code too
+    edited = _run(plugins, names, "split_nce", results)
+    assert edited.returncode == 0 and "[completed]" in edited.stdout and "[skipped]" not in edited.stdout
 
 
 @pytest.mark.parametrize(("source", "error", "line"), [
