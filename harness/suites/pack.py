@@ -72,14 +72,26 @@ def records_folders(stage: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name != BENCH.name) if root.is_dir() else []
 
 
+def _staged(stage: Path, paths) -> list[Path]:
+    """The regular files among ``paths`` of the stage, sorted. UserError when one of them, or a folder between the
+    stage and it, is a symbolic link: pack reads no file through a link (a staged ``<run id>.log`` linked to
+    ``/etc/passwd`` was packed as that file's content)."""
+    found = sorted(paths)
+    for path in found:
+        refuse_link(path, stage)
+    return [path for path in found if path.is_file()]
+
+
 def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], list[Member]]:
-    """What the stage holds that the repository lacks: (records, logs, bench and side files; checkpoints)."""
+    """What the stage holds that the repository lacks: (records, logs, bench and side files; checkpoints).
+    UserError when a file of the stage is a symbolic link (:func:`_staged`)."""
     members: list[Member] = []
     saved: list[Member] = []
     for folder in records_folders(stage):
         rel = PurePosixPath(folder.relative_to(stage).as_posix())
+        logs = _staged(stage, folder.glob("*.log"))
         finished = set()
-        for path in sorted(folder.glob("*.json")):
+        for path in _staged(stage, folder.glob("*.json")):
             if _same_file(path, repo / rel / path.name):  # the repository's own (the stage starts with a copy)
                 finished.add(path.stem)
                 continue
@@ -89,24 +101,23 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
             finished.add(path.stem)
             log = path.with_suffix(".log")
             if not record.has_result:
-                members += [Member(p, SIDE / "failed" / p.name, "side") for p in (path, log) if p.is_file()]
+                members += [Member(p, SIDE / "failed" / p.name, "side") for p in (path, log) if p in (path, *logs)]
             else:
                 members.append(Member(path, rel / path.name, "record"))
-                if log.is_file():
+                if log in logs:
                     members.append(Member(log, rel / log.name, "log"))
-        members += [Member(log, SIDE / "unfinished" / log.name, "side") for log in sorted(folder.glob("*.log"))
-                    if log.stem not in finished]
+        members += [Member(log, SIDE / "unfinished" / log.name, "side") for log in logs if log.stem not in finished]
         if checkpoints:
             # Not one the repository holds as it is (the stage starts with a copy of the carried ones): it would
             # take the room of a checkpoint that moved on.
             saved += [Member(p, rel / ".work" / p.parent.name / p.name, "checkpoint")
-                      for p in sorted((folder / ".work").glob("*/checkpoint.pt")) if p.parent.name not in finished
+                      for p in _staged(stage, (folder / ".work").glob("*/checkpoint.pt"))
+                      if p.parent.name not in finished
                       and not _same_file(p, repo / rel / ".work" / p.parent.name / p.name)]
     bench = stage / BENCH
-    members += [Member(p, BENCH / p.name, "bench") for p in sorted(bench.glob("*.json"))
+    members += [Member(p, BENCH / p.name, "bench") for p in _staged(stage, bench.glob("*.json"))
                 if not _same_file(p, repo / BENCH / p.name)]
-    if (stage / CAMPAIGN_LOG).is_file():
-        members.append(Member(stage / CAMPAIGN_LOG, SIDE / CAMPAIGN_LOG, "side"))
+    members += [Member(p, SIDE / CAMPAIGN_LOG, "side") for p in _staged(stage, [stage / CAMPAIGN_LOG])]
     return members, sorted(saved, key=lambda m: m.source.stat().st_size)
 
 
