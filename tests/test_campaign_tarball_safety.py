@@ -15,7 +15,9 @@ import pytest
 from tiny_domain import synthetic_record
 
 from domains.errors import UserError
-from harness.suites.pack import MANIFEST, pack
+from harness.suites import pack as pack_module
+from harness.suites.campaign import main as campaign_main
+from harness.suites.pack import MANIFEST, pack, unpack
 
 
 def _tarball(path: Path, *members: tuple, manifest: object = None) -> Path:
@@ -76,3 +78,79 @@ def test_pack_refuses_a_symbolic_link_in_the_stage_and_writes_no_tarball(tmp_pat
     with pytest.raises(UserError, match="is a symbolic link"):
         pack(stage, out, repo, checkpoints=True)
     assert not list(out.glob("*")) if out.exists() else True
+
+
+# unpack: bounded reading
+
+
+def test_a_member_whose_size_disagrees_with_its_manifest_entry_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """The audit's bomb: 2.7 MB of tar.gz with a 600 MiB member of zeros reached 1.15 GB of memory before the
+    manifest's size was compared. Here a small one: the member is refused on its header, never extracted."""
+    extracted = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile",
+                        lambda self, member: extracted.append(getattr(member, "name", member))
+                        or extractfile(self, member))
+    name = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s1.log"
+    tarball = _tarball(tmp_path / "t.tar.gz", (name, "log", bytes(1 << 20), {"bytes": 10}))
+    with pytest.raises(UserError, match=f"member '{name}' does not match its manifest entry"):
+        unpack(tarball, tmp_path / "repo", tmp_path / "side")
+    assert name not in extracted
+    assert not (tmp_path / "repo").exists() and not (tmp_path / "side").exists()
+
+
+def test_a_member_the_manifest_does_not_list_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    extracted = []
+    extractfile = tarfile.TarFile.extractfile
+    monkeypatch.setattr(tarfile.TarFile, "extractfile",
+                        lambda self, member: extracted.append(getattr(member, "name", member))
+                        or extractfile(self, member))
+    tarball = _tarball(tmp_path / "t.tar.gz", ("leaderboards/bench/tiny-cpu.json", "bench", b"{}\n"),
+                       ("leaderboards/results/x.log", None, bytes(1 << 20)))
+    with pytest.raises(UserError, match="the members and the manifest differ: leaderboards/results/x.log"):
+        unpack(tarball, tmp_path / "repo", tmp_path / "side")
+    assert extracted == [MANIFEST]
+    assert not (tmp_path / "repo").exists()
+
+
+def test_members_over_the_cap_on_the_whole_are_refused(tmp_path, monkeypatch):
+    """Sizes that agree with the manifest, but more than a campaign ever brings back: refused on the headers."""
+    monkeypatch.setattr(pack_module, "MAX_UNPACKED_MIB", 1.0)
+    members = [(f"leaderboards/prior/.work/tiny-blobs-linear-dcl-0123abcd-s{i}/checkpoint.pt", "checkpoint",
+                bytes(400 * 1024)) for i in range(3)]
+    tarball = _tarball(tmp_path / "t.tar.gz", *members)
+    with pytest.raises(UserError, match="over the 1 MiB"):
+        unpack(tarball, tmp_path / "repo", tmp_path / "side")
+    assert not (tmp_path / "repo").exists()
+    unpack(_tarball(tmp_path / "u.tar.gz", *members[:2]), tmp_path / "repo", tmp_path / "side")  # under: fine
+    assert len(_files(tmp_path / "repo")) == 2
+
+
+def test_two_members_of_the_same_name_are_refused(tmp_path):
+    name = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s1.log"
+    tarball = _tarball(tmp_path / "t.tar.gz", (name, "log", b"first\n"), (name, None, b"second\n"))
+    with pytest.raises(UserError, match=f"member '{name}' is there twice"):
+        unpack(tarball, tmp_path / "repo", tmp_path / "side")
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("manifest", [
+    [],
+    {"members": {"a": 1}},
+    {"members": ["leaderboards/bench/tiny-cpu.json"]},
+    {"members": [{"path": 5, "kind": "bench", "bytes": 3, "sha256": "0" * 64}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": ["bench"], "bytes": 3, "sha256": "0" * 64}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": {"a": 1}, "bytes": 3, "sha256": "0" * 64}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": "bench", "bytes": "3", "sha256": "0" * 64}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": "bench", "bytes": True, "sha256": "0" * 64}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": "bench", "bytes": 3, "sha256": 7}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": "bench", "bytes": 3, "sha256": "0" * 64,
+                  "replaces": 1}]},
+    {"members": [{"path": "leaderboards/bench/tiny-cpu.json", "kind": "bench", "bytes": 3, "sha256": "0" * 64}] * 2},
+])
+def test_a_manifest_of_the_wrong_shape_gets_one_line(tmp_path, manifest, capsys):
+    tarball = _tarball(tmp_path / "t.tar.gz", ("leaderboards/bench/tiny-cpu.json", None, b"{}\n"), manifest=manifest)
+    assert campaign_main(["unpack", str(tarball), "--repo", str(tmp_path / "repo")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "MANIFEST.json is damaged" in err and err.count("\n") == 1
+    assert not (tmp_path / "repo").exists()

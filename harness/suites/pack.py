@@ -29,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
 import tempfile
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -46,6 +48,13 @@ CAMPAIGN_LOG = "campaign.log"
 MIB = 1024 * 1024
 MARGIN = 64 * 1024  # room for the manifest and the tar headers of the last members
 REPO_KINDS = ("record", "log", "bench", "checkpoint")
+# What unpack reads of a tarball, in all: a campaign's tarball comes back through a device call's $OUT, at most
+# 16 MiB by default (--max-mib), its checkpoints packed by their raw size; its records and logs (JSON and text) take
+# a few times their packed size. 256 MiB is well above any real campaign, and bounds a decompression bomb's memory.
+MAX_UNPACKED_MIB = 256.0
+MAX_MEMBERS = 100_000
+CHUNK = MIB
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -210,37 +219,96 @@ def _checked_path(name: str, kind: str) -> PurePosixPath:
     return path
 
 
-def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
-    """Every member of a campaign tarball with its manifest entry, checked: regular files only, each listed in
-    the manifest with its size and sha256, each record a valid record named after its run."""
+def _manifest_entries(text: bytes) -> dict[str, dict]:
+    """The manifest's entries by path, each checked for the shape unpack reads; ValueError saying what is wrong."""
+    manifest = json.loads(text)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("members"), list):
+        raise ValueError('not an object with a list of "members"')
+    entries: dict[str, dict] = {}
+    for entry in manifest["members"]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise ValueError("a member's entry is not an object with a path")
+        name = entry["path"]
+        if not isinstance(entry.get("kind"), str):
+            raise ValueError(f"member '{name}' has no kind, or one that is not a text")
+        if type(entry.get("bytes")) is not int or entry["bytes"] < 0:
+            raise ValueError(f"member '{name}' has no size, or one that is not a whole number of bytes")
+        if any(not isinstance(entry.get(field), str) or not SHA256.fullmatch(entry[field])
+               for field in ("sha256", "replaces") if field == "sha256" or entry.get(field) is not None):
+            raise ValueError(f"member '{name}' has no sha256, or a digest that is not 64 hexadecimal digits")
+        if name in entries:
+            raise ValueError(f"member '{name}' is listed twice")
+        entries[name] = entry
+    return entries
+
+
+def _read(tar: tarfile.TarFile, info: tarfile.TarInfo) -> tuple[bytes, str]:
+    """A member's bytes and their sha256, read in chunks of at most :data:`CHUNK` bytes and never more than its
+    header's size (which the caller compared with the manifest and the cap)."""
+    fh = tar.extractfile(info)
+    digest, chunks, left = hashlib.sha256(), [], info.size
+    while left > 0 and (chunk := fh.read(min(CHUNK, left))):
+        digest.update(chunk)
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks), digest.hexdigest()
+
+
+def read_tarball(tarball: Path, max_mib: float | None = None) -> list[tuple[dict, bytes]]:
+    """Every member of a campaign tarball with its manifest entry, checked: regular files only, each name once,
+    each listed in the manifest with its size and sha256, each record a valid record named after its run.
+
+    Nothing but the manifest is read before every member's header agrees with it: a member the manifest does not
+    list, or whose header's size is not the manifest's, is refused unread, and so are members whose sizes add up
+    to more than ``max_mib`` (default :data:`MAX_UNPACKED_MIB`) or more than :data:`MAX_MEMBERS` of them: a few
+    MiB of tar.gz can hold gigabytes of zeros, which were read whole into memory before any check."""
+    cap = int((MAX_UNPACKED_MIB if max_mib is None else max_mib) * MIB)
+    out = []
     try:
         with tarfile.open(tarball, "r:gz") as tar:
-            files = {}
-            for info in tar.getmembers():
+            infos: dict[str, tarfile.TarInfo] = {}
+            total = 0
+            for info in tar:  # the headers alone: no member's data is kept
                 if not info.isfile():
                     raise UserError(f"{tarball}: member '{info.name}' is not a regular file")
-                files[info.name] = tar.extractfile(info).read()
-    except (OSError, tarfile.TarError) as exc:
+                if info.name in infos:
+                    raise UserError(f"{tarball}: member '{info.name}' is there twice; not a tarball of `campaign pack`")
+                if len(infos) >= MAX_MEMBERS:
+                    raise UserError(f"{tarball}: more than {MAX_MEMBERS} members; not a tarball of `campaign pack`")
+                infos[info.name] = info
+                total += info.size
+                if total > cap:
+                    raise UserError(f"{tarball}: its members hold over the {cap / MIB:g} MiB a campaign tarball may "
+                                    "unpack to; not a tarball of `campaign pack` (a decompression bomb?)")
+            manifest = infos.pop(MANIFEST, None)
+            if manifest is None:
+                raise UserError(f"{tarball}: no {MANIFEST}; not a tarball of `campaign pack`")
+            try:
+                entries = _manifest_entries(_read(tar, manifest)[0])
+            except ValueError as exc:  # JSON's errors too
+                raise UserError(f"{tarball}: its {MANIFEST} is damaged ({exc})") from None
+            if set(entries) != set(infos):
+                raise UserError(f"{tarball}: the members and the manifest differ: "
+                                f"{', '.join(sorted(set(entries) ^ set(infos)))}")
+            for name, info in infos.items():
+                entry = entries[name]
+                if entry["kind"] not in (*REPO_KINDS, "side"):
+                    raise UserError(f"{tarball}: member '{name}' has an unknown kind '{entry['kind']}'")
+                _checked_path(name, entry["kind"])
+                if info.size != entry["bytes"]:
+                    raise UserError(f"{tarball}: member '{name}' does not match its manifest entry ({info.size} bytes, "
+                                    f"not {entry['bytes']}; damaged in transfer?)")
+            for name, info in infos.items():
+                entry = entries[name]
+                data, digest = _read(tar, info)
+                if len(data) != entry["bytes"] or digest != entry["sha256"]:
+                    raise UserError(f"{tarball}: member '{name}' does not match its manifest entry (damaged in "
+                                    "transfer?)")
+                out.append((entry, data))
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
         raise UserError(f"{tarball}: not a readable campaign tarball ({exc})") from None
-    if MANIFEST not in files:
-        raise UserError(f"{tarball}: no {MANIFEST}; not a tarball of `campaign pack`")
-    try:
-        entries = {e["path"]: e for e in json.loads(files.pop(MANIFEST))["members"]}
-        if any(not {"kind", "bytes", "sha256"} <= set(e) for e in entries.values()):  # what the checks below read
-            raise KeyError("a member's entry lacks a field")
-    except (ValueError, KeyError, TypeError):
-        raise UserError(f"{tarball}: its {MANIFEST} is damaged") from None
-    if set(entries) != set(files):
-        raise UserError(f"{tarball}: the members and the manifest differ: "
-                        f"{', '.join(sorted(set(entries) ^ set(files)))}")
-    out = []
-    for name, data in files.items():
-        entry = entries[name]
-        _checked_path(name, entry["kind"])
-        if entry["kind"] not in (*REPO_KINDS, "side"):
-            raise UserError(f"{tarball}: member '{name}' has an unknown kind '{entry['kind']}'")
-        if len(data) != entry["bytes"] or _digest(data) != entry["sha256"]:
-            raise UserError(f"{tarball}: member '{name}' does not match its manifest entry (damaged in transfer?)")
+    for entry, data in out:
+        name = entry["path"]
         if entry["kind"] == "record":
             try:
                 record = parse_record(json.loads(data), name)
@@ -249,7 +317,6 @@ def read_tarball(tarball: Path) -> list[tuple[dict, bytes]]:
             if record.run_id != PurePosixPath(name).stem or not record.has_result:
                 raise UserError(f"{tarball}: {name} is not the completed (or diverged) record of run "
                                 f"'{PurePosixPath(name).stem}'")
-        out.append((entry, data))
     return out
 
 
