@@ -154,3 +154,91 @@ def test_a_manifest_of_the_wrong_shape_gets_one_line(tmp_path, manifest, capsys)
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "MANIFEST.json is damaged" in err and err.count("\n") == 1
     assert not (tmp_path / "repo").exists()
+
+
+# unpack: nothing of the repository lost, all or nothing
+
+
+def test_an_existing_log_or_checkpoint_with_other_bytes_is_a_conflict_and_nothing_is_written(tmp_path):
+    """An uncommitted log, an unfinished run's checkpoint: unpack replaced them silently."""
+    repo = tmp_path / "repo"
+    log = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s1.log"
+    checkpoint = "leaderboards/results/.work/tiny-blobs-linear-infonce-0123abcd-s2/checkpoint.pt"
+    for path, data in ((log, b"mine\n"), (checkpoint, b"my weights")):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(data)
+    before = _files(repo)
+    record, data = _record()
+    tarball = _tarball(tmp_path / "t.tar.gz", (record, "record", data), (log, "log", b"theirs\n"),
+                       (checkpoint, "checkpoint", b"their weights"))
+    with pytest.raises(UserError, match=f"2 file\\(s\\) would replace a different file.*{log}.*{checkpoint}"):
+        unpack(tarball, repo, tmp_path / "side")
+    assert _files(repo) == before and not (tmp_path / "side").exists()
+    (repo / log).write_bytes(b"theirs\n")  # the same bytes: skipped, no conflict
+    (repo / checkpoint).unlink()
+    unpack(tarball, repo, tmp_path / "side")
+    assert (repo / record).read_bytes() == data and (repo / checkpoint).read_bytes() == b"their weights"
+
+
+def test_a_file_the_gpu_machine_started_from_is_replaced(tmp_path):
+    """A carried checkpoint that moved on, a bench file measured again: the manifest names the digest of the
+    repository's file the stage started from, and only that file is replaced."""
+    repo, stage, out = tmp_path / "repo", tmp_path / "stage", tmp_path / "out"
+    rid = "tiny-blobs-linear-infonce-0123abcd-s0"
+    for root, weights, bench in ((repo, b"epoch 1", b'{"rows": []}\n'), (stage, b"epoch 2", b'{"rows": [1]}\n')):
+        (root / "leaderboards" / "results" / ".work" / rid).mkdir(parents=True)
+        (root / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").write_bytes(weights)
+        (root / "leaderboards" / "bench").mkdir(parents=True)
+        (root / "leaderboards" / "bench" / "tiny-cpu.json").write_bytes(bench)
+    tarball = pack(stage, out, repo, checkpoints=True)
+    unpack(tarball, repo, tmp_path / "side")
+    assert (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").read_bytes() == b"epoch 2"
+    assert (repo / "leaderboards" / "bench" / "tiny-cpu.json").read_bytes() == b'{"rows": [1]}\n'
+    # The repository's checkpoint moved on here meanwhile (a local resume): not the one the stage started from.
+    (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").write_bytes(b"epoch 3, here")
+    (repo / "leaderboards" / "bench" / "tiny-cpu.json").write_bytes(b'{"rows": []}\n')
+    with pytest.raises(UserError, match="1 file\\(s\\) would replace a different file"):
+        unpack(tarball, repo, tmp_path / "side")
+    assert (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").read_bytes() == b"epoch 3, here"
+
+
+@pytest.mark.parametrize("obstacle", ["link", "folder", "file above"])
+def test_a_bad_destination_of_a_later_member_refuses_the_whole_tarball_before_any_write(tmp_path, obstacle):
+    """Records were written first, then a later member's destination (a link) was refused: half a tarball."""
+    repo = tmp_path / "repo"
+    (repo / "leaderboards" / "results").mkdir(parents=True)
+    record, data = _record()
+    checkpoint = "leaderboards/results/.work/tiny-blobs-linear-infonce-0123abcd-s2/checkpoint.pt"
+    target = repo / checkpoint
+    if obstacle == "link":
+        target.parent.mkdir(parents=True)
+        target.symlink_to(tmp_path / "elsewhere")
+    elif obstacle == "folder":
+        target.mkdir(parents=True)
+    else:
+        (repo / "leaderboards" / "results" / ".work").write_text("not a folder")
+    before = _files(repo)
+    tarball = _tarball(tmp_path / "t.tar.gz", (record, "record", data), (checkpoint, "checkpoint", b"w"))
+    with pytest.raises(UserError, match="symbolic link|is a folder|not a folder"):
+        unpack(tarball, repo, tmp_path / "side")
+    assert _files(repo) == before and not (repo / record).exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_a_folder_where_a_record_goes_gets_one_line(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    record, data = _record()
+    (repo / record).mkdir(parents=True)
+    tarball = _tarball(tmp_path / "t.tar.gz", (record, "record", data))
+    assert campaign_main(["unpack", str(tarball), "--repo", str(repo), "--side", str(tmp_path / "side")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "is a folder" in err and err.count("\n") == 1
+
+
+def test_a_side_file_where_another_side_file_needs_a_folder_is_refused_before_any_write(tmp_path):
+    repo = tmp_path / "repo"
+    record, data = _record()
+    tarball = _tarball(tmp_path / "t.tar.gz", (record, "record", data), ("campaign/failed", "side", b"x"),
+                       ("campaign/failed/x.json", "side", b"{}"))
+    with pytest.raises(UserError, match="campaign/failed"):
+        unpack(tarball, repo, tmp_path / "side")
+    assert not (repo / record).exists() and not (tmp_path / "side").exists()

@@ -25,7 +25,9 @@ sends the plan's records to that folder of the repository (default ``leaderboard
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
-                 whole tarball when a record would replace a different one.
+                 whole tarball, writing nothing, when a record would replace a different one, or another file
+                 one that differs from what the GPU machine started from (an uncommitted log, a checkpoint
+                 resumed here since), or a destination is a link or a folder.
     travel       before the first call: whether each ``.device-carry*`` part, with the working tree, its
                  ``.git`` and what ``--carry`` names, fits the 64 MiB one call sends, and the ``--max-mib`` for
                  device-pack: see :mod:`harness.suites.travel`.

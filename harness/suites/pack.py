@@ -18,10 +18,17 @@ The device tool brings back files of at most 16 MiB. Records, logs, bench files 
 their raw size fits in what is left (a checkpoint of weights hardly compresses). Those that do not fit are listed
 in the manifest and the output as left out: their runs start over in a later session.
 
-:func:`unpack` checks every member against the manifest, validates each record, and refuses the whole tarball,
-writing nothing, when one record would replace a different file of the same name: a completed record is the truth
-of its run, never overwritten. An identical record is skipped; a bench file replaces the old measurement (git
-keeps its history); every file is written atomically.
+:func:`unpack` checks every member's header against the manifest before it reads one (a member the manifest does
+not list, or of another size, is refused unread; all members together may hold at most :data:`MAX_UNPACKED_MIB`),
+validates each record, then checks every destination before it writes the first file. It refuses the whole
+tarball, writing nothing, when a destination cannot take its file (a symbolic link, a folder, a file where a folder
+goes) or a file there would be lost: a record that differs from the repository's of the same run (a completed
+record is the truth of its run, never overwritten), or any other file whose bytes differ from those the stage
+started from. Pack writes, for each log, bench file and checkpoint that replaces a file of the GPU machine's
+repository, that file's sha256 (``replaces`` in the manifest): a carried checkpoint that moved on, a bench file
+measured again replace the repository's, while an uncommitted log or the checkpoint of a run resumed here since
+are kept and named. An identical file is skipped; every file is written atomically. :func:`pack` reads no file of
+the stage through a symbolic link: it refuses the stage.
 """
 
 from __future__ import annotations
@@ -65,6 +72,16 @@ class Member:
     source: Path
     path: PurePosixPath
     kind: str
+    replaces: str | None = None  # the sha256 of the repository's file at ``path`` that this one replaces
+
+
+def _replacing(member: Member, repo: Path) -> Member:
+    """``member`` with the digest of the repository's file it would replace (a carried checkpoint that moved on,
+    a bench file measured again): unpack replaces that file, and no other, of the same name."""
+    there = repo.joinpath(*member.path.parts)
+    if member.kind == "side" or there.is_symlink() or not there.is_file():
+        return member
+    return Member(member.source, member.path, member.kind, _file_digest(there))
 
 
 def _digest(data: bytes) -> str:
@@ -127,6 +144,7 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
     members += [Member(p, BENCH / p.name, "bench") for p in _staged(stage, bench.glob("*.json"))
                 if not _same_file(p, repo / BENCH / p.name)]
     members += [Member(p, SIDE / CAMPAIGN_LOG, "side") for p in _staged(stage, [stage / CAMPAIGN_LOG])]
+    members, saved = [_replacing(m, repo) for m in members], [_replacing(m, repo) for m in saved]
     return members, sorted(saved, key=lambda m: m.source.stat().st_size)
 
 
@@ -136,7 +154,8 @@ def _write(tarball: Path, members: list[Member], left_out: list[str]) -> int:
     with tarfile.open(tarball, "w:gz") as tar:
         for m in members:
             data = m.source.read_bytes()
-            entries.append({"path": m.path.as_posix(), "kind": m.kind, "bytes": len(data), "sha256": _digest(data)})
+            entries.append({"path": m.path.as_posix(), "kind": m.kind, "bytes": len(data), "sha256": _digest(data),
+                            **({"replaces": m.replaces} if m.replaces else {})})
             _add(tar, m.path.as_posix(), data)
         manifest = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "members": entries,
                     "left_out": left_out}
@@ -320,31 +339,87 @@ def read_tarball(tarball: Path, max_mib: float | None = None) -> list[tuple[dict
     return out
 
 
-def unpack(tarball: Path, repo: Path, side: Path | None = None) -> Path:
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _existing(root: Path, rel: PurePosixPath) -> str | None:
+    """The sha256 of the file at ``root / rel``, None where there is none. UserError when the way there or the
+    destination cannot take the file: a symbolic link (none is followed), a file where a folder goes, a folder or
+    anything but a regular file where the file goes."""
+    target = root.joinpath(*rel.parts)
+    refuse_link(target, root)
+    here = root
+    for part in ("", *rel.parts[:-1]):
+        here = here / part if part else here
+        if here.exists() and not here.is_dir():
+            raise UserError(f"{here} is not a folder, and the tarball's {rel} goes into it")
+    if target.is_dir():
+        raise UserError(f"{target} is a folder where the tarball's {rel} goes: move it away")
+    if not target.exists():
+        return None
+    if not target.is_file():
+        raise UserError(f"{target} is not a regular file, and the tarball's {rel} would replace it: move it away")
+    try:
+        return _file_digest(target)
+    except OSError as exc:
+        raise UserError(f"{target} cannot be read to compare it with the tarball's ({exc.strerror})") from None
+
+
+def unpack(tarball: Path, repo: Path, side: Path | None = None, max_mib: float | None = None) -> Path:
     """Write the tarball's files into ``repo`` (side files into ``side``, default a fresh temporary folder, which
-    is returned). UserError, writing nothing, when a record would replace a different file."""
-    members = read_tarball(tarball)
-    conflicts = [e["path"] for e, data in members if e["kind"] == "record" and (repo / e["path"]).exists()
-                 and (repo / e["path"]).read_bytes() != data]
-    if conflicts:
-        raise UserError(f"refusing to unpack {tarball}: {len(conflicts)} record(s) would replace a different record "
-                        f"of the same run id ({', '.join(conflicts)}); a record is the truth of its run: move the "
-                        "repository's file away if it is the wrong one")
-    side = side or Path(tempfile.mkdtemp(prefix="campaign-side-"))
-    done = {kind: 0 for kind in (*REPO_KINDS, "side", "same")}
-    for entry, data in sorted(members, key=lambda m: m[0]["kind"] != "record"):  # records first
+    is returned). Every destination is checked before the first file is written, and the whole tarball is refused
+    (UserError), writing nothing, when one cannot take its file (a link, a folder, a file where a folder goes) or
+    when a file there would be lost: a record that differs from the repository's of the same run, or any other
+    file whose bytes differ from those the GPU machine's stage started from (the manifest's ``replaces``), such as
+    a log not committed here or the checkpoint of a run resumed here since. A file already there, identical, is
+    skipped; the checkpoint of a run that completed is not written."""
+    members = read_tarball(tarball, max_mib)
+    names = {entry["path"] for entry, _ in members}
+    under = sorted(n for n in names if any(parent.as_posix() in names for parent in PurePosixPath(n).parents))
+    if under:
+        raise UserError(f"refusing to unpack {tarball}: its member '{under[0]}' lies under another member's file")
+    completed = {entry["path"] for entry, data in members
+                 if entry["kind"] == "record" and json.loads(data).get("status") == "completed"}
+    writes: list[tuple[str, Path | None, PurePosixPath, bytes]] = []  # kind, root (None: the fresh side), path
+    records, others, same = [], [], 0
+    for entry, data in sorted(members, key=lambda m: m[0]["kind"] != "record"):  # records written first
         kind, path = entry["kind"], PurePosixPath(entry["path"])
-        root, target = (side, side / path.relative_to(SIDE)) if kind == "side" else (repo, repo / path)
-        refuse_link(target, root)
-        if kind == "checkpoint" and _completed_beside(repo / path):
+        if kind == "checkpoint" and (_completed_beside(repo / path) or (path.parent.parent.parent /
+                                                                       f"{path.parent.name}.json").as_posix()
+                                     in completed):
             continue  # the run completed since: nothing to resume
-        if target.is_file() and target.read_bytes() == data:
-            done["same"] += 1
-            continue
-        write_atomic(target, data)
+        root, rel = (side, path.relative_to(SIDE)) if kind == "side" else (repo, path)
+        found = None if root is None else _existing(root, rel)  # a fresh side folder holds nothing yet
+        if found is None or (found != entry["sha256"] and kind != "record" and found == entry.get("replaces")):
+            writes.append((kind, root, rel, data))
+        elif found == entry["sha256"]:
+            same += 1
+        else:
+            (records if kind == "record" else others).append(entry["path"])
+    refusals = []
+    if records:
+        refusals.append(f"{len(records)} record(s) would replace a different record of the same run id "
+                        f"({', '.join(records)}); a record is the truth of its run: move the repository's file away "
+                        "if it is the wrong one")
+    if others:
+        refusals.append(f"{len(others)} file(s) would replace a different file, not the one the GPU machine "
+                        f"started from ({', '.join(others)}): a log not committed here, or the checkpoint of a run "
+                        "resumed here since, would be lost; move it away (or give another --side) to take the "
+                        "tarball's")
+    if refusals:
+        raise UserError(f"refusing to unpack {tarball}: {'; '.join(refusals)}")
+    side = side or Path(tempfile.mkdtemp(prefix="campaign-side-"))
+    done = {kind: 0 for kind in (*REPO_KINDS, "side")}
+    for kind, root, rel, data in writes:
+        write_atomic((root or side).joinpath(*rel.parts), data)
         done[kind] += 1
     print(f"unpacked {tarball}: {done['record']} new records, {done['log']} logs, {done['bench']} bench files, "
-          f"{done['checkpoint']} checkpoints into {repo}; {done['same']} files already there, identical; "
+          f"{done['checkpoint']} checkpoints into {repo}; {same} files already there, identical; "
           f"{done['side']} side files (failed or unfinished runs, the campaign log) in {side}")
     return side
 
