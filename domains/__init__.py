@@ -99,13 +99,18 @@ def _failed(module: str, named_by: str, exc: Exception) -> UserError:
                      + (f" (at {where})" if where else ""))
 
 
+def plugin_modules() -> list[str]:
+    """The plugin modules ``HARNESS_PLUGINS`` names in this process (comma-separated), in order, once each."""
+    return list(dict.fromkeys(filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(",")))))
+
+
 def _load_plugins() -> None:
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
     try:
-        for module in filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(","))):
+        for module in plugin_modules():
             _import_plugin(module, "HARNESS_PLUGINS", lambda module=module: importlib.import_module(module))
         for ep in entry_points(group="contrastive_harness.domains"):
             _import_plugin(ep.module, f"entry point '{ep.name}'", ep.load)

@@ -1,6 +1,8 @@
 """The files of the harness's folders and caches: atomic writes (:func:`write_atomic`), no link followed
-(:func:`refuse_link`), the user's own cache (:func:`cache_dir`), and the digests of data files and JSON objects that
-fingerprint a run's data (:func:`hash_files`, :func:`hash_jsonable`)."""
+(:func:`refuse_link`), only regular files read where a record or bench file was handed in (:func:`read_regular`:
+a FIFO or a device there would hang every command that reads the folder), the user's own cache (:func:`cache_dir`),
+and the digests of data files and JSON objects that fingerprint a run's data (:func:`hash_files`,
+:func:`hash_jsonable`)."""
 
 from __future__ import annotations
 
@@ -128,3 +130,27 @@ def hash_files(paths: Iterable[Path]) -> str:
 def hash_jsonable(obj: Any) -> str:
     """A stable sha256 of a JSON-serialisable object."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class NotRegularFileError(UserError):
+    """A path that names a FIFO, a device, a socket or a folder where a file was expected."""
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file at ``path``. OSError when it cannot be opened, NotRegularFileError (naming
+    the file and what it is) when it is no regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "not a regular file")
+            raise NotRegularFileError(f"{path}: is {kind}, not a regular file; the harness reads only regular files "
+                                      "here: remove it or replace it with the file itself")
+        with os.fdopen(fd, "rb", closefd=True) as fh:
+            fd = -1
+            return fh.read()
+    finally:
+        if fd >= 0:
+            os.close(fd)

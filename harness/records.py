@@ -45,8 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import domains
 from domains.base import Domain, RunSpec, describe_validation, split_config
 from domains.errors import UserError
-from domains.files import hash_jsonable, refuse_link, write_atomic
-from harness.regular import read_regular
+from domains.files import hash_jsonable, read_regular, refuse_link, write_atomic
 from harness.version import source_digest
 
 SCHEMA_VERSION = 3

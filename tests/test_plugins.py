@@ -144,12 +144,15 @@ def test_a_plugin_kernel_that_returns_no_loss_fails_its_run_in_one_line_naming_t
     assert "a loss kernel must return a 0-dim floating-point torch Tensor" in out.stderr
 
 
+def _listed_with(folder: Path, module: str, decorator: str, kernel: str) -> subprocess.CompletedProcess:
+    """``harness list losses`` with the plugin ``module``: one loss, ``@decorator`` over ``kernel``'s def."""
+    (folder / f"{module}.py").write_text(f"from losses import HParam, register_loss\n\n\n@{decorator}\n{kernel}\n")
+    return _harness(folder, "list", "losses", names=module)
+
+
 def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
-    (tmp_path / "my_dcl.py").write_text(
-        "from losses import register_loss\n\n\n"
-        "@register_loss('dcl', paper='-', summary='not the paper\\'s dcl')\n"
-        "def dcl(scores):\n    return scores.logits.sum()\n")
-    out = _harness(tmp_path, "list", "losses", names="my_dcl")
+    out = _listed_with(tmp_path, "my_dcl", "register_loss('dcl', paper='-', summary='not the paper\\'s dcl')",
+                       "def dcl(scores):\n    return scores.logits.sum()")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert out.stderr.startswith("error: plugin 'my_dcl' (HARNESS_PLUGINS) is refused: loss 'dcl' of my_dcl is "
                                  "taken by losses.dcl")
@@ -158,11 +161,8 @@ def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
 @pytest.mark.parametrize("name", ["my,loss", "../x", "a b", "new\nline", "", "-x"])
 def test_a_plugin_loss_or_domain_under_no_plain_name_is_refused(tmp_path, name):
     # A sweep splits --losses and --domains at commas; run ids and page names carry the name
-    (tmp_path / "odd_names.py").write_text(
-        "from losses import register_loss\n\n\n"
-        f"@register_loss({name!r}, paper='-', summary='-')\n"
-        "def odd(scores):\n    return scores.logits.sum()\n")
-    out = _harness(tmp_path, "list", "losses", names="odd_names")
+    out = _listed_with(tmp_path, "odd_names", f"register_loss({name!r}, paper='-', summary='-')",
+                       "def odd(scores):\n    return scores.logits.sum()")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert out.stderr.startswith(f"error: plugin 'odd_names' (HARNESS_PLUGINS) is refused: loss {name!r} of "
                                  "odd_names is no plain name")
@@ -198,11 +198,9 @@ def test_only_the_plugins_that_provide_a_runs_domain_or_loss_are_part_of_its_ide
 
 
 def test_a_plugin_loss_whose_default_is_outside_its_range_is_refused_before_it_is_listed(tmp_path):
-    (tmp_path / "margin_loss.py").write_text(
-        "from losses import HParam, register_loss\n\n\n"
-        "@register_loss('margin_nce', paper='-', summary='-', hparams=(HParam('margin', 5.0, low=0, high=2),))\n"
-        "def margin_nce(scores, margin=5.0):\n    return scores.logits.sum() * margin\n")
-    out = _harness(tmp_path, "list", "losses", names="margin_loss")
-    assert out.returncode != 0 and "margin_nce" not in out.stdout
+    out = _listed_with(tmp_path, "margin_loss", "register_loss('margin_nce', paper='-', summary='-', "
+                       "hparams=(HParam('margin', 5.0, low=0, high=2),))",
+                       "def margin_nce(scores, margin=5.0):\n    return scores.logits.sum() * margin")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr  # one line
     assert ("loss 'margin_nce': the default of its hyper-parameter margin is not an allowed value (margin must be a "
             "number in [0, 2], got 5)") in out.stderr, out.stderr

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from domains.errors import UserError
-from domains.files import folder_problem, write_atomic
+from domains.files import folder_problem, read_regular, write_atomic
 from harness.pages import generated
-from harness.regular import read_regular
 from harness.tables import Markup, bullet, code, escape, markdown
 
 PAGE = "bench.md"

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+import domains
 from domains.base import counted
 from domains.errors import RunStopped
 from harness.machine import omp_threads
@@ -90,7 +91,7 @@ def plugins_prefix(modules: Iterable[str] | None = None) -> str:
     the plugin ``modules`` (by default those that ``HARNESS_PLUGINS`` names in this process), or nothing without
     any. Every command the harness prints for a user to run again starts with it (:func:`resume_command`,
     :func:`reproduce_line`, a sweep's ``--dry-run`` jobs)."""
-    named = ",".join(dict.fromkeys(cfg.plugin_modules() if modules is None else modules))
+    named = ",".join(dict.fromkeys(domains.plugin_modules() if modules is None else modules))
     return f"HARNESS_PLUGINS={shlex.quote(named)} " if named else ""
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import typing
 from typing import Annotated, Any
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+import domains
 import losses
 from domains.base import Domain, describe_validation, did_you_mean
 from domains.errors import UserError
@@ -152,16 +152,11 @@ def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return config_sets, loss_sets
 
 
-def plugin_modules() -> list[str]:
-    """The plugin modules ``HARNESS_PLUGINS`` names in this process (comma-separated), in order, once each."""
-    return list(dict.fromkeys(filter(None, (m.strip() for m in os.environ.get("HARNESS_PLUGINS", "").split(",")))))
-
-
 def plugin_hint(names: list[str]) -> str:
     """Why an unknown loss name may be a loss of the user's own, in words that follow the error: without
     ``HARNESS_PLUGINS``, that its module is named there; with it, that the modules it names register none of
     ``names``."""
-    modules = plugin_modules()
+    modules = domains.plugin_modules()
     if not modules:
         return ("a loss of your own is known only where HARNESS_PLUGINS names the module that registers it: "
                 "HARNESS_PLUGINS=my_losses harness ...")
