@@ -9,8 +9,11 @@ part of the identity of every run of its domain or loss (``harness.version.sourc
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
+import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -28,6 +31,7 @@ _BUILTIN = {
     "text": "domains.text",
     "rl": "domains.rl",
 }
+PACKAGES = ("losses", "domains", "harness")  # this project's code, never a user's own
 _REGISTRY: dict[str, type[Domain]] = {}
 _plugins_loaded = False
 # The plugin (a HARNESS_PLUGINS module, an entry point's module) whose import registered each domain and loss: the
@@ -50,14 +54,32 @@ def register(cls: type[Domain]) -> type[Domain]:
     return cls
 
 
+@functools.cache
+def _installed_roots() -> tuple[Path, ...]:
+    paths = sysconfig.get_paths()
+    found = [paths.get("stdlib"), paths.get("platstdlib"), sys.prefix, sys.base_prefix, sys.exec_prefix,
+             sys.base_exec_prefix]
+    return tuple(dict.fromkeys(Path(p).resolve() for p in found if p))
+
+
+def is_own_code(path: Path, root: Path) -> bool:
+    """Whether the file ``path`` is the user's own code rather than installed or the project's: not in the standard
+    library, not under a ``site-packages`` or ``dist-packages`` folder or the interpreter's prefixes
+    (``sys.prefix``, ``sys.base_prefix``: a virtual environment, the Python installation), not in the packages
+    (:data:`PACKAGES`) of the project at ``root``."""
+    path = Path(path).resolve()
+    if {"site-packages", "dist-packages"} & set(path.parts):
+        return False
+    project = [Path(root).resolve() / package for package in PACKAGES]
+    return not any(path.is_relative_to(other) for other in (*_installed_roots(), *project))
+
+
 def _where(exc: BaseException) -> str:
     """``file:line`` where ``exc`` arose: a syntax error's own place; else the innermost frame in the user's own
     code (not the project's packages, not importlib, not the standard library or an installed package), the
     innermost frame where there is none."""
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{exc.filename}:{exc.lineno}"
-    from harness.run_code import is_own_code
-
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
     root = Path(__file__).resolve().parent.parent
     own = [f for f in frames if is_own_code(Path(f.filename), root)]

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import sys
-import sysconfig
 from pathlib import Path
 
-PACKAGES = ("losses", "domains", "harness")
+from domains import PACKAGES
+
 # The entry points of a run; a folder stands for every module in it (harness/run: each file is the run's).
 RUN_ROOTS = ("harness/run", "losses", "domains.graph", "domains.vision", "domains.text", "domains.rl")
 
@@ -54,26 +53,6 @@ def imported_names(path: Path, module: str) -> set[str]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
-
-
-@functools.cache
-def _installed_roots() -> tuple[Path, ...]:
-    paths = sysconfig.get_paths()
-    found = [paths.get("stdlib"), paths.get("platstdlib"), sys.prefix, sys.base_prefix, sys.exec_prefix,
-             sys.base_exec_prefix]
-    return tuple(dict.fromkeys(Path(p).resolve() for p in found if p))
-
-
-def is_own_code(path: Path, root: Path) -> bool:
-    """Whether the file ``path`` is the user's own code rather than installed or the project's: not in the standard
-    library, not under a ``site-packages`` or ``dist-packages`` folder or the interpreter's prefixes
-    (``sys.prefix``, ``sys.base_prefix``: a virtual environment, the Python installation), not in the packages
-    (:data:`PACKAGES`) of the project at ``root``."""
-    path = Path(path).resolve()
-    if {"site-packages", "dist-packages"} & set(path.parts):
-        return False
-    project = [Path(root).resolve() / package for package in PACKAGES]
-    return not any(path.is_relative_to(other) for other in (*_installed_roots(), *project))
 
 
 def root_modules(root: Path) -> list[str]:

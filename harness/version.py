@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import domains
+from domains import PACKAGES, is_own_code
 from domains.files import hash_jsonable
-from harness.run_code import PACKAGES, imported_names, is_own_code, run_files
+from harness.run_code import imported_names, run_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -174,7 +175,7 @@ def _module_file(name: str) -> Path | None:
 
 
 def _local_imports(modules: dict[str, Path], inside: Path) -> dict[str, Path]:
-    """The user's own modules (:func:`harness.run_code.is_own_code`: not the standard library, not installed, not
+    """The user's own modules (:func:`domains.is_own_code`: not the standard library, not installed, not
     the project's packages) that ``modules`` (name -> file) import, at any depth, outside the file or folder
     ``inside`` (the plugin's own code): name -> file. An import is read from the source
     (:func:`harness.run_code.imported_names`), so one inside a function counts too."""
