@@ -202,6 +202,28 @@ def test_a_file_the_gpu_machine_started_from_is_replaced(tmp_path):
     assert (repo / "leaderboards" / "results" / ".work" / rid / "checkpoint.pt").read_bytes() == b"epoch 3, here"
 
 
+def test_a_checkpoint_that_moved_on_between_two_calls_replaces_the_one_the_first_brought_back(tmp_path):
+    """Two calls of one device session, the second carrying nothing: the GPU machine's repository never holds the
+    first call's checkpoint (.work is git-ignored), so its digest was no 'replaces', and the second tarball, its
+    records too, was refused as replacing a file resumed here. The stage remembers what it packed (PACKED)."""
+    repo, stage, here = tmp_path / "gpu_repo", tmp_path / "stage", tmp_path / "here"
+    for root in (repo, here):
+        (root / "leaderboards" / "results").mkdir(parents=True)
+    checkpoint = stage / "leaderboards/results/.work/tiny-blobs-linear-infonce-0123abcd-s0/checkpoint.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"epoch 3")
+    unpack(pack(stage, tmp_path / "out1", repo, checkpoints=True), here, tmp_path / "side1")
+    checkpoint.write_bytes(b"epoch 6")  # the run resumed in the stage, and stopped again
+    second = pack(stage, tmp_path / "out2", repo, checkpoints=True)
+    local = here.joinpath(*checkpoint.relative_to(stage).parts)
+    local.write_bytes(b"epoch 4, resumed here")  # not what the first tarball brought: refused, kept
+    with pytest.raises(UserError, match="would replace a different file"):
+        unpack(second, here, tmp_path / "side2")
+    local.write_bytes(b"epoch 3")
+    unpack(second, here, tmp_path / "side3")
+    assert local.read_bytes() == b"epoch 6"
+
+
 @pytest.mark.parametrize("obstacle", ["link", "folder", "file above"])
 def test_a_bad_destination_of_a_later_member_refuses_the_whole_tarball_before_any_write(tmp_path, obstacle):
     """Records were written first, then a later member's destination (a link) was refused: half a tarball."""

@@ -25,10 +25,11 @@ tarball, writing nothing, when a destination cannot take its file (a symbolic li
 goes) or a file there would be lost: a record that differs from the repository's of the same run (a completed
 record is the truth of its run, never overwritten), or any other file whose bytes differ from those the stage
 started from. Pack writes, for each log, bench file and checkpoint that replaces a file of the GPU machine's
-repository, that file's sha256 (``replaces`` in the manifest): a carried checkpoint that moved on, a bench file
-measured again replace the repository's, while an uncommitted log or the checkpoint of a run resumed here since
-are kept and named. An identical file is skipped; every file is written atomically. :func:`pack` reads no file of
-the stage through a symbolic link: it refuses the stage.
+repository or that the stage's previous tarball held, that file's sha256 (``replaces`` in the manifest): a carried
+checkpoint that moved on, one that moved on again since the last tarball, a bench file measured again replace it,
+while an uncommitted log or the checkpoint of a run resumed here since are kept and named. An identical file is
+skipped; every file is written atomically. :func:`pack` reads no file of the stage through a symbolic link: it
+refuses the stage.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from domains.files import refuse_link, write_atomic
 from harness.records import InvalidRecordError, load_record, parse_record, read_record
 
 MANIFEST = "MANIFEST.json"
+PACKED = ".packed.json"  # in the stage: path -> sha256 of the files its tarballs held, for the next one's replaces
 BENCH = PurePosixPath("leaderboards/bench")
 SIDE = PurePosixPath("campaign")
 CAMPAIGN_LOG = "campaign.log"
@@ -75,13 +77,30 @@ class Member:
     replaces: str | None = None  # the sha256 of the repository's file at ``path`` that this one replaces
 
 
-def _replacing(member: Member, repo: Path) -> Member:
-    """``member`` with the digest of the repository's file it would replace (a carried checkpoint that moved on,
-    a bench file measured again): unpack replaces that file, and no other, of the same name."""
+def _replacing(member: Member, repo: Path, packed: dict[str, str]) -> Member:
+    """``member`` with the digest of the file it would replace here: the one an earlier tarball of this stage
+    brought back (``packed``: a checkpoint that moved on between two calls, whose first version the GPU machine's
+    repository never held), else the repository's (a carried checkpoint, a bench file measured again). Unpack
+    replaces that file, and no other, of the same name."""
+    if member.kind == "side":
+        return member
+    if member.path.as_posix() in packed:
+        return Member(member.source, member.path, member.kind, packed[member.path.as_posix()])
     there = repo.joinpath(*member.path.parts)
-    if member.kind == "side" or there.is_symlink() or not there.is_file():
+    if there.is_symlink() or not there.is_file():
         return member
     return Member(member.source, member.path, member.kind, _file_digest(there))
+
+
+def _packed(stage: Path) -> dict[str, str]:
+    """What the stage's earlier tarballs held (:data:`PACKED`): path -> sha256 of each file but the records."""
+    ledger = stage / PACKED
+    try:
+        found = json.loads(ledger.read_text()) if ledger.is_file() and not ledger.is_symlink() else {}
+    except (OSError, ValueError):
+        found = {}
+    return {k: v for k, v in found.items() if isinstance(v, str) and SHA256.fullmatch(v)} \
+        if isinstance(found, dict) else {}
 
 
 def _digest(data: bytes) -> str:
@@ -144,7 +163,8 @@ def collect(stage: Path, repo: Path, checkpoints: bool) -> tuple[list[Member], l
     members += [Member(p, BENCH / p.name, "bench") for p in _staged(stage, bench.glob("*.json"))
                 if not _same_file(p, repo / BENCH / p.name)]
     members += [Member(p, SIDE / CAMPAIGN_LOG, "side") for p in _staged(stage, [stage / CAMPAIGN_LOG])]
-    members, saved = [_replacing(m, repo) for m in members], [_replacing(m, repo) for m in saved]
+    packed = _packed(stage)
+    members, saved = [_replacing(m, repo, packed) for m in members], [_replacing(m, repo, packed) for m in saved]
     return members, sorted(saved, key=lambda m: m.source.stat().st_size)
 
 
@@ -202,6 +222,9 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
         while (size := _write(tarball, members + chosen, left_out)) > limit:
             dropped = chosen.pop()
             left_out.append(f"{dropped.path} ({dropped.source.stat().st_size / MIB:.1f} MiB: over the room left)")
+    # Remembered for this stage's next tarball: a file packed again replaces the version this one brings back.
+    write_atomic(stage / PACKED, json.dumps({**_packed(stage), **{m.path.as_posix(): _file_digest(m.source)
+                                                                  for m in members + chosen if m.kind != "side"}}))
     counts = {kind: kinds.count(kind) for kind in ("record", "log", "bench", "side")}
     print(f"packed {tarball} ({size / MIB:.2f} MiB of {max_mib:g}): {counts['record']} records, {counts['log']} "
           f"logs, {counts['bench']} bench files, {len(chosen)} checkpoints, {counts['side']} side files (failed or "
