@@ -348,28 +348,27 @@ def normalize(record: RunRecord, domain: Domain | None, source: str | Path = "re
     record ran where its fields predate the class (``Domain.recorded_config``), then fields added to the class since
     the record was written take their defaults (a new field must default to the behaviour before it existed),
     ``auto`` values are resolved (``Domain.resolve_config``), each field sits in ``config`` or ``runtime`` as the
-    class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here (or its
-    code cannot import what resolving needs); fields since removed from the class stay in ``config``.
+    class marks it now, and ``config_hash`` is recomputed. Unchanged when the domain cannot be loaded here, or
+    cannot resolve the record's method or dataset (it does not know them, or cannot import what resolving needs);
+    fields since removed from the class stay in ``config``.
 
     InvalidRecordError, naming ``source`` and the field where the class says which, when the class cannot build the
     recorded values (``"epochs": "x"``): kept as written, such a record would reach the pages without the fields
     the domain's code reads of every config (its setting note, its columns) and fail there."""
     if domain is None:
         return record
+    values = domain.recorded_config({**record.runtime, **record.config}, record.details)
     cls = domain.config_class
+    names = set().union(*split_config(cls()))  # every field has a default (the Domain protocol)
     try:
-        values = domain.recorded_config({**record.runtime, **record.config}, record.details)
-        names = set().union(*split_config(cls()))  # every field has a default (the Domain protocol)
-        known = {k: v for k, v in values.items() if k in names}
-        experiment, runtime = split_config(domain.resolve_config(cls(**known), record.method, record.dataset))
-    except ImportError:
-        return record
+        built = cls(**{k: v for k, v in values.items() if k in names})
     except ValidationError as exc:
         raise InvalidRecordError(f"{source}: invalid run record: its config does not build the {record.domain} "
                                  f"domain's config: {describe_validation(exc, whole='config')}") from None
-    except (TypeError, ValueError, KeyError, AttributeError, UserError) as exc:
-        raise InvalidRecordError(f"{source}: invalid run record: its config does not build the {record.domain} "
-                                 f"domain's config ({type(exc).__name__}: {exc})") from None
+    try:
+        experiment, runtime = split_config(domain.resolve_config(built, record.method, record.dataset))
+    except (TypeError, ValueError, KeyError, ImportError, UserError):  # a task, method or dataset this code does
+        return record  # not know (a collaborator's newer code, one since removed): the record is not at fault
     removed = {k: v for k, v in values.items() if k not in names}
     config = jsonable({**experiment, **removed})
     return record.model_copy(update={
