@@ -179,7 +179,7 @@ class LossSpec:
             raise ValueError(f"loss '{self.name}' is no objective: it takes no Scores, so no scoring or positives")
         for h in self.hparams:  # a default its own range refuses would fail the first run that sets nothing
             try:
-                h.check(h.default)
+                h.check(h.default, allow_auto=True)
             except ValueError as exc:
                 raise ValueError(f"loss '{self.name}': the default of its hyper-parameter {h.name} is not an allowed "
                                  f"value ({exc}); give it a default within its range") from None

@@ -183,3 +183,14 @@ def test_a_hyperparameter_whose_default_its_own_range_refuses_is_refused_at_regi
     assert str(caught.value) == (f"loss 'probe_default': the default of its hyper-parameter {hparam.name} is not an "
                                  f"allowed value ({refused}); give it a default within its range")
     assert "probe_default" not in losses.available(objective=None)
+
+
+def test_a_default_of_auto_stays_allowed_at_registration():
+    """``auto`` is no value of the range: a bound loss resolves it (the first version of the check refused it)."""
+    hparam = losses.HParam("tau_plus", "auto", low=0, high=1, auto=True)
+    try:
+        losses.register_loss("probe_auto", paper="-", summary="-", hparams=(hparam,))(
+            lambda scores, tau_plus="auto": scores.logits.sum())
+        assert losses.spec("probe_auto").hparams[0].default == "auto"
+    finally:
+        losses.registry._REGISTRY.pop("probe_auto", None)
