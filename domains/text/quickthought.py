@@ -140,6 +140,8 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                 raise UserError(f"bf16 autocast failed in the encoders ({exc}): add --set amp=false") from exc
             positions = torch.arange(sl.start, sl.stop, device=device)
             loss = loss_fn(qt_scores(u, v, doc_ids[sl], positions, cfg.context, cfg.similarity, cfg.temperature))
+            if step == 1:  # the initial weights' loss, read once: not finite here is no divergence (check_loss)
+                ctx.check_loss(loss.item(), step)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
