@@ -147,6 +147,7 @@ def _set(data: dict, where: str, value) -> None:
     ("info.prior", {"final": [1]}, "info.prior.final: must be a number in (0, 1], got [1]"),
     ("details.label_classes", [3], "details.label_classes: must be a positive integer"),
     ("loss_params.tau_plus", "x", "loss_params.tau_plus: must be a number or 'auto', got 'x'"),
+    ("info.negative_same_class_fraction", 0.0, "info.negative_same_class_fraction: is 0, the τ+ that this auto run"),
 ])
 def test_a_prior_record_with_a_malformed_free_form_field_is_refused_naming_it(tmp_path, run_main, where, value, said):
     """The prior page read a record's free-form fields (details, info, curve) as the harness writes them: another
@@ -157,3 +158,14 @@ def test_a_prior_record_with_a_malformed_free_form_field_is_refused_naming_it(tm
     (tmp_path / "results" / AUTO.name).write_text(json.dumps(data))
     message = _refused(run_main, tmp_path, "prior", "--results", str(tmp_path / "results"))
     assert f"{AUTO.name}: the class-prior page cannot read this record: {said}" in message
+
+
+def test_a_measured_share_of_0_is_read_where_no_estimate_is_judged_against_it(tmp_path, run_main):
+    """SameClassShare writes 0.0 where no negative shared the anchor's class; the first version of the prior page's
+    check refused it in every record, though only an auto run's relative error divides by it."""
+    data = json.loads(AUTO.read_text())
+    data["loss_params"]["tau_plus"], data["info"]["negative_same_class_fraction"] = 0.1, 0.0
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / AUTO.name).write_text(json.dumps(data))
+    out = run_main(main, "prior", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stderr

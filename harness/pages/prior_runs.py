@@ -90,8 +90,13 @@ def _number(value: Any) -> bool:
 
 
 def _share(value: Any) -> bool:
-    """A τ+ (a label prior, a measured share, an estimate): a number in (0, 1]; the page divides by it."""
+    """A τ+ (a label prior, an estimate): a number in (0, 1]; the page divides by it."""
     return _number(value) and 0 < value <= 1
+
+
+def _fraction(value: Any) -> bool:
+    """A measured share of the negatives: a number in [0, 1] (0 where no negative shared the anchor's class)."""
+    return _number(value) and 0 <= value <= 1
 
 
 def record_problem(record: RunRecord) -> str | None:
@@ -114,8 +119,12 @@ def record_problem(record: RunRecord) -> str | None:
         ("details.class_structure", details.get("class_structure"),
          lambda v: isinstance(v, dict) and all(_number(x) for x in v.values()), "an object of numbers"),
         ("info.prior", info.get("prior"), lambda v: isinstance(v, dict), "an object"),
-        *((f"info.{key}", info.get(key), _share, "a number in (0, 1]") for key in SHARE_KEYS),
+        *((f"info.{key}", info.get(key), _fraction, "a number in [0, 1]") for key in SHARE_KEYS),
     ]
+    share = next((k for k in SHARE_KEYS if info.get(k) is not None), None)
+    if share and info[share] == 0 and prior is not None and record.loss_params.get(prior.name) == "auto":
+        return (f"info.{share}: is 0, the τ+ that this auto run's estimate is judged against (no negative shared "
+                "the anchor's class): its relative error is undefined")
     if isinstance(info.get("prior"), dict):
         checks.append(("info.prior.final", info["prior"].get("final"), _share, "a number in (0, 1]"))
     for i, point in enumerate(record.curve):
