@@ -199,11 +199,8 @@ class Supplies:
                 and (self.labels or not loss.needs_labels))
 
     def lacks(self, loss: LossSpec) -> str:
-        """What ``loss`` needs that this does not supply, in words (``class labels``), for an error that says why a
-        method does not train with it; empty where it :meth:`admits` it. A regulariser is no objective to train
-        with: ``a training objective``."""
-        if not loss.objective:
-            return "a training objective (it is a regulariser, added to one)"
+        """What the objective ``loss`` needs that this does not supply, in words (``class labels``), for an error
+        that says why a method does not train with it; empty where it :meth:`admits` it."""
         needs = ["class labels"] if loss.needs_labels and not self.labels else []
         if loss.positives not in self.positives:
             needs.append(f"positives that are {_POSITIVE_WORDS[loss.positives]}")
