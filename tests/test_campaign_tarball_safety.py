@@ -15,9 +15,10 @@ import pytest
 from tiny_domain import synthetic_record
 
 from domains.errors import UserError
-from harness.suites import pack as pack_module
+from harness.suites import unpack as unpack_module
 from harness.suites.campaign import main as campaign_main
-from harness.suites.pack import MANIFEST, pack, unpack
+from harness.suites.pack import MANIFEST, pack
+from harness.suites.unpack import unpack
 
 
 def _tarball(path: Path, *members: tuple, manifest: object = None) -> Path:
@@ -115,7 +116,7 @@ def test_a_member_the_manifest_does_not_list_is_refused_before_it_is_read(tmp_pa
 
 def test_members_over_the_cap_on_the_whole_are_refused(tmp_path, monkeypatch):
     """Sizes that agree with the manifest, but more than a campaign ever brings back: refused on the headers."""
-    monkeypatch.setattr(pack_module, "MAX_UNPACKED_MIB", 1.0)
+    monkeypatch.setattr(unpack_module, "MAX_UNPACKED_MIB", 1.0)
     members = [(f"leaderboards/prior/.work/tiny-blobs-linear-dcl-0123abcd-s{i}/checkpoint.pt", "checkpoint",
                 bytes(400 * 1024)) for i in range(3)]
     tarball = _tarball(tmp_path / "t.tar.gz", *members)

@@ -15,7 +15,8 @@ import pytest
 from tiny_domain import synthetic_record
 
 from domains.errors import UserError
-from harness.suites.pack import MANIFEST, unpack
+from harness.suites.pack import MANIFEST
+from harness.suites.unpack import unpack
 
 RECORD = "leaderboards/results/tiny-blobs-linear-infonce-0123abcd-s0.json"
 

@@ -54,9 +54,10 @@ from harness.records import read_record
 from harness.run.config import parse_seeds
 from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
-from harness.suites.pack import CAMPAIGN_LOG, pack, unpack
+from harness.suites.pack import CAMPAIGN_LOG, pack
 from harness.suites.pool import Interrupted, run_all
 from harness.suites.travel import travel
+from harness.suites.unpack import unpack
 
 PLANS = SUITES / "campaign"
 RECORDS = "leaderboards/results"
