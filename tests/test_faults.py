@@ -407,11 +407,11 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     assert not isinstance(err.value, NonFiniteLossError)
 
 
-@pytest.mark.parametrize("domain", ["graph", "text"])  # a check every step; one every log_every steps
+@pytest.mark.parametrize("domain", ["graph", "text", "vision"])  # each step; every log_every steps; once an epoch
 def test_a_loss_that_is_nan_from_the_start_fails_as_no_divergence(tmp_path, domain):
     """A user's loss that returns NaN (a bug in its kernel) was reported as training that diverged ("try a lower
-    learning rate"), and its record counted on the pages as a non-finite seed. (Vision and rl, whose steps read no
-    loss on the host, still report it as a divergence, from the next step's non-finite scores.)"""
+    learning rate"), and its record counted on the pages as a non-finite seed. (rl, whose updates read no loss on
+    the host, still reports it as a divergence, from the next update's non-finite scores.)"""
     (tmp_path / "nan_loss.py").write_text(
         "from losses import register_loss\n\n\n"
         "@register_loss('nan_nce', paper='-', summary='-')\n"

@@ -265,6 +265,8 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
                 loss = graphed(*inputs)
             total += loss  # queued on the device: a graph's static output is read before the next replay
             steps += 1
+            if epoch == 0 and steps == 1:  # the initial weights' loss, read once: not finite is no divergence
+                ctx.check_loss(float(loss), 1)
         if same_class is not None:  # the epoch's batches counted at once, outside the steps (and their graph)
             used = order[: steps * local_batch].to(device)
             same_class.add_batches(labels[used].view(steps, local_batch))
