@@ -279,11 +279,14 @@ def row_problems(table: Table, row: Row) -> list[str]:
     return problems
 
 
-def paired_p(row: Row, base: Row) -> float:
-    shared = sorted(set(row.values) & set(base.values))
-    if len(shared) < 2:
+def change_p(row: Row, base: Row) -> float:
+    """The test of the change Δ shows: paired where both rows ran the same seeds, else Welch's over all seeds."""
+    if len(row.values) < 2 or len(base.values) < 2:
         return math.nan
-    return stats.ttest_rel([row.values[s] for s in shared], [base.values[s] for s in shared]).pvalue
+    if set(row.values) != set(base.values):
+        return stats.ttest_ind(list(row.values.values()), list(base.values.values()), equal_var=False).pvalue
+    seeds = sorted(row.values)
+    return stats.ttest_rel([row.values[s] for s in seeds], [base.values[s] for s in seeds]).pvalue
 
 
 def delta_problems(table: Table, row: Row) -> list[str]:
@@ -292,7 +295,7 @@ def delta_problems(table: Table, row: Row) -> list[str]:
     if base is None or base is row:
         expected = NONE if base is None else "baseline"
         return [] if cell == expected else [f"{where}: Δ {cell!r}, expected {expected!r}"]
-    change, p = row.mean - base.mean, paired_p(row, base)
+    change, p = row.mean - base.mean, change_p(row, base)
     shown = re.fullmatch(r"([+-][\d.]+)(†?)(‖?)", cell)
     other_code = {code(r) for r in row.records} != {code(r) for r in base.records}
     if shown is None or not matches(shown.group(1), change) or (shown.group(2) == "†") != (p < 0.05) or \

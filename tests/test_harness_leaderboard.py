@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import tiny_domain  # noqa: F401  (registers the tiny domain, whose published reference row is shown)
+from scipy import stats
 from tiny_domain import synthetic_record, write_records
 
 from domains.base import Reference
@@ -303,3 +304,18 @@ def test_the_header_explains_the_several_commits_mark_only_where_a_row_shows_it(
     assert main(["leaderboard", "--results", str(tmp_path / "pooled"), "--out", str(tmp_path / "pooled-out")]) == 0
     page = (tmp_path / "pooled-out" / "tiny.md").read_text()
     assert legend in page and f"(3 seeds)**{MIXED}" in page
+
+
+def test_a_change_between_rows_of_other_seeds_is_tested_as_it_is_shown(tmp_path):
+    """Δ is the difference of the rows' means over all their seeds; † tested the seeds both share, so a row of six
+    seeds that lost 4.25 points showed '-4.25†' from a significant gain on its first three. A row of other seeds is
+    now tested by Welch's t-test over all of them, as Δ is computed."""
+    base, dcl = [80.0, 81.0, 79.0], [80.5, 81.6, 79.4, 70.0, 71.0, 72.0]
+    records = [synthetic_record("infonce", s, v) for s, v in enumerate(base)]
+    records += [synthetic_record("dcl", s, v, loss_params=DCL) for s, v in enumerate(dcl)]
+    write_records(tmp_path / "results", records)
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path)]) == 0
+    [row] = [line for line in (tmp_path / "tiny.md").read_text().splitlines() if line.startswith("| linear | dcl")]
+    welch = stats.ttest_ind(dcl, base, equal_var=False).pvalue
+    assert welch > 0.05 and stats.ttest_rel(dcl[:3], base).pvalue < 0.05  # the two tests disagree here
+    assert "| -4.25 |" in row, row

@@ -25,7 +25,7 @@ from domains.files import refuse_link, write_atomic
 from harness.groups import Group, baseline_for, best, cell, completed_groups, decimals, domain_or_none
 from harness.pages import bench, curves, generated
 from harness.pages.tables import (
-    ALPHA,
+    CHANGE_TEST,
     DAGGER,
     MIXED,
     MIXED_WHY,
@@ -78,8 +78,7 @@ def domain_page(domain: str, groups: list[Group], results: Path, out: Path, figu
         f"method), the best mean among the rows none of whose seeds diverged and, where the setting has any, with at "
         f"least {MIN_SEEDS} seeds (a one-seed mean is no rival for a three-seed one). "
         f"Δ: change of the mean against the row of the baseline loss named in its header (the method's own where "
-        f"it has one) with the same method and setting; {DAGGER} marks "
-        f"p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over the seeds both rows share. Setting: "
+        f"it has one) with the same method and setting; {DAGGER} marks {CHANGE_TEST}. Setting: "
         "the preset (`harness list presets`) and its overrides, then the budget and model the run had. Runtime: the "
         "mean over seeds of a run's wall time (training and evaluation), on the device named beside it; record: "
         "the JSON record of the row's first seed. Rows marked *published* are numbers reported in papers, not our "
@@ -216,8 +215,8 @@ def index_page(groups: list[Group]) -> str:
     changes = "".join(change_marks(top, base) for top, base in pairs)  # what the gain cells carry
     legend = [f"{MIXED} after a mean marks a row whose seeds come from {MIXED_WHY}."
               if any(g.mixed_code for g in shown) else "",
-              f"{DAGGER} after a gain marks p < {ALPHA} in a two-sided paired t-test (scipy.stats.ttest_rel) over "
-              "the seeds both rows share; a gain without it is within the seeds' noise." if DAGGER in changes else "",
+              f"{DAGGER} after a gain marks {CHANGE_TEST}; a gain without it is within the seeds' noise, or "
+              "untested." if DAGGER in changes else "",
               code_note(OTHER_CODE in changes), data]
     if any(legend):
         lines += [" ".join(x for x in legend if x), ""]

@@ -47,15 +47,27 @@ def latest_by_seed(group: Group) -> dict[int, RunRecord]:
     return dict(sorted(out.items()))
 
 
-def paired_p(group: Group, base: Group) -> float:
-    """Two-sided p-value of a paired t-test (scipy.stats.ttest_rel) over the seeds both groups have."""
-    seeds = sorted(set(group.values) & set(base.values))
-    if len(seeds) < 2:
+def change_p(group: Group, base: Group) -> float:
+    """Two-sided p-value of the change a row's Δ shows, the difference of the two rows' means: a paired t-test
+    (scipy.stats.ttest_rel) where both rows ran the same seeds, else Welch's t-test (scipy.stats.ttest_ind,
+    equal_var=False) over every seed of each (a test over the shared seeds alone could find a gain where Δ shows a
+    drop); NaN, untested, where a row has fewer than 2 seeds."""
+    a, b = group.values, base.values
+    if len(a) < 2 or len(b) < 2:
         return math.nan
     with warnings.catch_warnings():  # seeds that all differ by the same amount: scipy warns on the page's terminal
         warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.ttest_rel([group.values[s] for s in seeds], [base.values[s] for s in seeds])
+        if set(a) == set(b):
+            result = stats.ttest_rel([a[s] for s in sorted(a)], [b[s] for s in sorted(a)])
+        else:
+            result = stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False)
     return float(result.pvalue)
+
+
+# The legend of DAGGER, on the domain pages and the index.
+CHANGE_TEST = (f"p < {ALPHA} in a two-sided t-test of that change: paired (scipy.stats.ttest_rel) where both rows "
+               "ran the same seeds, else Welch's (scipy.stats.ttest_ind, equal_var=False); a row of one seed is not "
+               "tested")
 
 
 def other_data(group: Group, base: Group | None) -> bool:
@@ -114,7 +126,7 @@ def delta_cell(group: Group, base: Group | None) -> str:
 
 def change_marks(group: Group, base: Group) -> str:
     """What a change between ``group`` and its baseline carries: significance, other code, other data."""
-    return ((DAGGER if paired_p(group, base) < ALPHA else "") + (OTHER_CODE if other_code(group, base) else "")
+    return ((DAGGER if change_p(group, base) < ALPHA else "") + (OTHER_CODE if other_code(group, base) else "")
             + (OTHER_DATA if other_data(group, base) else ""))
 
 
