@@ -16,6 +16,7 @@ import statistics
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 
 TESTS = {
@@ -28,12 +29,18 @@ TESTS = {
         "a Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact up to 100 pairs) on the seeds both sides have"
     ),
     "welch": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
-    "mannwhitney": "a Mann-Whitney U test (scipy.stats.mannwhitneyu, exact up to 100 seeds a side)",
+    "mannwhitney": (
+        "a Mann-Whitney U test (scipy.stats.mannwhitneyu, exact up to 100 seeds a side; with tied values, a "
+        "permutation test of U over every split of the seeds, scipy.stats.permutation_test, up to 200,000 splits)"
+    ),
 }
 PAIRED = ("paired-t", "wilcoxon")
 # The rank tests' p is exact up to this many seeds a side (pairs), scipy's normal approximation above: its exact
 # Mann-Whitney distribution took 0.02 s at 100 seeds a side and 5 s at 200 on the development machine.
 EXACT_MAX = 100
+# scipy's exact Mann-Whitney distribution assumes no ties; with ties, every split of the seeds is counted, up to this
+# many (C(20, 10) = 184,756: a second), else its tie-corrected normal approximation.
+PERMUTATIONS_MAX = 200_000
 CORRECTIONS = {
     "holm": "Holm's step-down correction (family-wise error rate)",
     "bh": "the Benjamini-Hochberg correction (false discovery rate, scipy.stats.false_discovery_control)",
@@ -68,8 +75,9 @@ def _constant_p(a: list[float], b: list[float]) -> float | None:
 
 def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
     """The smallest two-sided p the test can give at these sizes: 0 for the t-tests (continuous) with at least 2
-    values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs, 2/C(n1+n2, n1) for the exact
-    Mann-Whitney U test; 1 where the test cannot run."""
+    values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs (those whose difference is not 0: the test
+    leaves the others out), 2/C(n1+n2, n1) for the exact Mann-Whitney U test (without ties: tied values can only
+    raise it); 1 where the test cannot run."""
     if test in PAIRED:
         if n_pairs < 2:
             return 1.0
@@ -97,7 +105,8 @@ def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) ->
     a, b = [base[s] for s in seeds], [cand[s] for s in seeds]
     diffs = [y - x for x, y in zip(a, b)]
     change = statistics.fmean(diffs) if diffs else math.nan
-    floor = min_p(test, len(base), len(cand), len(seeds))
+    # the Wilcoxon test leaves out the pairs whose difference is 0 (scipy's zero_method "wilcox")
+    floor = min_p(test, len(base), len(cand), len(seeds) if test == "paired-t" else sum(d != 0 for d in diffs))
     if len(seeds) < 2:
         return Change(test, len(base), len(cand), len(seeds), change, math.nan, math.nan, math.nan, math.nan, floor)
     sd = statistics.stdev(diffs)
@@ -133,11 +142,32 @@ def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) 
     elif test == "welch":
         p = float(welch.pvalue)
     else:
-        method = "exact" if max(n1, n2) <= EXACT_MAX else "asymptotic"  # exact at 200 a side takes seconds
-        p = float(stats.mannwhitneyu(b, a, alternative="two-sided", method=method).pvalue)
+        p = _mannwhitney_p(b, a)
     effect = change / pooled if pooled > 0 else math.nan
     se, df = _welch_se_df(a, b) if test == "welch" else (math.nan, math.nan)
     return Change(test, n1, n2, 0, change, low, high, effect, p, floor, se, df)
+
+
+def _mannwhitney_p(b: list[float], a: list[float]) -> float:
+    """Two-sided p of a Mann-Whitney U test of ``b`` against ``a``: scipy's exact distribution without ties (up to
+    EXACT_MAX a side: at 200 it takes seconds), which ignores ties where there are some (at [2, 3, 3, 3] against
+    [1, 1, 2, 2] it gave 0.057 where counting every split gives 0.086); so with ties, every split of the seeds,
+    up to PERMUTATIONS_MAX, else the tie-corrected normal approximation."""
+    n1, n2 = len(b), len(a)
+    if len(set(a) | set(b)) == n1 + n2:
+        method = "exact" if max(n1, n2) <= EXACT_MAX else "asymptotic"
+        return float(stats.mannwhitneyu(b, a, alternative="two-sided", method=method).pvalue)
+    if math.comb(n1 + n2, n1) <= PERMUTATIONS_MAX:
+        return float(stats.permutation_test((b, a), _u_statistic, permutation_type="independent", vectorized=True,
+                                            n_resamples=math.inf, alternative="two-sided").pvalue)
+    return float(stats.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic").pvalue)
+
+
+def _u_statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mann-Whitney's U of ``x`` (midranks for ties), along ``axis``, for :func:`scipy.stats.permutation_test`."""
+    ranks = stats.rankdata(np.concatenate([x, y], axis=axis), axis=axis)
+    n = x.shape[axis]
+    return np.take(ranks, range(n), axis=axis).sum(axis=axis) - n * (n + 1) / 2
 
 
 def _welch_se_df(a: list[float], b: list[float]) -> tuple[float, float]:

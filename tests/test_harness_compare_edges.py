@@ -388,3 +388,31 @@ def test_a_report_file_that_cannot_be_written_shows_no_verdict(tmp_path, monkeyp
     captured = capsys.readouterr()
     assert code == 2 and f"cannot write {out}: No space left on device" in captured.err
     assert "PASS" not in captured.out
+
+
+def test_the_wilcoxon_floor_counts_only_the_pairs_the_test_keeps():
+    """scipy's Wilcoxon test leaves out pairs whose difference is 0: six pairs with one tie reach p = 2/2^5, not
+    2/2^6, so a group that cannot reach 0.05 was counted as one the gate could decide."""
+    base = {s: float(s) for s in range(6)}
+    cand = {0: 0.0, **{s: s + 1.0 for s in range(1, 6)}}  # one zero difference, five equal shifts
+    change = compare_values(base, cand, "wilcoxon")
+    assert change.min_p == 1 / 16 and change.p >= change.min_p
+
+
+def test_mann_whitney_with_ties_counts_every_split_of_the_seeds():
+    """scipy's exact Mann-Whitney distribution ignores ties: [2, 3, 3, 3] against [1, 1, 2, 2] gave p = 0.057.
+    Counting the 70 splits of the eight values by hand, 6 give a U at least as far from its mean: p = 6/70."""
+    import itertools
+
+    a, b = [1.0, 1.0, 2.0, 2.0], [2.0, 3.0, 3.0, 3.0]
+    values = a + b
+
+    def u(x: list[float], y: list[float]) -> float:
+        return sum(1.0 if xi > yi else 0.5 if xi == yi else 0.0 for xi in x for yi in y)
+
+    observed = abs(u(b, a) - 8)
+    splits = list(itertools.combinations(range(8), 4))
+    extreme = sum(abs(u([values[i] for i in s], [values[i] for i in range(8) if i not in s]) - 8) >= observed - 1e-12
+                  for s in splits)
+    change = compare_values(dict(enumerate(a)), {s + 10: v for s, v in enumerate(b)}, "mannwhitney")
+    assert change.p == pytest.approx(extreme / len(splits)) == pytest.approx(6 / 70)
