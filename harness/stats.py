@@ -73,6 +73,18 @@ def _constant_p(a: list[float], b: list[float]) -> float | None:
     return None
 
 
+def p_text(p: float, alpha: float = 0.05) -> str:
+    """``p`` to 3 significant digits, or more where those would put it on the other side of ``alpha`` (0.049996
+    printed as 0.05 beside a mark that says p < 0.05); "–" for NaN."""
+    if math.isnan(p):
+        return "–"
+    for digits in range(3, 18):
+        text = f"{p:.{digits}g}"
+        if (float(text) < alpha) == (p < alpha):
+            return text
+    return repr(p)
+
+
 def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
     """The smallest two-sided p the test can give at these sizes: 0 for the t-tests (continuous) with at least 2
     values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs (those whose difference is not 0: the test

@@ -416,3 +416,11 @@ def test_mann_whitney_with_ties_counts_every_split_of_the_seeds():
                   for s in splits)
     change = compare_values(dict(enumerate(a)), {s + 10: v for s, v in enumerate(b)}, "mannwhitney")
     assert change.p == pytest.approx(extreme / len(splits)) == pytest.approx(6 / 70)
+
+
+def test_a_p_value_is_never_printed_on_the_other_side_of_alpha():
+    """history.md printed an adjusted p of 0.049996 as 0.05 beside its step mark (p < 0.05)."""
+    from harness.stats import p_text
+
+    assert p_text(0.049996) == "0.049996" and p_text(0.12345) == "0.123" and p_text(0.0500004) == "0.05"
+    assert p_text(0.0099999, alpha=0.01) == "0.0099999" and p_text(float("nan")) == "–"

@@ -48,6 +48,9 @@ def test_report_on_synthetic_records(tmp_path):
     pattern = r"over 4 losses \(dcl, hcl, infonce, pucl\) on the 3 tasks .*: χ² = ([0-9.]+), p = ([0-9.e-]+?)\. "
     match = re.search(pattern, text)
     assert match and abs(float(match.group(1)) - chi2) < 1e-3 and 0 < float(match.group(2)) < 1
+    # Demšar's post-hoc comparison follows a Friedman test that rejects; where it does not, the page says so
+    rejects = float(match.group(2)) < 0.05
+    assert ("The Friedman test does not reject that the losses rank alike" in text) != rejects
     assert "CD = " in text and "![critical difference diagram](report_cd.png)" in text
     overall = text.split("## Overall")[1].split("## Per domain")[0]
     # pucl: ranks 1, 3, 1, 2 (d2: dcl 1, pucl 2, infonce 3) -> 1.75; relative improvements over infonce:

@@ -65,11 +65,7 @@ COLUMNS = [
 ]
 
 
-def _p(value: float) -> str:
-    return "–" if math.isnan(value) else f"{value:.3g}"
-
-
-def _row(row: Row) -> list[str]:
+def _row(row: Row, alpha: float) -> list[str]:
     g, c, ch = row.base, row.cand, row.change
     digits = decimals(g.mean) if g.values else 2
     base = f"{fmt(g.mean, digits)} ({g.n})" if g.values else "– (0)"
@@ -82,7 +78,8 @@ def _row(row: Row) -> list[str]:
         pairs = f", {ch.n_pairs} pairs" if ch.n_pairs else ""
         detectable = "–" if math.isnan(row.detectable) else f"±{row.detectable:.{digits}f}"
         change = "–" if math.isnan(ch.change) else f"{ch.change:+.{digits}f}{interval}"  # a paired test on no pair
-        tail = [change, effect, ch.test + pairs, f"{_p(ch.p)} ({_p(row.p_adjusted)})", _p(ch.min_p), detectable]
+        tail = [change, effect, ch.test + pairs, f"{stats.p_text(ch.p, alpha)} ({stats.p_text(row.p_adjusted, alpha)})",
+                stats.p_text(ch.min_p, alpha), detectable]
     return [
         g.domain,
         g.dataset,
@@ -138,7 +135,7 @@ def report(args: argparse.Namespace, base: Side, cand: Side, rows: list[Row]) ->
     for verdict in VERDICTS:
         chosen = [r for r in rows if r.verdict == verdict]
         lines += [f"## {TITLES[verdict]} ({len(chosen)})", ""]
-        lines += [*markdown(COLUMNS, map(_row, chosen)), ""] if chosen else ["none", ""]
+        lines += [*markdown(COLUMNS, [_row(row, args.alpha) for row in chosen]), ""] if chosen else ["none", ""]
         if verdict in ("missing", "unjudged") and chosen:
             lines += [
                 _bullet(

@@ -110,7 +110,7 @@ def version_row(point: Point) -> list[str]:
         return [version_label(g), str(g.n), cell(g), "–", "–", ""]
     digits = decimals(g.mean)
     change = "–" if point.change is None else f"{point.change.change:+.{digits}f}"
-    p = "–" if math.isnan(point.p_adjusted) else f"{point.p_adjusted:.3g}"
+    p = stats.p_text(point.p_adjusted, ALPHA)
     return [version_label(g), str(g.n), f"{fmt(g.mean, digits)} ± {fmt(g.std, digits)}", change, p,
             Markup("**step**") if point.step else ""]
 

@@ -3,13 +3,13 @@
 A *task* is one (domain, dataset, method, setting) with at least two losses; each loss enters a task with its
 best hyper-parameter setting there. Per loss, per domain and overall: the mean rank (1 = best, ties averaged),
 the win rate against the task's baseline loss, and the mean relative improvement over it,
-``sign · (loss − baseline) / |baseline|`` in percent. A Friedman test (scipy.stats.friedmanchisquare) over the
-largest set of ≥3 losses sharing ≥2 tasks, with the Nemenyi critical difference (Demšar 2006) drawn as a CD
-diagram; the page and the diagram name the domains and datasets that block covers, which may be fewer than the
-report's. A figure of the relative improvement per domain (a panel each, the seed spread as error bars, a
-symmetric-log axis so a run at chance does not hide the others); written to ``report.md`` with the PNG figures
-beside it. A loss that diverged on every seed of a task (a non-finite primary metric) ranks last there and loses to
-the baseline rather than vanish from it; the page lists the rows with non-finite seeds.
+``sign · (loss − baseline) / |baseline|`` in percent. A Friedman test (scipy.stats.friedmanchisquare) over a
+set of ≥3 losses sharing ≥2 tasks (found greedily: not always the largest), with the Nemenyi critical difference
+(Demšar 2006) drawn as a CD diagram; the page and the diagram name the domains and datasets that block covers,
+which may be fewer than the report's. A figure of the relative improvement per domain (a panel each, the seed
+spread as error bars, a symmetric-log axis so a run at chance does not hide the others); written to ``report.md``
+with the PNG figures beside it. A loss that diverged on every seed of a task (a non-finite primary metric) ranks
+last there and loses to the baseline rather than vanish from it; the page lists the rows with non-finite seeds.
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def summarise(tasks: list[Task]) -> list[Summary]:
 
 
 def friedman_block(tasks: list[Task]) -> tuple[list[str], list[Task]]:
-    """The most losses (≥3) that share ≥2 tasks: drop the least covered loss until they do; else empty."""
+    """Losses (≥3) that share ≥2 tasks, and those tasks: drop the least covered loss until the rest do (greedy:
+    not always the largest such set); else empty."""
     losses = sorted({name for t in tasks for name in t.losses})
     while len(losses) >= 3:
         shared = [t for t in tasks if all(name in t.losses for name in losses)]
@@ -295,8 +296,10 @@ def write_report(results: Path, out: Path) -> Path:
         f"{len(tasks)} tasks over {len(domains)} domains ({names}). A task is one (domain, "
         "dataset, method, setting) with at least two losses; each loss enters a task with its best hyper-parameter "
         "setting there, which favours losses that have hyper-parameters. Mean rank: 1 is the best loss of a task "
-        "(ties averaged). Win rate and relative improvement are against the baseline loss in the same task (the "
-        "method's own where it has one, else the domain's); relative "
+        "(ties averaged); a task of k losses ranks them 1 to k, so a mean rank over tasks of other sizes does not "
+        "compare losses that ran on different tasks (the Friedman test below compares them on tasks they share). "
+        "Win rate and relative improvement are against the baseline loss in the same task (the "
+        "method's own where it has one, else the domain's); a tie with the baseline is no win; relative "
         "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
         *nonfinite_lines(groups),
         *data_lines(groups, tasks),
@@ -330,7 +333,10 @@ def write_report(results: Path, out: Path) -> Path:
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
                       f"({escape(', '.join(block_losses))}) on the {len(block)} tasks where all have records: "
                       f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
-                      f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar).", "",
+                      f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar)."
+                      + ("" if p < ALPHA else f" The Friedman test does not reject that the losses rank alike (p ≥ "
+                         f"{ALPHA}), so by Demšar's procedure no pair differs; the diagram shows the mean ranks.")
+                      , "",
                       f"**What it covers:** {escape(covered)}"
                       + (f"; no task of {escape(', '.join(left))} has records of all of them."
                          if left else ".") + " The tables above rank every task; this test only these.", "",
