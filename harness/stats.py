@@ -31,16 +31,18 @@ TESTS = {
     "welch": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
     "mannwhitney": (
         "a Mann-Whitney U test (scipy.stats.mannwhitneyu, exact up to 100 seeds a side; with tied values, a "
-        "permutation test of U over every split of the seeds, scipy.stats.permutation_test, up to 200,000 splits)"
+        "permutation test of U over every split of the seeds, scipy.stats.permutation_test, while the splits hold at "
+        "most 4 million values: 10 seeds a side)"
     ),
 }
 PAIRED = ("paired-t", "wilcoxon")
 # The rank tests' p is exact up to this many seeds a side (pairs), scipy's normal approximation above: its exact
 # Mann-Whitney distribution took 0.02 s at 100 seeds a side and 5 s at 200 on the development machine.
 EXACT_MAX = 100
-# scipy's exact Mann-Whitney distribution assumes no ties; with ties, every split of the seeds is counted, up to this
-# many (C(20, 10) = 184,756: a second), else its tie-corrected normal approximation.
-PERMUTATIONS_MAX = 200_000
+# scipy's exact Mann-Whitney distribution assumes no ties; with ties, every split of the seeds is counted while the
+# splits hold at most this many values together (10 seeds a side: 184,756 splits of 20, about a second and 30 MB),
+# else its tie-corrected normal approximation.
+PERMUTATION_VALUES_MAX = 4_000_000
 CORRECTIONS = {
     "holm": "Holm's step-down correction (family-wise error rate)",
     "bh": "the Benjamini-Hochberg correction (false discovery rate, scipy.stats.false_discovery_control)",
@@ -164,12 +166,12 @@ def _mannwhitney_p(b: list[float], a: list[float]) -> float:
     """Two-sided p of a Mann-Whitney U test of ``b`` against ``a``: scipy's exact distribution without ties (up to
     EXACT_MAX a side: at 200 it takes seconds), which ignores ties where there are some (at [2, 3, 3, 3] against
     [1, 1, 2, 2] it gave 0.057 where counting every split gives 0.086); so with ties, every split of the seeds,
-    up to PERMUTATIONS_MAX, else the tie-corrected normal approximation."""
+    up to PERMUTATION_VALUES_MAX values in all, else the tie-corrected normal approximation."""
     n1, n2 = len(b), len(a)
     if len(set(a) | set(b)) == n1 + n2:
         method = "exact" if max(n1, n2) <= EXACT_MAX else "asymptotic"
         return float(stats.mannwhitneyu(b, a, alternative="two-sided", method=method).pvalue)
-    if math.comb(n1 + n2, n1) <= PERMUTATIONS_MAX:
+    if math.comb(n1 + n2, n1) * (n1 + n2) <= PERMUTATION_VALUES_MAX:
         return float(stats.permutation_test((b, a), _u_statistic, permutation_type="independent", vectorized=True,
                                             n_resamples=math.inf, alternative="two-sided").pvalue)
     return float(stats.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic").pvalue)

@@ -16,6 +16,7 @@ from scipy import stats
 from harness import tables
 from harness.pages.prior_runs import LOSSES, SYNTHETIC, Run, task_label
 from harness.pages.tables import MIXED, OTHER_DATA
+from harness.stats import p_text
 
 ALPHA = 0.05
 NOT_SHOWN_WORSE = "within noise (not shown worse, nor better)"  # a paired test's p >= ALPHA: no evidence either way
@@ -152,7 +153,7 @@ def gain_lines(runs: list[Run]) -> tuple[list[str], list[str]]:
             verdict = NOT_SHOWN_WORSE if not p < ALPHA else "better" if mean >= 0 else "worse"
             verdicts.append(f"{task_label(task)}: dcl auto − dcl default = {mean:+.2f}"
                             f"{marks(auto_runs, default_runs)} over "
-                            f"{len(diffs)} seeds (paired t-test p = {p:.3g}): {verdict}")
+                            f"{len(diffs)} seeds (paired t-test p = {p_text(p, ALPHA)}): {verdict}")
     if not rows:
         return ["No synthetic task has records of infonce and a debiased loss yet.", ""], verdicts
     headers = [f"Δ at {'the label prior' if c == 'true' else c + ' prior'}" for c in columns]

@@ -30,6 +30,7 @@ from domains.files import refuse_link, write_atomic
 from harness.groups import Group, completed_groups
 from harness.pages import figures, generated
 from harness.pages.tables import MIXED, MIXED_WHY, OTHER_CODE, code_note, other_code
+from harness.stats import p_text
 from harness.tables import bullet, escape, markdown
 
 MARKER = generated.marker("report")
@@ -332,7 +333,7 @@ def write_report(results: Path, out: Path) -> Path:
             left = sorted({t.domain for t in tasks} - {t.domain for t in block})
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
                       f"({escape(', '.join(block_losses))}) on the {len(block)} tasks where all have records: "
-                      f"χ² = {chi2:.3f}, p = {p:.3g}. Nemenyi critical difference at α = {ALPHA}: "
+                      f"χ² = {chi2:.3f}, p = {p_text(p, ALPHA)}. Nemenyi critical difference at α = {ALPHA}: "
                       f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar)."
                       + ("" if p < ALPHA else f" The Friedman test does not reject that the losses rank alike (p ≥ "
                          f"{ALPHA}), so by Demšar's procedure no pair differs; the diagram shows the mean ranks.")
