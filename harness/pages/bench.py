@@ -292,19 +292,16 @@ def bench_problem(bench: Any) -> str | None:
         for key, value in row.items():
             if not _fits_a_float(value):
                 return f"row {i}: '{key}' is a number too large for a float"
-    checks = {
-        "name": lambda v: isinstance(v, str), "device": lambda v: isinstance(v, str),
-        "hardware": lambda v: isinstance(v, dict), "software": lambda v: isinstance(v, dict),
-        "command": _strings, "columns": _strings, "parts": _strings, "parts_done": _strings,
-        "sessions": lambda v: isinstance(v, list) and all(
-            isinstance(s, dict) and _strings(s.get("parts") or []) for s in v),
-    }
-    kinds = {"name": "a string", "device": "a string", "hardware": "an object", "software": "an object",
-             "command": "a list of strings", "columns": "a list of strings", "parts": "a list of strings",
-             "parts_done": "a list of strings", "sessions": "a list of objects whose 'parts' are lists of strings"}
-    for key, check in checks.items():
+    string, mapping = (lambda v: isinstance(v, str), "a string"), (lambda v: isinstance(v, dict), "an object")
+    strings = (_strings, "a list of strings")
+    sessions = (lambda v: isinstance(v, list) and all(isinstance(x, dict) and _strings(x.get("parts") or [])
+                                                      for x in v),
+                "a list of objects whose 'parts' are lists of strings")
+    fields = {"name": string, "device": string, "hardware": mapping, "software": mapping, "command": strings,
+              "columns": strings, "parts": strings, "parts_done": strings, "sessions": sessions}
+    for key, (check, kind) in fields.items():
         if bench.get(key) is not None and not check(bench[key]):
-            return f"'{key}' must be {kinds[key]}, got {type(bench[key]).__name__}"
+            return f"'{key}' must be {kind}, got {type(bench[key]).__name__}"
     commit = (bench.get("software") or {}).get("git_commit")
     if commit is not None and not isinstance(commit, str):
         return f"'software.git_commit' must be a string, got {type(commit).__name__}"
