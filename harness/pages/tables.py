@@ -82,13 +82,13 @@ def other_code(group: Group, base: Group | None) -> bool:
     name count (:meth:`RunRecord.code_parts`): a plugin loss's own module is the loss whose change the row shows."""
     if base is None or base is group:
         return False
-    parts = [record.code_parts() for record in (*group.records, *base.records)]
-    shared = set.intersection(*(set(p) for p in parts)) if parts else set()
+    mine, theirs = [r.code_parts() for r in group.records], [r.code_parts() for r in base.records]
+    shared = set.intersection(*(set(p) for p in mine + theirs)) if mine + theirs else set()
 
-    def codes(g: Group) -> set[tuple[tuple[str, str], ...]]:
-        return {tuple(sorted((k, p[k]) for k in shared)) for p in (r.code_parts() for r in g.records)}
+    def codes(parts: list[dict[str, str]]) -> set[tuple[tuple[str, str], ...]]:
+        return {tuple(sorted((k, p[k]) for k in shared)) for p in parts}
 
-    return codes(group) != codes(base)
+    return codes(mine) != codes(theirs)
 
 
 def code_note(shown: bool) -> str:
