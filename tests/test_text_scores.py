@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 import losses
-from domains.text.quickthought import contiguous_batches, qt_scores
+from domains.text.corpus import from_documents
+from domains.text.quickthought import contiguous_batches, negative_same_class_fraction, qt_scores
 
 
 def _batch():
@@ -110,3 +112,98 @@ def test_infonce_is_not_quick_thoughts_own_loss():
                  - torch.log(logits[a, p].exp() + logits[a, neg].exp().sum()) for p in targets]
         gap.append(torch.stack(terms).mean())
     assert torch.allclose(torch.stack(s2v).mean() - ours, torch.stack(gap).mean(), atol=1e-5)
+
+
+def _s2v_per_target(logits: torch.Tensor, context: int) -> dict[int, list[torch.Tensor]]:
+    """S2V's build_loss from its code's formula: the diagonal set to 0, targets eye(B, k) for 0 < |k| <= context
+    whatever the documents, each target's cross-entropy against the softmax of the anchor's whole row."""
+    n = logits.shape[0]
+    row = logits.clone()
+    row.fill_diagonal_(0.0)
+    return {a: [-torch.log_softmax(row[a], 0)[k] for k in range(n) if 0 < abs(a - k) <= context]
+            for a in range(n)}
+
+
+@pytest.mark.parametrize("context", [1, 2])
+def test_the_authors_objective_is_s2vs_cross_entropy(context):
+    """objective=authors: infonce on S2V's rows is its cross-entropy, averaged over (anchor, target) rows where
+    S2V averages each anchor's targets first (1/M targets): the two agree in the sum over each anchor's targets
+    and differ by the weights of the anchors at the batch's ends, which have fewer targets."""
+    u, v, doc_ids, positions = _batch()  # three documents: S2V's context crosses them
+    scores = qt_scores(u, v, doc_ids, positions, context=context, objective="authors")
+    per_target = _s2v_per_target(u @ v.T, context)
+    terms = [t for a in per_target for t in per_target[a]]
+    assert scores.logits.shape == (len(terms), 6)
+    ours = losses.get("infonce")(scores)
+    assert torch.allclose(ours, torch.stack(terms).mean(), atol=1e-5)
+    s2v = torch.stack([torch.stack(per_target[a]).mean() for a in per_target]).mean()  # tf.reduce_mean of the rows
+    weights = torch.tensor([len(per_target[a]) for a in per_target], dtype=torch.float)
+    anchor_means = torch.stack([torch.stack(per_target[a]).mean() for a in per_target])
+    assert torch.allclose(ours, (weights * anchor_means).sum() / weights.sum(), atol=1e-5)
+    assert not torch.allclose(ours, s2v, atol=1e-4)  # the ends' weights differ: M_a is not the same for all
+
+
+def test_the_authors_rows_keep_the_anchor_at_logit_0_and_cross_documents():
+    u, v, doc_ids, positions = _batch()
+    scores = qt_scores(u, v, doc_ids, positions, context=1, objective="authors")
+    anchors = [a for a in range(6) for k in (a - 1, a + 1) if 0 <= k < 6]
+    targets = [k for a in range(6) for k in (a - 1, a + 1) if 0 <= k < 6]
+    assert scores.pos_mask.nonzero()[:, 1].tolist() == targets  # sentence 2 -> 3 crosses from document 7 to 8
+    assert torch.equal(scores.neg_mask, ~scores.pos_mask)  # the other target and the anchor are negatives
+    for row, a in enumerate(anchors):
+        assert scores.logits[row, a] == 0.0
+        others = [k for k in range(6) if k != a]
+        assert torch.allclose(scores.logits[row, others], (u @ v.T)[a, others])
+    cos = qt_scores(u, v, doc_ids, positions, similarity="cosine", temperature=0.5, objective="authors")
+    assert (cos.min_logit, cos.max_logit) == (-2.0, 2.0)
+
+
+def test_dcl_on_the_authors_rows_matches_a_naive_loop():
+    """DCL corrects each of S2V's classifications: g over every candidate but the target (N = B - 1)."""
+    u, v, doc_ids, positions = _batch()
+    tau = 0.1
+    scores = qt_scores(u, v, doc_ids, positions, objective="authors")
+    logits = u @ v.T
+    logits.fill_diagonal_(0.0)
+    per_row = []
+    for a in range(6):
+        for p in (a - 1, a + 1):
+            if not 0 <= p < 6:
+                continue
+            neg = [k for k in range(6) if k != p]
+            g = max((logits[a, neg].exp().mean() - tau * logits[a, p].exp()) / (1 - tau),
+                    logits[a].min().exp())  # no logit bound for the raw dot product: the row's least logit
+            per_row.append(-torch.log(logits[a, p].exp() / (logits[a, p].exp() + len(neg) * g)))
+    assert torch.allclose(losses.get("dcl", tau_plus=tau)(scores), torch.stack(per_row).mean(), atol=1e-5)
+
+
+def test_an_unknown_objective_is_refused():
+    u, v, doc_ids, positions = _batch()
+    with pytest.raises(ValueError, match="objective must be one of"):
+        qt_scores(u, v, doc_ids, positions, objective="s2v")
+
+
+@pytest.mark.parametrize("objective", ["spec", "authors"])
+def test_the_negatives_same_class_share_counts_what_the_loss_sees(objective):
+    """The share the prior page judges estimates by, against a count over the negatives of each batch's Scores."""
+    rng = np.random.default_rng(0)
+    documents = [[f"s{d}-{i}" for i in range(int(n))] for d, n in enumerate(rng.integers(1, 7, size=9))]
+    corpus = from_documents([f"d{d}" for d in range(9)], documents, np.array([0, 1, 0, 2, 1, 1, 0, 2, 2]))
+    labels = torch.from_numpy(corpus.doc_labels[corpus.doc_ids])
+    doc_ids = torch.from_numpy(corpus.doc_ids)
+    batches = contiguous_batches(len(corpus), 7)
+    same = total = 0
+    for sl in batches:
+        n = sl.stop - sl.start
+        scores = qt_scores(torch.randn(n, 3), torch.randn(n, 3), doc_ids[sl], torch.arange(sl.start, sl.stop),
+                           context=2, objective=objective)
+        anchor_of_row = (torch.arange(n) if objective == "spec"
+                         else torch.repeat_interleave(torch.arange(n), _targets_per_anchor(n, 2)))
+        same_class = labels[sl][anchor_of_row][:, None] == labels[sl][None, :]
+        same += int((scores.neg_mask & same_class).sum())
+        total += int(scores.neg_mask.sum())
+    assert negative_same_class_fraction(corpus, batches, 2, objective) == pytest.approx(same / total, abs=1e-12)
+
+
+def _targets_per_anchor(n: int, context: int) -> torch.Tensor:
+    return torch.tensor([sum(0 < abs(a - k) <= context for k in range(n)) for a in range(n)])

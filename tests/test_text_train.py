@@ -124,6 +124,29 @@ def test_training_resumes_from_its_checkpoint(tmp_path):
         assert torch.allclose(a, b, atol=1e-6), name
 
 
+def test_the_authors_objective_trains_where_no_document_has_a_neighbour(tmp_path):
+    """One-sentence documents: the spec's layout has no positive pair in any batch and trains nothing; S2V's
+    context crosses documents, so objective=authors trains on every batch."""
+    lone = replace(SMALL, synthetic_documents=40, synthetic_sentences_per_doc=1, max_steps=2)
+    _, _, curve, _, info = _train(lone, tmp_path / "spec")
+    assert info["skipped_batches"] == 2 and curve == []
+    _, _, curve, _, info = _train(replace(lone, objective="authors"), tmp_path / "authors")
+    assert info["skipped_batches"] == 0 and [p["step"] for p in curve] == [1, 2]
+    assert all(np.isfinite(p["loss"]) for p in curve) and 0 < info["negative_same_topic_fraction"] < 1
+
+
+def test_the_setting_column_names_the_authors_objective():
+    from dataclasses import asdict
+
+    import domains
+
+    config = asdict(SMALL)
+    text = domains.get("text")
+    assert "objective" not in text.setting_note(config, "quickthought", "books")
+    assert "quick-thought's own objective" in text.setting_note({**config, "objective": "authors"}, "quickthought",
+                                                                "books")
+
+
 def test_encoder_gives_concatenated_embeddings(tmp_path):
     model, tok, *_ = _train(replace(SMALL, max_steps=1), tmp_path)
     enc = QuickThoughtEncoder(model, tok, torch.device("cpu"), batch_size=7, truncate=False)

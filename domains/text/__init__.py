@@ -132,6 +132,8 @@ class TextDomain(Domain):
                      else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
             parts.append(f"{counted(config['epochs'], 'epoch')}{steps}, {sentences}, batch {config['batch_size']}, "
                          f"{model}")
+            if config.get("objective") == "authors":
+                parts.append("quick-thought's own objective (S2V's softmax per context sentence)")
         if config.get("classifier") in _CLASSIFIER_LABELS:
             features = "z-scored features" if config.get("probe_standardize") else "SentEval's protocol"
             parts.append(f"{features} ({_CLASSIFIER_LABELS[config['classifier']]})")
@@ -154,7 +156,7 @@ class TextDomain(Domain):
 
         if method not in TRAINED:
             ignore("books hf_text_field hf_doc_field hf_split_sentences max_sentences vocab_size min_frequency "
-                   "max_len similarity temperature context batch_size lr grad_clip epochs max_steps amp",
+                   "max_len similarity temperature context objective batch_size lr grad_clip epochs max_steps amp",
                    f"method {method} trains nothing (its evaluation reads no pretraining corpus)")
             if dataset == "synthetic-topics":  # the evaluation's sentences are generated apart from the documents
                 ignore("synthetic_documents synthetic_sentences_per_doc", f"method {method} trains nothing")

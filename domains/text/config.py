@@ -15,10 +15,12 @@ from typing import Annotated, Literal, get_args
 from pydantic import ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 from pydantic.dataclasses import dataclass
 
-from domains.base import RUNTIME
+from domains.base import ADDED, RUNTIME
 
 Task = Literal["MR", "CR", "SUBJ", "MPQA", "TREC", "MRPC"]
 TASKS: tuple[str, ...] = get_args(Task)
+Objective = Literal["spec", "authors"]
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
 AtLeast2 = Annotated[int, Field(ge=2)]
 # a seed numpy's legacy seeding takes (0..2**32 - 1): SentEval's folds need it; the synthetic corpus's uses the same
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
@@ -63,6 +65,10 @@ class TextConfig:
     similarity: Literal["dot", "cosine"] = "dot"  # dot: raw f(s)·g(s') as quick-thought; cosine: normalised
     temperature: PositiveFloat = 1.0  # logits are similarity / temperature
     context: PositiveInt = 1  # positives: the sentences within this distance in the same document (M = 2·context)
+    # spec: the loss core's layout (domains.text.quickthought.qt_scores); authors: quick-thought's own, as its code
+    # (lajanugen/S2V, build_loss) scores a batch: one softmax per context sentence over every sentence of the batch,
+    # the anchor kept at logit 0, context across documents (domains.text.quickthought.s2v_scores)
+    objective: Objective = field(default="spec", metadata={ADDED: True})
     # --- training ---
     batch_size: PositiveInt = 100  # paper: 400; smaller batches give a CPU run more updates
     lr: PositiveFloat = 2e-3  # paper: 5e-4

@@ -13,6 +13,15 @@ src/s2v_model.py ``build_loss``), which differs in three ways: one softmax cross
 1/M on its context sentences (each positive's denominator holds the other positives; ours holds the negatives
 only), the anchor kept as a candidate with its logit set to 0 (ours drops it), and context taken from batch
 neighbours whatever their document (ours never crosses one). The text page states it beside the published rows.
+
+``objective="authors"`` scores a batch as S2V does (:func:`s2v_scores`): one row per (anchor, context sentence)
+pair, whose positive is that context sentence and whose negatives are every other candidate of the batch, the
+other context sentences and the anchor itself (at logit 0) among them. Each row is then one of S2V's softmax
+classifications, and ``infonce`` on the rows is S2V's cross-entropy. It averages over the rows, where S2V
+averages each anchor's targets first: the two differ only in the weight of the ``context`` anchors at each end of
+a batch, which have fewer targets (2 of 400 rows at S2V's batch and context 1; the test states the relation). The
+debiased losses then correct each of those classifications' negatives, the anchor's other context sentences,
+which are positives in truth, among them.
 """
 
 from __future__ import annotations
@@ -28,24 +37,22 @@ from torch import Tensor
 import losses
 from domains.context import RunContext
 from domains.errors import UserError
-from domains.text.config import TextConfig
+from domains.text.config import OBJECTIVES, TextConfig
 from domains.text.corpus import Corpus, sentence_labels
 from domains.text.models import QuickThought
 from domains.text.tokenize import SentenceTokenizer, pad
 
 
 def qt_scores(u: Tensor, v: Tensor, doc_ids: Tensor, positions: Tensor, context: int = 1,
-              similarity: str = "dot", temperature: float = 1.0) -> losses.Scores:
+              similarity: str = "dot", temperature: float = 1.0, objective: str = "spec") -> losses.Scores:
     """Scores of a batch: ``u = f(s)`` and ``v = g(s)`` [B, d]; ``doc_ids`` and ``positions`` (the sentence's
-    index in the corpus) [B] decide which pairs are neighbours."""
-    if similarity not in ("dot", "cosine"):
-        raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
-    u, v = u.float(), v.float()
-    bound = None
-    if similarity == "cosine":
-        u, v = F.normalize(u, dim=1), F.normalize(v, dim=1)
-        bound = 1.0 / temperature
-    logits = u @ v.T / temperature
+    index in the corpus) [B] decide which pairs are neighbours. ``objective="authors"``: S2V's rows
+    (:func:`s2v_scores`), which ignore ``doc_ids``."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if objective == "authors":
+        return s2v_scores(u, v, positions, context, similarity, temperature)
+    logits, bound = _logits(u, v, similarity, temperature)
     distance = (positions[:, None] - positions[None, :]).abs()
     same_doc = doc_ids[:, None] == doc_ids[None, :]
     is_self = distance == 0
@@ -54,25 +61,62 @@ def qt_scores(u: Tensor, v: Tensor, doc_ids: Tensor, positions: Tensor, context:
     return losses.Scores(logits, pos, neg, -bound if bound is not None else None, bound)
 
 
+def s2v_scores(u: Tensor, v: Tensor, positions: Tensor, context: int = 1, similarity: str = "dot",
+               temperature: float = 1.0) -> losses.Scores:
+    """S2V's ``build_loss`` as Scores: its logits with the diagonal set to 0 ("ignore source sentence": the
+    anchor stays a candidate), and one row per (anchor ``a``, target ``p``) with ``0 < |a - p| <= context``
+    within the batch, whatever the documents; the row's positive is ``p`` and its negatives are all other
+    columns, so that its softmax is S2V's for that target."""
+    logits, bound = _logits(u, v, similarity, temperature)
+    distance = (positions[:, None] - positions[None, :]).abs()
+    is_self = distance == 0
+    anchor, target = ((distance <= context) & ~is_self).nonzero(as_tuple=True)
+    rows = logits.masked_fill(is_self, 0.0)[anchor]
+    pos = F.one_hot(target, logits.shape[1]).bool()
+    return losses.Scores(rows, pos, ~pos, -bound if bound is not None else None, bound)
+
+
+def _logits(u: Tensor, v: Tensor, similarity: str, temperature: float) -> tuple[Tensor, float | None]:
+    """``sim(u_i, v_j) / temperature`` in float32, and the logits' bound (None for the raw dot product)."""
+    if similarity not in ("dot", "cosine"):
+        raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
+    u, v = u.float(), v.float()
+    if similarity == "cosine":
+        u, v = F.normalize(u, dim=1), F.normalize(v, dim=1)
+        return u @ v.T / temperature, 1.0 / temperature
+    return u @ v.T / temperature, None
+
+
 def contiguous_batches(n_sentences: int, batch_size: int) -> list[slice]:
     """Consecutive chunks of the corpus; a last chunk of fewer than 2 sentences has no pair and is dropped."""
     return [slice(s, min(s + batch_size, n_sentences)) for s in range(0, n_sentences, batch_size)
             if min(s + batch_size, n_sentences) - s >= 2]
 
 
-def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: int) -> float | None:
+def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: int,
+                                 objective: str = "spec") -> float | None:
     """Of the negatives the batches hold, the fraction sharing the anchor's class (:func:`sentence_labels`: the
     latent topic on the synthetic corpus, else the anchor's document, e.g. its book): the tau+ that the debiased
     losses really face. Batches are consecutive sentences, so it is far above the label prior Σ p_c² (on books,
-    whose batches lie inside one book, near 1). None when the batches hold no negative."""
+    whose batches lie inside one book, near 1). ``objective="authors"`` counts S2V's rows (:func:`s2v_scores`):
+    each (anchor, target) row's negatives are every other sentence of the batch, the anchor itself included. None
+    when the batches hold no negative."""
     labels = sentence_labels(corpus)
     same = total = 0
     for sl in batches:
         pos_in = np.arange(sl.start, sl.stop)
         dist = np.abs(pos_in[:, None] - pos_in[None, :])
+        same_class = labels[sl][:, None] == labels[sl][None, :]
+        if objective == "authors":
+            targets = (dist <= context) & (dist > 0)
+            per_anchor = targets.sum(axis=1)  # the anchor's rows, one per target
+            # a row leaves out its own target: each anchor's same-class candidates, less its same-class targets
+            same += int((per_anchor * same_class.sum(axis=1)).sum() - (targets & same_class).sum())
+            total += int(per_anchor.sum()) * (sl.stop - sl.start - 1)
+            continue
         docs = corpus.doc_ids[sl]
         neg = ~((docs[:, None] == docs[None, :]) & (dist <= context))
-        same += int((neg & (labels[sl][:, None] == labels[sl][None, :])).sum())
+        same += int((neg & same_class).sum())
         total += int(neg.sum())
     return same / total if total else None
 
@@ -97,8 +141,10 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
     batches = contiguous_batches(len(corpus), cfg.batch_size)
     if not batches:
         raise UserError(f"the corpus has {len(corpus)} sentence(s): quick-thought needs at least 2")
-    # a batch of one-sentence documents has no positive pair (context >= 1: neighbours in the same document)
-    has_pair = [bool(np.any(corpus.doc_ids[sl][1:] == corpus.doc_ids[sl][:-1])) for sl in batches]
+    # a batch of one-sentence documents has no positive pair (context >= 1: neighbours in the same document); S2V's
+    # context crosses documents, so every batch (of 2 sentences or more) has one
+    has_pair = [cfg.objective == "authors" or bool(np.any(corpus.doc_ids[sl][1:] == corpus.doc_ids[sl][:-1]))
+                for sl in batches]
     amp = cfg.amp and device.type == "cuda"
     per_epoch = len(batches)
     total = per_epoch * cfg.epochs
@@ -139,7 +185,8 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
                     raise
                 raise UserError(f"bf16 autocast failed in the encoders ({exc}): add --set amp=false") from exc
             positions = torch.arange(sl.start, sl.stop, device=device)
-            loss = loss_fn(qt_scores(u, v, doc_ids[sl], positions, cfg.context, cfg.similarity, cfg.temperature))
+            loss = loss_fn(qt_scores(u, v, doc_ids[sl], positions, cfg.context, cfg.similarity, cfg.temperature,
+                                     cfg.objective))
             if step == 1:  # the initial weights' loss, read once: not finite here is no divergence (check_loss)
                 ctx.check_loss(loss.item(), step)
             optimizer.zero_grad(set_to_none=True)
@@ -184,6 +231,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
             "train_sentences": len(corpus), "documents": len(corpus.doc_names), "skipped_batches": skipped,
             "vocab_size": tokenizer.vocab_size, "similarity": cfg.similarity, "temperature": cfg.temperature,
             "positives_per_anchor": 2 * cfg.context, "amp": "bf16" if amp else None,
-            "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context),
+            "negative_same_topic_fraction": negative_same_class_fraction(corpus, batches, cfg.context,
+                                                                         cfg.objective),
             "prior": loss_fn.prior_summary()}
     return curve, throughput, info
