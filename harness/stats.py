@@ -3,10 +3,10 @@ change and its standardised effect, and the correction for testing many groups a
 
 Used by ``harness compare`` (the gate) and ``harness history`` (step changes between versions). Every test is
 scipy's; this module only chooses one, and says when it cannot decide: a rank test on few seeds cannot reach a
-small p whatever the data (Mann-Whitney U at 3 seeds a side: p >= 0.1), which asv reports as the minimum p
-reachable, and which makes a group *untestable* rather than "unchanged". A t-test can reach any p, but at few
-seeds and a wide spread only for a large change: :func:`detectable` gives the smallest change it could have called
-significant, so that a report says what a group's seeds can see.
+small p whatever the data (Mann-Whitney U at 3 seeds a side: p >= 0.1; tied values can raise that floor), which asv
+reports as the minimum p reachable, and which makes a group *untestable* rather than "unchanged". A t-test can
+reach any p, but at few seeds and a wide spread only for a large change: :func:`detectable` gives the smallest change
+it could have called significant, so that a report says what a group's seeds can see.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Change:
     high: float
     effect: float  # standardised: paired d_z = mean(d)/sd(d); unpaired Cohen's d (pooled sd); NaN if undefined
     p: float  # NaN: the test cannot run (fewer than 2 seeds)
-    min_p: float  # the smallest p the test can reach at these sample sizes (1.0 when it cannot run)
+    min_p: float  # the smallest p the test can reach at these sample sizes and tied values (1.0: it cannot run)
     se: float = math.nan  # the t-tests' standard error of the change (0 where neither side varies); NaN otherwise
     df: float = math.nan  # and its degrees of freedom (Welch-Satterthwaite for Welch's test)
 
@@ -90,8 +90,9 @@ def p_text(p: float, alpha: float = 0.05) -> str:
 def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
     """The smallest two-sided p the test can give at these sizes: 0 for the t-tests (continuous) with at least 2
     values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs (those whose difference is not 0: the test
-    leaves the others out), 2/C(n1+n2, n1) for the exact Mann-Whitney U test (without ties: tied values can only
-    raise it); 1 where the test cannot run."""
+    leaves the others out), 2/C(n1+n2, n1) for the exact Mann-Whitney U test without ties; 1 where the test cannot
+    run. With tied values, where Mann-Whitney's test is not that exact one, :func:`compare_values` takes its floor
+    from the values (:func:`_tied_mannwhitney_floor`)."""
     if test in PAIRED:
         if n_pairs < 2:
             return 1.0
@@ -146,6 +147,8 @@ def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) 
     floor = min_p(test, n1, n2, 0)
     if min(n1, n2) < 2:
         return Change(test, n1, n2, 0, change, math.nan, math.nan, math.nan, math.nan, floor)
+    if test == "mannwhitney" and _ties(a + b):
+        floor = _tied_mannwhitney_floor(sorted(a + b), n2)
     pooled = math.sqrt(((n1 - 1) * statistics.variance(a) + (n2 - 1) * statistics.variance(b)) / (n1 + n2 - 2))
     welch = stats.ttest_ind(b, a, equal_var=False)
     interval = welch.confidence_interval(0.95)
@@ -168,13 +171,43 @@ def _mannwhitney_p(b: list[float], a: list[float]) -> float:
     [1, 1, 2, 2] it gave 0.057 where counting every split gives 0.086); so with ties, every split of the seeds,
     up to PERMUTATION_VALUES_MAX values in all, else the tie-corrected normal approximation."""
     n1, n2 = len(b), len(a)
-    if len(set(a) | set(b)) == n1 + n2:
+    if not _ties(a + b):
         method = "exact" if max(n1, n2) <= EXACT_MAX else "asymptotic"
         return float(stats.mannwhitneyu(b, a, alternative="two-sided", method=method).pvalue)
-    if math.comb(n1 + n2, n1) * (n1 + n2) <= PERMUTATION_VALUES_MAX:
+    if _splits_enumerable(n1, n2):
         return float(stats.permutation_test((b, a), _u_statistic, permutation_type="independent", vectorized=True,
                                             n_resamples=math.inf, alternative="two-sided").pvalue)
     return float(stats.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic").pvalue)
+
+
+def _ties(values: list[float]) -> bool:
+    return len(set(values)) < len(values)
+
+
+def _splits_enumerable(n1: int, n2: int) -> bool:
+    """Whether the permutation test of :func:`_mannwhitney_p` counts every split of n1 + n2 tied values."""
+    return math.comb(n1 + n2, n1) * (n1 + n2) <= PERMUTATION_VALUES_MAX
+
+
+def _tied_mannwhitney_floor(pooled: list[float], n: int) -> float:
+    """The smallest p :func:`_mannwhitney_p` gives on any split of the ``pooled`` values (sorted; some tie) into
+    ``n`` and the rest: at one of the two most extreme splits, where ``n`` takes the smallest or the largest values
+    (U furthest from its mean). [1, 1, 1, 2, 2, 2, 2, 2] cannot go below p = 0.143 at 4 seeds a side, where the
+    tie-free 2/C(8, 4) = 0.029 would call a group decidable at 0.05."""
+    smallest, largest = pooled[:n], pooled[-n:]
+    if _splits_enumerable(n, len(pooled) - n):
+        # The permutation test's p there is 2 * (splits as extreme) / (all splits), and a split is as extreme only
+        # when it holds the same values (any other has a midrank sum further from the end). Counted rather than
+        # tested: the test enumerates every split (about a second at 10 seeds a side) and would run twice more.
+        as_extreme = min(_splits_holding(smallest, pooled), _splits_holding(largest, pooled))
+        return min(1.0, 2 * as_extreme / math.comb(len(pooled), n))
+    # the normal approximation's p falls as U moves from its mean, and its variance depends only on the pooled ties
+    return min(_mannwhitney_p(smallest, pooled[n:]), _mannwhitney_p(largest, pooled[:-n]))
+
+
+def _splits_holding(part: list[float], pooled: list[float]) -> int:
+    """How many subsets of ``pooled`` hold the same values as ``part``: the ways to pick its copies of each value."""
+    return math.prod(math.comb(pooled.count(v), part.count(v)) for v in set(part))
 
 
 def _u_statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -22,8 +22,8 @@ domain or domain/dataset (``--tolerance rl=25``), since metrics and spreads diff
 - **regressed** when the corrected p < alpha and the change is worse than the tolerance;
 - **improved** in the same way in the better direction;
 - is **untestable** when the change is worse than the tolerance and the test did not confirm it: it cannot reach
-  significance at these sample sizes (one seed, a rank test on few seeds: its minimum p is at or above
-  alpha / groups), or it can but the spread of the seeds leaves the change short of significance. Either way the
+  significance at these seeds (one seed, a rank test on few seeds or on tied values: its minimum p is at or
+  above alpha / groups), or it can but the spread of the seeds leaves the change short of significance. Either way the
   seeds showed a drop the gate can neither confirm nor rule out, so the gate never passes it as unchanged;
 - is **unchanged** (listed as *within tolerance*: a large drop within a large tolerance is no unchanged group)
   when the change is within the tolerance (or better) and the test could decide; an undecidable group within the
