@@ -26,7 +26,8 @@ TESTS = {
     ),
     "paired-t": "a paired t-test (scipy.stats.ttest_rel) on the seeds both sides have",
     "wilcoxon": (
-        "a Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact up to 100 pairs) on the seeds both sides have"
+        "a Wilcoxon signed-rank test (scipy.stats.wilcoxon, exact up to 100 pairs; where some pair's difference is 0, "
+        "every sign of each pair counted up to 13 pairs, else the normal approximation) on the seeds both sides have"
     ),
     "welch": "Welch's t-test (scipy.stats.ttest_ind, equal_var=False)",
     "mannwhitney": (
@@ -43,6 +44,9 @@ EXACT_MAX = 100
 # splits hold at most this many values together (10 seeds a side: 184,756 splits of 20, about a second and 30 MB),
 # else its tie-corrected normal approximation.
 PERMUTATION_VALUES_MAX = 4_000_000
+# With zero differences, scipy's Wilcoxon test counts every sign of each pair up to this many pairs (2^13 signs, within
+# its default 9999 resamples), else takes its normal approximation.
+WILCOXON_SIGNS_MAX = 13
 CORRECTIONS = {
     "holm": "Holm's step-down correction (family-wise error rate)",
     "bh": "the Benjamini-Hochberg correction (false discovery rate, scipy.stats.false_discovery_control)",
@@ -91,8 +95,9 @@ def min_p(test: str, n_base: int, n_cand: int, n_pairs: int) -> float:
     """The smallest two-sided p the test can give at these sizes: 0 for the t-tests (continuous) with at least 2
     values a side (pairs), 2/2^n for the exact Wilcoxon test on n pairs (those whose difference is not 0: the test
     leaves the others out), 2/C(n1+n2, n1) for the exact Mann-Whitney U test without ties; 1 where the test cannot
-    run. With tied values, where Mann-Whitney's test is not that exact one, :func:`compare_values` takes its floor
-    from the values (:func:`_tied_mannwhitney_floor`)."""
+    run. Where the test that runs is not one of those exact ones, :func:`compare_values` takes the floor from the
+    values: Mann-Whitney's with tied values (:func:`_tied_mannwhitney_floor`), Wilcoxon's normal approximation
+    (:func:`_wilcoxon_method`)."""
     if test in PAIRED:
         if n_pairs < 2:
             return 1.0
@@ -128,16 +133,34 @@ def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) ->
     result = stats.ttest_rel(b, a)
     interval = result.confidence_interval(0.95)
     low, high = float(interval.low), float(interval.high)
+    if test == "wilcoxon" and floor < 1 and _wilcoxon_method(diffs) == "asymptotic":
+        # Exact, or counting every sign, the floor is 2/2^n whatever the ties among |d|: only the same sign on every
+        # pair reaches the largest rank sum (every rank is positive), which scipy's exact table gives 1/2^n a side.
+        # The normal approximation's floor is its p there (13 pairs and a zero: 0.0015, not 2/2^13 = 0.00024).
+        floor = _wilcoxon_p([abs(d) for d in diffs])
     if sd == 0:  # the same shift on every seed: real, but a rank test's p cannot go below its floor
         p, low, high = (1.0 if change == 0 else floor), change, change
     elif test == "paired-t":
         p = float(result.pvalue)
     else:
-        exact = 0 not in diffs and len(diffs) <= EXACT_MAX  # scipy's exact distributions grow with the seeds
-        p = float(stats.wilcoxon(b, a, method="exact" if exact else "auto").pvalue)
+        p = _wilcoxon_p(diffs)
     effect = change / sd if sd > 0 else math.nan
     se = sd / math.sqrt(len(seeds)) if test == "paired-t" else math.nan
     return Change(test, len(base), len(cand), len(seeds), change, low, high, effect, p, floor, se, len(seeds) - 1)
+
+
+def _wilcoxon_method(diffs: list[float]) -> str | stats.PermutationMethod:
+    """scipy's Wilcoxon test as :data:`TESTS` says: its exact distribution up to EXACT_MAX pairs where no
+    difference is 0 (the table assumes none); with zeros, every sign of each pair counted up to WILCOXON_SIGNS_MAX
+    pairs, as scipy's "auto" does; else its normal approximation."""
+    if len(diffs) > EXACT_MAX or (0 in diffs and len(diffs) > WILCOXON_SIGNS_MAX):
+        return "asymptotic"
+    return "exact" if 0 not in diffs else stats.PermutationMethod()
+
+
+def _wilcoxon_p(diffs: list[float]) -> float:
+    """Two-sided p of a Wilcoxon signed-rank test of the differences (pairs whose difference is 0 left out)."""
+    return float(stats.wilcoxon(diffs, method=_wilcoxon_method(diffs)).pvalue)
 
 
 def _unpaired_change(base: dict[int, float], cand: dict[int, float], test: str) -> Change:

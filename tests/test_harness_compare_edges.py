@@ -115,14 +115,15 @@ def test_an_error_never_leaves_an_earlier_verdict_at_out(tmp_path, capsys, monke
 def test_rank_tests_at_many_seeds():
     """The smallest reachable p at 1,100 pairs (2.0 / 2**1100) and at 600 seeds a side (a float of C(1200, 600))
     overflowed, and the gate then blamed the metrics as 'too large'; the exact Mann-Whitney distribution at
-    hundreds of seeds a side took seconds to minutes. Small counts keep their exact floors."""
+    hundreds of seeds a side took seconds to minutes. Small counts keep their exact floors; past 100 pairs the
+    Wilcoxon test's floor is its normal approximation's p at the same sign on every pair (3e-67 here, not 2/2^300)."""
     assert min_p("wilcoxon", 1100, 1100, 1100) == 0.0 and min_p("mannwhitney", 600, 600, 0) == 0.0
     assert min_p("wilcoxon", 5, 5, 5) == 1 / 16 and min_p("mannwhitney", 3, 3, 0) == 0.1
     base = {s: 80.0 + (s * 37 % 101) / 50 for s in range(300)}
     cand = {s: v - 0.5 for s, v in base.items()}
     for test in ("wilcoxon", "mannwhitney"):
         change = compare_values(base, cand, test)
-        assert change.change == pytest.approx(-0.5) and change.p < 0.05 and change.min_p < 1e-80
+        assert change.change == pytest.approx(-0.5) and change.p < 0.05 and change.min_p < 1e-60
 
 
 def _section(report: str, title: str) -> str:

@@ -1,6 +1,6 @@
-"""The smallest p a rank test can reach (``Change.min_p``) where values tie, against every split of the seeds: the
-gate calls a group within tolerance "unchanged" only if its test could have rejected (``stats.decidable``), and the
-tie-free floor let tied groups pass as unchanged where the test never could."""
+"""The smallest p a rank test can reach (``Change.min_p``) where values tie or scipy approximates, against every
+split of the seeds or every sign of the pairs: the gate calls a group within tolerance "unchanged" only if its test
+could have rejected (``stats.decidable``), and the exact tie-free floors let such groups pass where it never could."""
 
 from __future__ import annotations
 
@@ -53,3 +53,33 @@ def test_a_tied_group_whose_test_could_never_reject_is_not_decidable():
     assert change.min_p == pytest.approx(10 / 70) and change.p >= change.min_p
     assert not decidable(change, 0.05, 1, "holm")
     assert decidable(_mannwhitney([0.81] * 4, [0.82] * 4), 0.05, 1, "holm")  # one extreme split: 2/70
+
+
+def _wilcoxon(diffs: list[float]) -> stats.Change:
+    return compare_values({s: 0.0 for s in range(len(diffs))}, dict(enumerate(diffs)), "wilcoxon")
+
+
+def _smallest_p_over_every_sign(diffs: list[float]) -> float:
+    return min(stats._wilcoxon_p([sign * d for sign, d in zip(signs, diffs)])
+               for signs in itertools.product((1, -1), repeat=len(diffs)))
+
+
+@pytest.mark.parametrize("diffs", [[1.0, 1.0, 2.0, 2.0, 3.0], [0.0, 1.0, 1.0, 3.0, 3.0], [0.0, 0.0, 2.0, 2.0, 5.0]])
+def test_wilcoxons_floor_with_ties_or_zeros_stays_two_in_two_to_the_nonzero_pairs(diffs):
+    """Exact (no zeros) or counting every sign (zeros), only the same sign on every pair reaches the largest
+    rank sum, tied |d| or not."""
+    nonzero = sum(d != 0 for d in diffs)
+    assert _wilcoxon(diffs).min_p == 2 / 2**nonzero == pytest.approx(_smallest_p_over_every_sign(diffs))
+
+
+def test_wilcoxons_floor_under_the_normal_approximation_is_its_p_at_the_same_sign_on_every_pair(monkeypatch):
+    """With a zero among 14 pairs scipy takes its normal approximation, whose p cannot go below 0.0015: 2/2^13 =
+    0.00024 called the group decidable among 34 groups (Holm's lone level 0.05/34 = 0.00147)."""
+    diffs = [0.0, *map(float, range(1, 14))]
+    change = _wilcoxon(diffs)
+    assert change.min_p == pytest.approx(0.0014738, rel=1e-4) and change.p >= change.min_p
+    assert min_p("wilcoxon", 14, 14, 13) < stats.lone_level(0.05, 34, "holm") < change.min_p
+    assert not decidable(change, 0.05, 34, "holm")
+    monkeypatch.setattr(stats, "WILCOXON_SIGNS_MAX", 3)  # every sign of 6 pairs, under the normal approximation
+    few = [0.0, 1.0, 1.0, 2.0, 3.0, 3.0]
+    assert _wilcoxon(few).min_p == pytest.approx(_smallest_p_over_every_sign(few), rel=1e-12)
