@@ -466,10 +466,12 @@ def report_problems(board: Path, results: Path) -> list[str]:
 
 
 def friedman_problems(report: str, tasks: list[Task]) -> list[str]:
-    """The Friedman test: over the most losses (at least 3) that share at least 2 tasks, on those tasks; the
-    Nemenyi critical difference q_0.05 · sqrt(k (k + 1) / (6 n)) (Demšar 2006)."""
+    """The Friedman test: over the most losses (at least 3) that share at least 2 tasks, on those tasks; Iman and
+    Davenport's F = (n - 1) χ² / (n (k - 1) - χ²) from it, and the Nemenyi critical difference
+    q_0.05 · sqrt(k (k + 1) / (6 n)) (Demšar 2006)."""
     said = re.search(r"over (\d+) losses \(([^)]+)\) on the (\d+) tasks where all have records: χ² = ([\d.]+), "
-                     r"p = ([\d.e-]+)\. .* CD = ([\d.]+)", report)
+                     r"p = ([\d.e-]+)\. .* F = ([\d.]+) on \d+ and \d+ degrees of freedom, p = ([\d.e-]+)\. "
+                     r".* CD = ([\d.]+)", report)
     losses = sorted({loss for t in tasks for loss in t.means})
     blocks = [(list(names), shared) for k in range(len(losses), 2, -1) for names in itertools.combinations(losses, k)
               if len(shared := [t for t in tasks if set(names) <= set(t.means)]) >= 2]
@@ -483,11 +485,15 @@ def friedman_problems(report: str, tasks: list[Task]) -> list[str]:
                 f"{[(b, len(s)) for b, s in largest]}"]
     chi2, p = stats.friedmanchisquare(*[[t.sign * t.means[n] for t in chosen] for n in names])
     k, n = len(names), len(chosen)
+    f = (n - 1) * chi2 / (n * (k - 1) - chi2)
+    f_p = stats.f.sf(f, k - 1, (k - 1) * (n - 1))
     cd = stats.studentized_range.ppf(0.95, k, math.inf) / math.sqrt(2) * math.sqrt(k * (k + 1) / (6 * n))
-    p_shown = said.group(5)
-    if not (matches(said.group(4), chi2) and matches(said.group(6), cd) and math.isclose(float(p_shown), p, rel_tol=
-                                                                                          0.5e-2)):
-        return [f"Friedman test: χ² {said.group(4)}, p {p_shown}, CD {said.group(6)}; the records: {chi2}, {p}, {cd}"]
+    chi2_shown, p_shown, f_shown, f_p_shown, cd_shown = said.group(4, 5, 6, 7, 8)
+    printed_ps = ((p_shown, p), (f_p_shown, f_p))
+    if not (matches(chi2_shown, chi2) and matches(f_shown, f) and matches(cd_shown, cd)
+            and all(math.isclose(float(shown), value, rel_tol=0.5e-2) for shown, value in printed_ps)):
+        return [f"Friedman test: χ² {chi2_shown}, p {p_shown}, F {f_shown}, p {f_p_shown}, CD {cd_shown}; the records: "
+                f"{chi2}, {p}, {f}, {f_p}, {cd}"]
     return []
 
 
@@ -748,6 +754,8 @@ def test_every_number_of_a_committed_page_is_its_records(check, records):
     ("report.md", "| pucl | 12 | 2.58 | 67% (12) |", "| pucl | 12 | 2.58 | 68% (12) |"),  # a win rate
     ("report.md", "| -47.58% |", "| -47.59% |"),  # a relative improvement
     ("report.md", "χ² = 3.443", "χ² = 3.444"),  # the Friedman test
+    ("report.md", "F = 0.655", "F = 0.656"),  # Iman and Davenport's F
+    ("report.md", "degrees of freedom, p = 0.66.", "degrees of freedom, p = 0.63."),  # its p
     ("report.md", "| +253.08% | 3 of 3 (‖‡°) |", "| +253.08% | 3 of 3 (‖‡) |"),  # a mark of a comparison
     ("report.md", "| +2.59% | 2 of 12 (‖‡) |", "| +2.59% | 1 of 12 (‖‡) |"),  # how many are marked
     ("history.md", "| 0.00321 | **step** |", "| 0.00323 | **step** |"),  # a p (Holm)

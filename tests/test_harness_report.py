@@ -1,15 +1,20 @@
-"""``harness report`` on synthetic records: tables, the Friedman statistic by hand, figures, too few tasks."""
+"""``harness report`` on synthetic records: tables, the Friedman and Iman-Davenport statistics by hand, figures,
+too few tasks."""
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 
+import pytest
+from scipy import stats
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
 from harness.groups import completed_groups
-from harness.pages.report import build_tasks
+from harness.pages.report import build_tasks, iman_davenport
+from harness.stats import p_text
 
 # (domain, dataset) -> loss -> per-seed values. Lower-is-better domain "other" checks the direction.
 TASKS = {
@@ -48,9 +53,14 @@ def test_report_on_synthetic_records(tmp_path):
     pattern = r"over 4 losses \(dcl, hcl, infonce, pucl\) on the 3 tasks .*: χ² = ([0-9.]+), p = ([0-9.e-]+?)\. "
     match = re.search(pattern, text)
     assert match and abs(float(match.group(1)) - chi2) < 1e-3 and 0 < float(match.group(2)) < 1
-    # Demšar's post-hoc comparison follows a Friedman test that rejects; where it does not, the page says so
-    rejects = float(match.group(2)) < 0.05
-    assert ("The Friedman test does not reject that the losses rank alike" in text) != rejects
+    # Iman and Davenport's F from it decides (Demšar 2006): (N - 1) χ² / (N (k - 1) - χ²) on 3 and 6 degrees of
+    # freedom: 2 · 4.2 / 4.8 = 1.75
+    f = (n - 1) * chi2 / (n * (k - 1) - chi2)
+    p = stats.f.sf(f, k - 1, (k - 1) * (n - 1))
+    assert "Iman and Davenport's F from it decides" in text
+    assert f"F = {f:.3f} on 3 and 6 degrees of freedom, p = {p_text(p)}. " in text and f == pytest.approx(1.75)
+    # Demšar's post-hoc comparison follows an omnibus test that rejects; where it does not, the page says so
+    assert ("The Iman-Davenport test does not reject that the losses rank alike" in text) != (p < 0.05)
     assert "CD = " in text and "![critical difference diagram](report_cd.png)" in text
     overall = text.split("## Overall")[1].split("## Per domain")[0]
     # pucl: ranks 1, 3, 1, 2 (d2: dcl 1, pucl 2, infonce 3) -> 1.75; relative improvements over infonce:
@@ -129,3 +139,28 @@ def test_a_relative_improvement_says_what_weakens_it(tmp_path):
     assert main(["report", "--results", str(tmp_path / "clean"), "--out", str(tmp_path / "lb2")]) == 0
     clean = (tmp_path / "lb2" / "report.md").read_text()
     assert "**Marked comparisons:**" not in clean and "‖" not in clean and "°" not in clean
+
+
+def test_iman_davenport_by_demsars_formulas():
+    """Four tasks (rows) of three losses: rank sums 5, 8, 11 (1 = best), so χ²_F = 12 N / (k (k+1)) · (Σ R_j² -
+    k (k+1)² / 4) = 4 · (1.25² + 2² + 2.75² - 12) = 4.5 (scipy's too) and F_F = 3 · 4.5 / (8 - 4.5) on 2 and 6
+    degrees of freedom. Demšar's own example (4 classifiers, 14 data sets): χ²_F = 9.28 gives F_F = 3.69."""
+    scores = [[3, 2, 1], [5, 6, 4], [9, 7, 8], [2, 1, 0]]
+    chi2, _ = stats.friedmanchisquare(*zip(*scores))
+    mean_ranks = [5 / 4, 8 / 4, 11 / 4]
+    assert chi2 == pytest.approx(12 * 4 / (3 * 4) * (sum(r * r for r in mean_ranks) - 3 * 16 / 4)) == 4.5
+    f, p = iman_davenport(chi2, 4, 3)
+    assert f == pytest.approx(13.5 / 3.5) and p == pytest.approx(stats.f.sf(13.5 / 3.5, 2, 6))
+    assert 0.05 < p < 0.1 and stats.chi2.sf(4.5, 2) > p  # the χ² test, conservative here, is further from 0.05
+    assert iman_davenport(9.28, 14, 4)[0] == pytest.approx(3.69, abs=5e-3)
+
+
+def test_iman_davenport_where_every_task_ranks_the_losses_alike():
+    """χ²_F = N (k - 1): F's denominator is 0; F is infinite and p = 0. scipy's χ²_F at 7 tasks of 6 losses ranked
+    alike is 34.99999999999997, which the formula turns into F ≈ 7e15, and one a hair above would give F < 0."""
+    assert iman_davenport(6.0, 3, 3) == (math.inf, 0.0)
+    chi2, _ = stats.friedmanchisquare(*[[float(j)] * 7 for j in range(6)])
+    assert chi2 != 35 and iman_davenport(chi2, 7, 6) == (math.inf, 0.0)
+    assert iman_davenport(35 + 1e-12, 7, 6) == (math.inf, 0.0)
+    tied = stats.friedmanchisquare([1.0] * 3, [1.0] * 3, [2.0] * 3).statistic  # alike with a tie: still N (k - 1)
+    assert iman_davenport(tied, 3, 3) == (math.inf, 0.0)

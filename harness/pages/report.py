@@ -4,9 +4,10 @@ A *task* is one (domain, dataset, method, setting) with at least two losses; eac
 best hyper-parameter setting there. Per loss, per domain and overall: the mean rank (1 = best, ties averaged),
 the win rate against the task's baseline loss, and the mean relative improvement over it,
 ``sign · (loss − baseline) / |baseline|`` in percent. A Friedman test (scipy.stats.friedmanchisquare) over a
-set of ≥3 losses sharing ≥2 tasks (found greedily: not always the largest), with the Nemenyi critical difference
-(Demšar 2006) drawn as a CD diagram; the page and the diagram name the domains and datasets that block covers,
-which may be fewer than the report's. A figure of the relative improvement per domain (a panel each, the seed
+set of ≥3 losses sharing ≥2 tasks (found greedily: not always the largest), decided by Iman and Davenport's F from
+its χ² (Demšar 2006: the χ² test is conservative at few tasks), with the Nemenyi critical difference drawn as a CD
+diagram; the page and the diagram name the domains and datasets that block covers, which may be fewer than the
+report's. A figure of the relative improvement per domain (a panel each, the seed
 spread as error bars, a symmetric-log axis so a run at chance does not hide the others); written to ``report.md``
 with the PNG figures beside it. A loss that diverged on every seed of a task (a non-finite primary metric) ranks
 last there and loses to the baseline rather than vanish from it; the page lists the rows with non-finite seeds.
@@ -179,6 +180,18 @@ def nemenyi_cd(k: int, n: int, alpha: float = ALPHA) -> float:
     return float(q * math.sqrt(k * (k + 1) / (6 * n)))
 
 
+def iman_davenport(chi2: float, n: int, k: int) -> tuple[float, float]:
+    """Iman and Davenport's F = (N - 1) χ²_F / (N (k - 1) - χ²_F) from Friedman's χ²_F over N tasks and k losses,
+    and its p on k - 1 and (k - 1)(N - 1) degrees of freedom: Demšar (2006) prefers it to the χ² test, which is
+    conservative at few tasks. χ²_F is at most N (k - 1), reached where every task ranks the losses alike: F is
+    infinite there and p = 0 (rounding can leave χ²_F a hair either side, a huge or a negative F)."""
+    room = n * (k - 1) - chi2
+    if room <= 1e-9 * n * (k - 1):
+        return math.inf, 0.0
+    f = (n - 1) * chi2 / room
+    return f, float(stats.f.sf(f, k - 1, (k - 1) * (n - 1)))
+
+
 def _table(rows: list[Summary]) -> list[str]:
     cells = []
     for r in rows:
@@ -323,7 +336,9 @@ def write_report(results: Path, out: Path) -> Path:
     with FileLock(str(out / ".report.lock")):
         if block:
             matrix = [[t.score(name) for t in block] for name in block_losses]
-            chi2, p = stats.friedmanchisquare(*matrix)
+            chi2, chi2_p = stats.friedmanchisquare(*matrix)
+            f, p = iman_davenport(float(chi2), len(block), len(block_losses))
+            df = (len(block_losses) - 1, (len(block_losses) - 1) * (len(block) - 1))
             mean_ranks = np.mean([[t.ranks(block_losses)[n] for n in block_losses] for t in block], axis=0)
             cd = nemenyi_cd(len(block_losses), len(block))
             covered = coverage(block)
@@ -333,10 +348,13 @@ def write_report(results: Path, out: Path) -> Path:
             left = sorted({t.domain for t in tasks} - {t.domain for t in block})
             lines += [f"Friedman test (scipy.stats.friedmanchisquare) over {len(block_losses)} losses "
                       f"({escape(', '.join(block_losses))}) on the {len(block)} tasks where all have records: "
-                      f"χ² = {chi2:.3f}, p = {p_text(p, ALPHA)}. Nemenyi critical difference at α = {ALPHA}: "
-                      f"CD = {cd:.3f} (mean ranks closer than CD are joined by a bar)."
-                      + ("" if p < ALPHA else f" The Friedman test does not reject that the losses rank alike (p ≥ "
-                         f"{ALPHA}), so by Demšar's procedure no pair differs; the diagram shows the mean ranks.")
+                      f"χ² = {chi2:.3f}, p = {p_text(chi2_p, ALPHA)}. Iman and Davenport's F from it decides, as "
+                      "Demšar (2006) recommends (the χ² test is conservative at few tasks): "
+                      f"F = {f:.3f} on {df[0]} and {df[1]} degrees of freedom, p = {p_text(p, ALPHA)}. "
+                      f"Nemenyi critical difference at α = {ALPHA}: CD = {cd:.3f} (mean ranks closer than CD are "
+                      "joined by a bar)."
+                      + ("" if p < ALPHA else " The Iman-Davenport test does not reject that the losses rank alike (p "
+                         f"≥ {ALPHA}), so by Demšar's procedure no pair differs; the diagram shows the mean ranks.")
                       , "",
                       f"**What it covers:** {escape(covered)}"
                       + (f"; no task of {escape(', '.join(left))} has records of all of them."
