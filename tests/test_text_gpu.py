@@ -1,5 +1,6 @@
 """The text domain on CUDA (``pytest -m gpu``): the torch SentEval classifier against its CPU result, bf16 autocast
-in the GRU encoders, and the quick preset end to end through the harness CLI."""
+in the GRU encoders, the batch scores without a host-device synchronisation, and the quick preset end to end
+through the harness CLI."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from support import no_sync
 
+import losses
 from domains.text import torch_probe as tp
+from domains.text.quickthought import qt_scores
 
 pytestmark = pytest.mark.gpu
 
@@ -79,3 +83,16 @@ def test_quick_preset_end_to_end_on_cuda(cuda, data_root, data_set, tmp_path):
     assert {t["classifier"] for t in tasks.values()} == {"torch"}
     assert all(t["device"].startswith("cuda") for t in tasks.values())
     assert 50 <= record["metrics"]["accuracy"] <= 100
+
+
+@pytest.mark.parametrize("objective", ["spec", "authors"])
+def test_the_batch_scores_and_their_loss_need_no_synchronisation(cuda, objective):
+    """Quick-thought's step waits for the device only at its log points: neither layout may add a wait."""
+    u = torch.randn(12, 8, device=cuda, requires_grad=True)
+    v = torch.randn(12, 8, device=cuda)
+    doc_ids = torch.tensor([0] * 5 + [1] * 7, device=cuda)
+    positions = torch.arange(40, 52, device=cuda)
+    with no_sync():
+        loss = losses.get("dcl", tau_plus=0.01)(qt_scores(u, v, doc_ids, positions, 2, objective=objective))
+        loss.backward()
+    assert torch.isfinite(loss) and u.grad is not None

@@ -133,7 +133,8 @@ def test_the_authors_objective_is_s2vs_cross_entropy(context):
     scores = qt_scores(u, v, doc_ids, positions, context=context, objective="authors")
     per_target = _s2v_per_target(u @ v.T, context)
     terms = [t for a in per_target for t in per_target[a]]
-    assert scores.logits.shape == (len(terms), 6)
+    assert scores.logits.shape == (6 * 2 * context, 6)  # a row per anchor and offset, whatever the batch holds
+    assert int(scores.pos_mask.any(1).sum()) == len(terms)
     ours = losses.get("infonce")(scores)
     assert torch.allclose(ours, torch.stack(terms).mean(), atol=1e-5)
     s2v = torch.stack([torch.stack(per_target[a]).mean() for a in per_target]).mean()  # tf.reduce_mean of the rows
@@ -148,9 +149,12 @@ def test_the_authors_rows_keep_the_anchor_at_logit_0_and_cross_documents():
     scores = qt_scores(u, v, doc_ids, positions, context=1, objective="authors")
     anchors = [a for a in range(6) for k in (a - 1, a + 1) if 0 <= k < 6]
     targets = [k for a in range(6) for k in (a - 1, a + 1) if 0 <= k < 6]
+    kept = scores.pos_mask.any(1)
+    assert kept.tolist() == [0 <= a + k < 6 for a in range(6) for k in (-1, 1)]  # the batch's ends lack a target
     assert scores.pos_mask.nonzero()[:, 1].tolist() == targets  # sentence 2 -> 3 crosses from document 7 to 8
-    assert torch.equal(scores.neg_mask, ~scores.pos_mask)  # the other target and the anchor are negatives
-    for row, a in enumerate(anchors):
+    # the other target and the anchor are negatives; a row without a target has neither
+    assert torch.equal(scores.neg_mask, ~scores.pos_mask & kept[:, None])
+    for row, a in zip(kept.nonzero()[:, 0].tolist(), anchors):
         assert scores.logits[row, a] == 0.0
         others = [k for k in range(6) if k != a]
         assert torch.allclose(scores.logits[row, others], (u @ v.T)[a, others])
@@ -197,13 +201,8 @@ def test_the_negatives_same_class_share_counts_what_the_loss_sees(objective):
         n = sl.stop - sl.start
         scores = qt_scores(torch.randn(n, 3), torch.randn(n, 3), doc_ids[sl], torch.arange(sl.start, sl.stop),
                            context=2, objective=objective)
-        anchor_of_row = (torch.arange(n) if objective == "spec"
-                         else torch.repeat_interleave(torch.arange(n), _targets_per_anchor(n, 2)))
+        anchor_of_row = torch.arange(n) if objective == "spec" else torch.arange(n).repeat_interleave(4)
         same_class = labels[sl][anchor_of_row][:, None] == labels[sl][None, :]
         same += int((scores.neg_mask & same_class).sum())
         total += int(scores.neg_mask.sum())
     assert negative_same_class_fraction(corpus, batches, 2, objective) == pytest.approx(same / total, abs=1e-12)
-
-
-def _targets_per_anchor(n: int, context: int) -> torch.Tensor:
-    return torch.tensor([sum(0 < abs(a - k) <= context for k in range(n)) for a in range(n)])

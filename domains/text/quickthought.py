@@ -47,11 +47,11 @@ def qt_scores(u: Tensor, v: Tensor, doc_ids: Tensor, positions: Tensor, context:
               similarity: str = "dot", temperature: float = 1.0, objective: str = "spec") -> losses.Scores:
     """Scores of a batch: ``u = f(s)`` and ``v = g(s)`` [B, d]; ``doc_ids`` and ``positions`` (the sentence's
     index in the corpus) [B] decide which pairs are neighbours. ``objective="authors"``: S2V's rows
-    (:func:`s2v_scores`), which ignore ``doc_ids``."""
+    (:func:`s2v_scores`), whose neighbours are the batch's (its sentences are consecutive ones of the corpus)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if objective == "authors":
-        return s2v_scores(u, v, positions, context, similarity, temperature)
+        return s2v_scores(u, v, context, similarity, temperature)
     logits, bound = _logits(u, v, similarity, temperature)
     distance = (positions[:, None] - positions[None, :]).abs()
     same_doc = doc_ids[:, None] == doc_ids[None, :]
@@ -61,19 +61,25 @@ def qt_scores(u: Tensor, v: Tensor, doc_ids: Tensor, positions: Tensor, context:
     return losses.Scores(logits, pos, neg, -bound if bound is not None else None, bound)
 
 
-def s2v_scores(u: Tensor, v: Tensor, positions: Tensor, context: int = 1, similarity: str = "dot",
+def s2v_scores(u: Tensor, v: Tensor, context: int = 1, similarity: str = "dot",
                temperature: float = 1.0) -> losses.Scores:
     """S2V's ``build_loss`` as Scores: its logits with the diagonal set to 0 ("ignore source sentence": the
-    anchor stays a candidate), and one row per (anchor ``a``, target ``p``) with ``0 < |a - p| <= context``
-    within the batch, whatever the documents; the row's positive is ``p`` and its negatives are all other
-    columns, so that its softmax is S2V's for that target."""
+    anchor stays a candidate), and for each anchor ``a`` of the batch and offset ``k`` in ``±1..±context`` a row
+    whose positive is the sentence ``a + k`` of the batch (S2V's targets ``eye(B, k)``: batch neighbours, whatever
+    their document) and whose negatives are all other columns, so that its softmax is S2V's for that target.
+    Rows are made for every offset and anchor, so that no shape depends on the data (no host-device
+    synchronisation on CUDA); a row whose ``a + k`` falls outside the batch has neither positive nor negative,
+    and every loss leaves it out."""
     logits, bound = _logits(u, v, similarity, temperature)
-    distance = (positions[:, None] - positions[None, :]).abs()
-    is_self = distance == 0
-    anchor, target = ((distance <= context) & ~is_self).nonzero(as_tuple=True)
-    rows = logits.masked_fill(is_self, 0.0)[anchor]
-    pos = F.one_hot(target, logits.shape[1]).bool()
-    return losses.Scores(rows, pos, ~pos, -bound if bound is not None else None, bound)
+    n = logits.shape[0]
+    index = torch.arange(n, device=logits.device)
+    offsets = torch.cat([torch.arange(-context, 0, device=logits.device),
+                         torch.arange(1, context + 1, device=logits.device)])  # made there: no copy from the host
+    target = (index[:, None] + offsets[None, :]).reshape(-1)  # anchor-major: a's rows, in offset order
+    inside = ((target >= 0) & (target < n))[:, None]
+    pos = (index[None, :] == target[:, None]) & inside
+    rows = logits.masked_fill(index[:, None] == index[None, :], 0.0).repeat_interleave(len(offsets), dim=0)
+    return losses.Scores(rows, pos, ~pos & inside, -bound if bound is not None else None, bound)
 
 
 def _logits(u: Tensor, v: Tensor, similarity: str, temperature: float) -> tuple[Tensor, float | None]:
