@@ -19,7 +19,7 @@ pair, whose positive is that context sentence and whose negatives are every othe
 other context sentences and the anchor itself (at logit 0) among them. Each row is then one of S2V's softmax
 classifications, and ``infonce`` on the rows is S2V's cross-entropy. It averages over the rows, where S2V
 averages each anchor's targets first: the two differ only in the weight of the ``context`` anchors at each end of
-a batch, which have fewer targets (2 of 400 rows at S2V's batch and context 1; the test states the relation). The
+a batch, which have fewer targets (2 of 400 anchors at S2V's batch and context 1; a test states the relation). The
 debiased losses then correct each of those classifications' negatives, the anchor's other context sentences,
 which are positives in truth, among them.
 """
