@@ -407,25 +407,54 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     assert not isinstance(err.value, NonFiniteLossError)
 
 
-@pytest.mark.parametrize("domain", ["graph", "text", "vision"])  # each step; every log_every steps; once an epoch
-def test_a_loss_that_is_nan_from_the_start_fails_as_no_divergence(tmp_path, domain):
-    """A user's loss that returns NaN (a bug in its kernel) was reported as training that diverged ("try a lower
-    learning rate"), and its record counted on the pages as a non-finite seed. (rl, whose updates read no loss on
-    the host, still reports it as a divergence, from the next update's non-finite scores.)"""
-    (tmp_path / "nan_loss.py").write_text(
-        "from losses import register_loss\n\n\n"
-        "@register_loss('nan_nce', paper='-', summary='-')\n"
-        "def nan_nce(scores):\n    return scores.logits.sum() * float('nan')\n")
-    env = {**harness_env(), "HARNESS_PLUGINS": "nan_loss"}
+# Each domain's smallest run: rl's is a tiny CURL (episodes of 10 agent steps, updates from the 6th on).
+_SMALL_RUN = {"graph": ["epochs=1"], "text": ["epochs=1"], "vision": ["epochs=1"],
+              "rl": ["num_env_steps=2000", "action_repeat=100", "seed_agent_steps=5", "eval_freq=1000",
+                     "eval_episodes=1", "checkpoint_freq=0", "image_size=24", "crop_size=20", "hidden_dim=16",
+                     "feature_dim=8", "num_filters=4", "batch_size=4"]}
+
+
+def _run_plugin_loss(tmp_path: Path, domain: str, loss: str, body: str, *options: str) -> subprocess.CompletedProcess:
+    """The CLI's run of ``domain`` (with ``options``) on the plugin loss ``loss``, which returns ``body`` (of
+    ``scores``)."""
+    (tmp_path / f"{loss}.py").write_text(
+        "import itertools\n\nfrom losses import register_loss\n\ncalls = itertools.count(1)\n\n\n"
+        f"@register_loss({loss!r}, paper='-', summary='-')\n"
+        f"def {loss}(scores):\n    return {body}\n")
+    env = {**harness_env(), "HARNESS_PLUGINS": loss}
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
-    args = ["run", "--domain", domain, "--loss", "nan_nce", "--seeds", "0", "--quiet", "--tracker", "none",
-            "--set", "epochs=1", "--results", str(tmp_path / "results")]
-    out = subprocess.run([sys.executable, "-m", "harness", *args],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    args = ["run", "--domain", domain, "--loss", loss, "--seeds", "0", "--quiet", "--tracker", "none",
+            *(arg for value in _SMALL_RUN[domain] for arg in ("--set", value)), "--results", str(tmp_path / "results"),
+            *options]
+    return subprocess.run([sys.executable, "-m", "harness", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+
+
+# graph: each step; text: every log_every steps; vision: once an epoch; rl: never on the host but at the first update
+@pytest.mark.parametrize("domain", ["graph", "text", "vision", "rl"])
+def test_a_loss_that_is_nan_from_the_start_fails_as_no_divergence(tmp_path, request, domain):
+    """A user's loss that returns NaN (a bug in its kernel) was reported as training that diverged ("try a lower
+    learning rate"), and its record counted on the pages as a non-finite seed (rl's too, from the second update's
+    non-finite scores, until its first contrastive loss was read)."""
+    if domain == "rl":
+        request.getfixturevalue("rendering")
+    out = _run_plugin_loss(tmp_path, domain, "nan_nce", "scores.logits.sum() * float('nan')")
     assert out.returncode == 2 and "on the initial weights before any update" in out.stderr, out.stderr
     assert "lower learning rate" not in out.stderr
     [record] = _records(tmp_path / "results")
     assert record["status"] == "failed" and not records.RunRecord.model_validate(record).diverged
+
+
+def test_an_rl_loss_that_turns_nan_after_its_first_update_is_a_divergence(tmp_path, rendering):
+    """Only the first update's loss is read on the host: a NaN from the third on is training that diverged, found
+    from the scores of the update after it, and counted on the pages as a non-finite seed. On the CPU, where the
+    loss core checks the scores at once (on a GPU its check is queued: a device-side assertion, losses.checks)."""
+    out = _run_plugin_loss(tmp_path, "rl", "late_nan",
+                           "scores.logits.logsumexp(1).mean() * (1.0 if next(calls) < 3 else float('nan'))",
+                           "--device", "cpu")
+    assert out.returncode == 2 and "training diverged" in out.stderr, out.stderr
+    [record] = _records(tmp_path / "results")
+    assert record["status"] == "failed" and records.RunRecord.model_validate(record).diverged
 
 
 # --- data: mistyped, missing, corrupted, changed --------------------------------------------------------------

@@ -308,6 +308,11 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     updater = GraphedUpdates(agent, buffer, enabled=cfg.cuda_graph, log=ctx.log)
     next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
     next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq if cfg.checkpoint_freq else None
+    # The agent step of the first contrastive update, whose loss is read on the host, once (check_loss): a
+    # non-finite loss there is the loss's own, no divergence (before it the encoder had only the critic's steps
+    # of the same few updates, each moving a weight by about lr). Later updates read nothing: a divergence shows
+    # in the next update's scores, which the loss core refuses.
+    first_curl_step = math.ceil(cfg.seed_agent_steps / cfg.curl_update_freq) * cfg.curl_update_freq
 
     obs, _ = env.reset()
     buffer.start_episode(obs)
@@ -321,10 +326,13 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
             # On a GPU this times the host until the update's work is queued (one graph launch once
             # captured); the rest overlaps the environment step.
             t0 = time.perf_counter()
-            for key, value in updater(step).items():
+            stats = updater(step)
+            for key, value in stats.items():
                 recent.setdefault(key, []).append(value)
             update_time += time.perf_counter() - t0
             updates += 1
+            if step == first_curl_step:  # after the timing: reading the loss waits for the device
+                ctx.check_loss(float(stats["curl_loss"]), 1)
         t0 = time.perf_counter()
         obs, reward, terminated, truncated, _ = env.step(action)
         env_time += time.perf_counter() - t0
