@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from domains.checkpoint_extras import CheckpointExtras, mistyped
 from domains.errors import NonFiniteLossError, RunStopped, UserError
 from domains.files import refuse_link, write_atomic
 
@@ -184,15 +185,17 @@ class RunContext:
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
         self._checkpointed = True
 
-    def restore_checkpoint(self, objects: dict[str, Any],
-                           counters: Mapping[str, int] | None = None) -> dict[str, Any] | None:
+    def restore_checkpoint(self, objects: dict[str, Any], counters: Mapping[str, int] | None = None,
+                           extras: type[CheckpointExtras] | None = None) -> dict[str, Any] | None:
         """When resuming from a checkpoint: load each of ``objects`` (named as they were saved), restore the
         random generators and return the extras; None on a fresh start. Call it once the objects are built:
         building them draws random numbers, and the saved state must be what the next step draws from.
 
         ``counters`` names the extras that count the training done (epoch, step) with the configured total
-        each: each must be a whole number from 0 to its total. A state that does not load into the objects or
-        the generators, or a counter out of its range, is a damaged checkpoint: a :class:`UserError` saying so."""
+        each: each must be a whole number from 0 to its total. ``extras`` declares the type of each extra the
+        loop reads (:class:`CheckpointExtras`). A state that does not load into the objects or the generators, a
+        counter out of its range or an extra of another type is a damaged checkpoint: a :class:`UserError` saying
+        so, before anything is restored."""
         state, self._pending = self._pending or self._saved(), None
         if state is None:
             return None
@@ -206,6 +209,7 @@ class RunContext:
             value = extra.get(name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool) or not 0 <= value <= total:
                 raise self._damaged(f"its {name} {value!r} is not a whole number from 0 to {total}")
+        self._check_extras(extra, extras)
         for name, obj in given.items():
             try:
                 obj.load_state_dict(state["objects"][name])
@@ -217,12 +221,20 @@ class RunContext:
             raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
         return extra
 
-    def saved_extras(self) -> dict[str, Any] | None:
+    def saved_extras(self, extras: type[CheckpointExtras] | None = None) -> dict[str, Any] | None:
         """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
-        objects are built from (the text domain's vocabulary); None on a fresh start. The checkpoint is kept for
-        :meth:`restore_checkpoint`, which then does not read the file again."""
+        objects are built from (the text domain's vocabulary); None on a fresh start. ``extras``: their types,
+        checked as :meth:`restore_checkpoint` checks them. The checkpoint is kept for :meth:`restore_checkpoint`,
+        which then does not read the file again."""
         self._pending = self._saved()
-        return None if self._pending is None else self._pending["extra"]
+        if self._pending is None:
+            return None
+        self._check_extras(self._pending["extra"], extras)
+        return self._pending["extra"]
+
+    def _check_extras(self, extra: dict[str, Any], extras: type[CheckpointExtras] | None) -> None:
+        if extras is not None and (problem := mistyped(extra, extras)):
+            raise self._damaged(problem)
 
     def _saved(self) -> dict[str, Any] | None:
         """The checkpoint when resuming, else None. ``weights_only``: tensors, plain Python and the numpy types

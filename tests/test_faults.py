@@ -4,6 +4,7 @@ CLI in a subprocess on the tiny test domain (seconds); the data cases use a smal
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,7 +19,16 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from support import default_sigint, toy_tu
-from tiny_domain import REPO, RESUMES_WITH, harness, harness_env, resume_args, synthetic_record, write_records
+from tiny_domain import (
+    REPO,
+    RESUMES_WITH,
+    TinyExtras,
+    harness,
+    harness_env,
+    resume_args,
+    synthetic_record,
+    write_records,
+)
 
 from domains.context import RunContext
 from domains.errors import NonFiniteLossError, UserError
@@ -356,6 +366,10 @@ _TAMPERS = {
     "epoch a string": lambda s: s["extra"].update(epoch="x"),
     "epoch a bool": lambda s: s["extra"].update(epoch=True),
     "epoch missing": lambda s: s["extra"].pop("epoch"),
+    "curve a dict": lambda s: s["extra"].update(curve={"epoch": 1}),
+    "a curve point a number": lambda s: s["extra"].update(curve=[1.5]),
+    "a curve value a string": lambda s: s["extra"].update(curve=[{"loss": "0.5"}]),
+    "curve missing": lambda s: s["extra"].pop("curve"),
 }
 
 
@@ -365,15 +379,29 @@ def test_a_checkpoint_of_the_right_run_with_a_tampered_state_is_the_clean_error(
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
     model = torch.nn.Linear(3, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
-    ctx.save_checkpoint({"model": model, "optimizer": opt}, epoch=2, curve=[])
-    assert ctx.restore_checkpoint({"model": model, "optimizer": opt}, counters={"epoch": 30})["epoch"] == 2
+    ctx.save_checkpoint({"model": model, "optimizer": opt}, epoch=2, curve=[{"epoch": 1, "loss": 0.5}])
+    restore = functools.partial(ctx.restore_checkpoint, {"model": model, "optimizer": opt}, counters={"epoch": 30},
+                                extras=TinyExtras)
+    assert restore()["epoch"] == 2
     _tamper(ctx, _TAMPERS[tamper])
     with pytest.raises(UserError, match=r"checkpoint.pt cannot be read \(.*: it is damaged .*rerun without --resume "
                                         r"to start over$"):
-        ctx.restore_checkpoint({"model": model, "optimizer": opt}, counters={"epoch": 30})
+        restore()
 
 
-@pytest.mark.parametrize("tamper", ["a weight of the wrong shape", "epoch beyond the total", "rng of the wrong kind"])
+def test_the_extras_read_before_the_objects_are_checked_as_restoring_checks_them(tmp_path):
+    """What a run builds its objects from (text's tokenizer) is read before the restore: of the wrong type, it is
+    the same clean error there, not a traceback where the domain uses it."""
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=True)
+    ctx.save_checkpoint({}, epoch=2, curve={"epoch": 1})
+    assert ctx.saved_extras() == {"epoch": 2, "curve": {"epoch": 1}}  # nothing declared: nothing checked
+    with pytest.raises(UserError, match=r"cannot be read \(its curve has the wrong type \(input should be a valid "
+                                        r"list, got dict\): it is damaged"):
+        ctx.saved_extras(TinyExtras)
+
+
+@pytest.mark.parametrize("tamper", ["a weight of the wrong shape", "epoch beyond the total", "rng of the wrong kind",
+                                    "a curve point a number"])
 def test_resuming_from_a_tampered_checkpoint_is_one_clean_error_line(tmp_path, monkeypatch, capsys, tamper):
     def full_disk(path: Path, data: object) -> None:
         raise OSError(28, "No space left on device")
@@ -385,7 +413,8 @@ def test_resuming_from_a_tampered_checkpoint_is_one_clean_error_line(tmp_path, m
     state = torch.load(path, weights_only=False)
     {"a weight of the wrong shape": lambda: state["objects"]["encoder"].update(weight=torch.zeros(3)),
      "epoch beyond the total": lambda: state["extra"].update(epoch=10**6),
-     "rng of the wrong kind": lambda: state["rng"].update(python=5)}[tamper]()
+     "rng of the wrong kind": lambda: state["rng"].update(python=5),
+     "a curve point a number": lambda: state["extra"].update(curve=[1.5])}[tamper]()
     torch.save(state, path)
     capsys.readouterr()
     assert main([*TINY, "--results", str(tmp_path), "--resume"]) == 2

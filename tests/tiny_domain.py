@@ -40,11 +40,19 @@ from domains.base import (
     RunSpec,
     Supplies,
 )
+from domains.checkpoint_extras import CheckpointExtras
 from domains.context import RunContext
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.records import SCHEMA_VERSION
 from harness.run import as_found
+
+
+class TinyExtras(CheckpointExtras):
+    """What the tiny domain's training reads back from its checkpoint."""
+
+    epoch: int
+    curve: list[dict[str, float]]
 
 
 @dataclass
@@ -114,7 +122,7 @@ class TinyDomain(Domain):
         loss_fn = None if spec.loss == "ce" else spec.make_loss()
         training = {"encoder": encoder, "head": head, "opt": opt, "loss": loss_fn}
         start, curve = 0, []
-        state = ctx.restore_checkpoint(training, counters={"epoch": c.epochs})
+        state = ctx.restore_checkpoint(training, counters={"epoch": c.epochs}, extras=TinyExtras)
         if state is not None:
             start, curve = state["epoch"], state["curve"]
         gen = torch.Generator().manual_seed(ctx.seed)
