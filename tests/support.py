@@ -1,6 +1,7 @@
 """Helpers shared by several test files: a region where any host-device synchronisation raises, a run
-context that dies right after its first checkpoint (to test resuming), a tiny TU-format dataset, the
-Ctrl-C a terminal gives a child process, and the packages' run-code digest computed here."""
+context that dies right after its first checkpoint (to test resuming), a checkpoint extra tampered with and the
+error that gives, a tiny TU-format dataset, the Ctrl-C a terminal gives a child process, and the packages'
+run-code digest computed here."""
 
 from __future__ import annotations
 
@@ -33,6 +34,19 @@ def default_sigint() -> None:
     non-interactive shell (CI, `cmd &`) inherits SIGINT ignored, and Python then never raises KeyboardInterrupt:
     give the child the disposition a terminal gives it."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def tamper_extra(checkpoint: Path, name: str, value: object) -> None:
+    """Give the extra ``name`` of the checkpoint file ``checkpoint`` the value ``value`` (a tampered file)."""
+    state = torch.load(checkpoint, weights_only=False)
+    state["extra"][name] = value
+    torch.save(state, checkpoint)
+
+
+def mistyped_extra(name: str) -> str:
+    """The clean error (a pattern) for a checkpoint whose extra ``name`` has the wrong type."""
+    return rf"checkpoint.pt cannot be read \(its {name}\b.* wrong type .*: it is damaged or not a checkpoint the " \
+        r"harness wrote\); rerun without --resume to start over$"
 
 
 class Killed(Exception):

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import mistyped_extra, tamper_extra
 
 pytest.importorskip("torch_geometric")
 
 import domains  # noqa: E402
 from domains.base import RunSpec  # noqa: E402
 from domains.context import RunContext  # noqa: E402
+from domains.errors import UserError  # noqa: E402
 from domains.graph import synthetic  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
 from domains.graph.data import from_data_list  # noqa: E402
@@ -48,6 +50,16 @@ def test_resume_continues_where_it_stopped(tmp_path, loss):
         torch.testing.assert_close(a, b, msg=name)
     assert full.info["normalize"] is (loss != "jsd")
     assert full.throughput["graphs_per_s"] > 0
+
+
+@pytest.mark.parametrize("name, value", [("curve", {"epoch": 1}), ("same_class", {"same": 3, "negatives": [4]})])
+def test_a_checkpoint_extra_of_the_wrong_type_is_the_clean_error(tmp_path, name, value):
+    data = from_data_list("small", synthetic.generate(SMALL), "constant")
+    cfg = GraphConfig(epochs=2, batch_size=16)
+    train(_spec("jsd", replace(cfg, epochs=1)), _ctx(tmp_path), data)
+    tamper_extra(tmp_path / "checkpoint.pt", name, value)
+    with pytest.raises(UserError, match=mistyped_extra(name)):
+        train(_spec("jsd", cfg), _ctx(tmp_path, resume=True), data)
 
 
 def test_trained_encoder_beats_random_on_the_embedded_default(tmp_path):

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support import Killed, KilledAfterCheckpoint
+from support import Killed, KilledAfterCheckpoint, mistyped_extra, tamper_extra
 
 import domains
 from domains.base import RunSpec
 from domains.context import RunContext
+from domains.errors import UserError
 from domains.rl.config import CurlConfig
 
 # 100 repeats: an episode is 10 agent steps, so a few episodes render quickly.
@@ -83,6 +84,15 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, saved_on):
         for name, tensor in a[key].items():
             assert torch.equal(tensor, b[key][name]), f"{key}.{name}"
     assert torch.equal(a["W"], b["W"]) and torch.equal(a["log_alpha"], b["log_alpha"])
+
+
+@pytest.mark.parametrize("name, value", [("returns", ["x"]), ("recent", {"curl_loss": [0.5]})])
+def test_a_checkpoint_extra_of_the_wrong_type_is_the_clean_error(tmp_path, name, value):
+    with pytest.raises(Killed):
+        run(spec(), context(tmp_path, KilledAfterCheckpoint))
+    tamper_extra(tmp_path / "checkpoint.pt", name, value)
+    with pytest.raises(UserError, match=mistyped_extra(name)):
+        run(spec(), context(tmp_path, resume=True))
 
 
 class _Tracker:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from support import mistyped_extra, tamper_extra
 
+import domains
 import losses
+from domains.base import RunSpec
 from domains.context import RunContext
 from domains.errors import UserError
 from domains.text.config import TextConfig
@@ -136,15 +139,28 @@ def test_the_authors_objective_trains_where_no_document_has_a_neighbour(tmp_path
 
 
 def test_the_setting_column_names_the_authors_objective():
-    from dataclasses import asdict
-
-    import domains
-
     config = asdict(SMALL)
     text = domains.get("text")
     assert "objective" not in text.setting_note(config, "quickthought", "books")
     assert "quick-thought's own objective" in text.setting_note({**config, "objective": "authors"}, "quickthought",
                                                                 "books")
+
+
+@pytest.mark.parametrize("name, value", [("sentences_seen", "40"), ("tokenizer", 5)])  # the loop's; the domain's
+def test_a_checkpoint_extra_of_the_wrong_type_is_the_clean_error(tmp_path, name, value):
+    text = domains.get("text")
+    spec = RunSpec("text", "quickthought", "synthetic-topics", "dcl", {"tau_plus": 0.01}, "quick", 0,
+                   replace(SMALL, max_steps=2))
+
+    def ctx(resume: bool) -> RunContext:
+        return RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=resume,
+                          quiet=True)
+
+    corpus = text.prepare(spec, ctx(False)).data
+    text.pretrain(spec, ctx(False), corpus)  # "killed" after its checkpoint at step 2
+    tamper_extra(tmp_path / "checkpoint.pt", name, value)
+    with pytest.raises(UserError, match=mistyped_extra(name)):
+        text.pretrain(replace(spec, config=replace(SMALL, max_steps=4)), ctx(True), corpus)
 
 
 def test_encoder_gives_concatenated_embeddings(tmp_path):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import mistyped_extra, tamper_extra
 
 import domains
 from domains.base import RunSpec
@@ -80,6 +81,16 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path):
     assert resumed.info["epochs_run"] == 2
     result = VISION.evaluate(_spec(**{**small, "epochs": 2, "linear_epochs": 3}), resumed, _ctx(tmp_path, True), data)
     assert {"top1", "top5", "knn_top1"} <= set(result.metrics)
+
+
+@pytest.mark.parametrize("name, value", [("train_time", "1.5"), ("curve", [1.0])])
+def test_a_checkpoint_extra_of_the_wrong_type_is_the_clean_error(tmp_path, name, value):
+    small = dict(epochs=1, batch_size=256, knn_every=0, proj_dim=32)
+    data = _data(_spec(**small), _ctx(tmp_path, resume=False))
+    VISION.pretrain(_spec(**small), _ctx(tmp_path, resume=False), data)
+    tamper_extra(tmp_path / "work" / "checkpoint.pt", name, value)
+    with pytest.raises(UserError, match=mistyped_extra(name)):
+        VISION.pretrain(_spec(**{**small, "epochs": 2}), _ctx(tmp_path, resume=True), data)
 
 
 def test_a_checkpoint_of_a_graphed_gpu_run_resumes_on_the_cpu(tmp_path):

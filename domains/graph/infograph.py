@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
+from typing_extensions import NotRequired
 
 import losses
 from domains.base import PretrainResult, RunSpec
+from domains.checkpoint_extras import CheckpointExtras, SameClassCounts
 from domains.context import RunContext
 from domains.graph.config import GraphConfig
 from domains.graph.data import GraphSet
@@ -64,6 +66,14 @@ def epoch_batches(n_graphs: int, batch_size: int, seed: int, epoch: int) -> list
     return chunks
 
 
+class GraphExtras(CheckpointExtras):
+    """What :func:`train` reads back from its checkpoint."""
+
+    epoch: int
+    curve: list[dict[str, Any]]
+    same_class: NotRequired[SameClassCounts]  # absent from a checkpoint written before it was counted
+
+
 def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     """Pretrain on every graph of ``data`` (already on ``ctx.device``), checkpointing each epoch."""
     cfg: GraphConfig = spec.config
@@ -75,7 +85,7 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
     start = 0
     training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
     same_class = SameClassShare()  # the share of same-class negatives the loss saw, for the prior page
-    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs})
+    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs}, extras=GraphExtras)
     if state is not None:
         start, curve = state["epoch"], state["curve"]
         if "same_class" in state:  # absent from a checkpoint written before it was counted

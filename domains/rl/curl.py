@@ -39,8 +39,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from typing_extensions import NotRequired
 
 import losses
+from domains.checkpoint_extras import CheckpointExtras
 from domains.context import RunContext
 from domains.rl.config import CurlConfig, TaskSpec
 from domains.rl.evaluate import eval_seed, evaluate_agent, make_env
@@ -273,6 +275,22 @@ class Trained:
     eval_env_seed: int
 
 
+class CurlExtras(CheckpointExtras):
+    """What :func:`train` reads back from its checkpoint."""
+
+    rng: dict[str, Any]  # the action sampler's bit generator state
+    env_rng: dict[str, Any]  # the environment's generator state
+    env_steps: int
+    step: int
+    updates: int
+    replayed_updates: NotRequired[int]  # absent from checkpoints written before the graphs
+    curve: list[dict[str, Any]]
+    returns: list[float]
+    update_time: float
+    env_time: float
+    recent: dict[str, Tensor]  # each update statistic since the last evaluation, stacked
+
+
 def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunContext) -> tuple[Trained, dict]:
     """Run CURL for ``cfg.num_env_steps`` environment steps; checkpoint and resume through ``ctx``.
 
@@ -294,7 +312,7 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
 
     # The action sampler's and the environment's generators are their own: saved as extras.
     training = {"agent": agent, "buffer": buffer, "loss": loss_fn}
-    state = ctx.restore_checkpoint(training, counters={"step": total_agent_steps})
+    state = ctx.restore_checkpoint(training, counters={"step": total_agent_steps}, extras=CurlExtras)
     if state is not None:
         rng.bit_generator.state = state["rng"]
         env.set_rng_state(state["env_rng"])

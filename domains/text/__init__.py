@@ -218,12 +218,12 @@ class TextDomain(Domain):
         if spec.method == "hf":
             return PretrainResult(HFEncoder(cfg.hf_model_dir, ctx.device, cfg.eval_batch_size),
                                   info={"trained": False, "hf_model_dir": cfg.hf_model_dir}, loss_used=False)
-        from domains.text.quickthought import train
+        from domains.text.quickthought import QuickThoughtExtras, train
         from domains.text.tokenize import SentenceTokenizer, train_tokenizer
 
         bert = spec.method == "quickthought-bert"
         kind = _tokenizer_kind(spec.method)
-        saved = ctx.saved_extras()
+        saved = ctx.saved_extras(QuickThoughtExtras)
         if saved is not None:  # the vocabulary the saved weights were trained with
             tokenizer = SentenceTokenizer.from_str(saved["tokenizer"], kind, cfg.max_len)
         else:

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import losses
+from domains.checkpoint_extras import CheckpointExtras
 from domains.context import RunContext
 from domains.errors import UserError
 from domains.text.config import OBJECTIVES, TextConfig
@@ -127,6 +128,18 @@ def negative_same_class_fraction(corpus: Corpus, batches: list[slice], context: 
     return same / total if total else None
 
 
+class QuickThoughtExtras(CheckpointExtras):
+    """What :func:`train` reads back from its checkpoint, and the tokenizer the domain builds the model from
+    (``ctx.saved_extras``)."""
+
+    step: int
+    curve: list[dict[str, Any]]
+    elapsed_s: float
+    sentences_seen: int
+    skipped_batches: int
+    tokenizer: str  # the tokenizer's JSON (SentenceTokenizer.to_str)
+
+
 def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg: TextConfig, loss_fn,
           ctx: RunContext) -> tuple[list[dict], dict[str, float], dict[str, Any]]:
     """Adam with gradient-norm clipping over shuffled contiguous batches; a checkpoint every
@@ -158,7 +171,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
         total = min(total, cfg.max_steps)
     step, curve, elapsed, seen, skipped = 0, [], 0.0, 0, 0
     training = {"model": model, "optimizer": optimizer, "loss": loss_fn}
-    state = ctx.restore_checkpoint(training, counters={"step": total})
+    state = ctx.restore_checkpoint(training, counters={"step": total}, extras=QuickThoughtExtras)
     if state is not None:
         step, curve, elapsed = state["step"], state["curve"], state["elapsed_s"]
         seen, skipped = state["sentences_seen"], state["skipped_batches"]

@@ -26,12 +26,14 @@ import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
+from typing_extensions import NotRequired
 
 from domains.base import PretrainResult
+from domains.checkpoint_extras import CheckpointExtras, SameClassCounts
 from domains.context import RunContext, rng_state, set_rng_state
 from domains.errors import UserError
 from domains.graphed import Backend, GraphedStep, learning_rates, make_capturable
@@ -186,6 +188,18 @@ def monitor(method: Method, data: VisionData, cfg: VisionConfig, device: torch.d
     return out
 
 
+class VisionExtras(CheckpointExtras):
+    """What :func:`pretrain` reads back from its checkpoint."""
+
+    epoch: int
+    curve: list[dict[str, Any]]
+    seen: int
+    train_time: float
+    # None where the loss saw no in-batch negatives or the set is not labelled throughout; absent from a
+    # checkpoint written before it was counted
+    same_class: NotRequired[SameClassCounts | None]
+
+
 def pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunContext, device: torch.device,
              desc: str, graph_backend: Backend | None = None) -> PretrainResult:
     """Train ``method`` (already on ``device``) for ``cfg.epochs`` epochs, resuming from a checkpoint.
@@ -217,7 +231,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     # The share of same-class negatives the loss saw (the prior page's τ+): on sets labelled throughout, where
     # the negatives are the batch's other images; under torchrun, this rank's batches.
     same_class = SameClassShare() if method.in_batch_negatives and bool((data.pretrain.labels >= 0).all()) else None
-    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs})
+    state = ctx.restore_checkpoint(training, counters={"epoch": cfg.epochs}, extras=VisionExtras)
     if state is not None:
         start, curve, seen, train_time = state["epoch"], state["curve"], state["seen"], state["train_time"]
         if same_class is not None and state.get("same_class"):
