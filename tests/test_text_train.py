@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -138,12 +138,12 @@ def test_the_authors_objective_trains_where_no_document_has_a_neighbour(tmp_path
     assert all(np.isfinite(p["loss"]) for p in curve) and 0 < info["negative_same_topic_fraction"] < 1
 
 
-def test_the_setting_column_names_the_authors_objective():
-    config = asdict(SMALL)
+def test_the_objective_sits_with_the_loss_on_the_pages():
+    """objective=authors and the spec's layout are two objectives around one loss: one setting, so that the page
+    gives the authors' row its Δ against the spec's infonce (harness.groups, Domain.objective_keys)."""
     text = domains.get("text")
-    assert "objective" not in text.setting_note(config, "quickthought", "books")
-    assert "quick-thought's own objective" in text.setting_note({**config, "objective": "authors"}, "quickthought",
-                                                                "books")
+    assert text.objective_keys("quickthought") == text.objective_keys("quickthought-bert") == {"objective"}
+    assert text.objective_keys("bow") == frozenset()  # it trains nothing: no objective
 
 
 @pytest.mark.parametrize("name, value", [("sentences_seen", "40"), ("tokenizer", 5)])  # the loop's; the domain's

@@ -65,6 +65,9 @@ class TextDomain(Domain):
     }
     default_method = "quickthought"
     loss_free_methods = frozenset({"bow", "hf"})
+    # quick-thought's own objective (objective=authors, S2V's) and the spec's layout are two objectives around a
+    # loss: the pages compare them in one setting, as the loss's hyper-parameters
+    method_objective_keys = {method: frozenset({"objective"}) for method in TRAINED}
     datasets = {
         "synthetic-topics": DatasetSpec("synthetic-topics", "embedded: documents that each follow one latent topic, "
                                         "sentences from a small grammar; evaluated on a topic task with a known "
@@ -132,8 +135,6 @@ class TextDomain(Domain):
                      else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
             parts.append(f"{counted(config['epochs'], 'epoch')}{steps}, {sentences}, batch {config['batch_size']}, "
                          f"{model}")
-            if config.get("objective") == "authors":
-                parts.append("quick-thought's own objective (S2V's softmax per context sentence)")
         if config.get("classifier") in _CLASSIFIER_LABELS:
             features = "z-scored features" if config.get("probe_standardize") else "SentEval's protocol"
             parts.append(f"{features} ({_CLASSIFIER_LABELS[config['classifier']]})")

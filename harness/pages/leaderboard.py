@@ -128,8 +128,8 @@ def objective_lines(dom: Domain | None, methods: list[str]) -> list[str]:
         keys = sorted(dom.objective_keys(method)) if dom is not None else []
         if keys:
             lines += [f"Objective: the config keys {', '.join(f'`{k}`' for k in keys)} of the method `{method}` "
-                      "weight its objective around the loss (a paper's table compares objectives, such as SupCon "
-                      "against eps-SupInfoNCE + FairKL). They count as the loss's hyper-parameters: a row's setting "
+                      "weight or shape its objective around the loss (a paper's table compares objectives, a loss "
+                      "with its weights or its layout). They count as the loss's hyper-parameters: a row's setting "
                       "leaves them out, the row shows those its command set, and Δ is against the baseline loss's "
                       "row whose values of them differ in the fewest keys, then with the most seeds.", ""]
     return lines
