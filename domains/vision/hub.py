@@ -23,7 +23,10 @@ decodes its images.
   file that cannot be read back, or holds other files' images, is named in a warning and decoded again.
 - **Checks.** A numbered series of shards (``train-00000-of-00005.parquet``) must be complete, and every label of
   a labelled split a class index: a missing shard or a label out of range is named, never a smaller or mislabelled
-  set.
+  set. Every file read is inside the folder (a ``README.md``'s ``configs: data_files`` may name others), and an
+  image is read from a path only where that is one of the dataset's files (an image folder's ``train/<class>/
+  *.png``): a parquet row holding another path is refused, since that file is in neither the fingerprint nor the
+  cache key.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from domains.files import cache_dir, hash_jsonable, write_atomic
 from domains.vision.hub_reader import (
     builder_for,
     check_complete,
+    check_image_paths,
     display_name,
     file_identities,
     find_column,
@@ -187,6 +191,8 @@ def _decode_dataset(datasets: Any, builder: Any, source: Path | str, files: dict
             raise UserError(f"{row_file(builder, source, s, int(bad[0]), 'label')}: label {int(y[s][bad[0]])} "
                             f"is not a class index 0..{classes - 1} ({len(bad)} such rows in the {s} split)")
     blobs = {s: split_blobs(splits[s], img_col, name) for s in wanted}
+    for s in wanted:
+        check_image_paths(builder, source, s, blobs[s])
     size = image_size or _first_size(blobs["train"][0])
     try:
         decoded = {s: decode(blobs[s], size, s) for s in wanted}

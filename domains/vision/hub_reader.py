@@ -49,8 +49,21 @@ def file_identities(builder: Any, source: Path | str) -> dict[str, str]:
     if not names:
         raise UserError(f"{display_name(source)}: datasets found no data files")
     if isinstance(source, Path):
+        _check_inside(source, names)
         return {os.path.relpath(f, source): hash_files([Path(f)]) for f in names}
     return {f: "pinned by the URL's commit" for f in names}
+
+
+def _check_inside(source: Path, names: list[str]) -> None:
+    """UserError naming the files outside the folder ``source`` that ``datasets`` would read (a ``README.md``'s
+    ``configs: data_files`` may name any path): a dataset is its folder, so that a name under the data root never
+    reaches outside it. ``datasets`` resolves the folder's links, not those inside it (a hub snapshot's files)."""
+    folder = Path(os.path.realpath(source))
+    outside = [f for f in names if not Path(os.path.abspath(f)).is_relative_to(folder)]
+    if outside:
+        more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
+        raise UserError(f"{source}: its README.md's data_files name {outside[0]}{more}, outside the dataset's folder; "
+                        "a dataset's files are inside its folder")
 
 
 def _check_shards(source: Path, files: dict[str, str]) -> None:
@@ -148,7 +161,8 @@ def split_labels(split: Any, column: str, name: str) -> np.ndarray:
 
 
 def split_blobs(split: Any, column: str, name: str) -> list[Blob]:
-    """The encoded images of a split's column: its bytes, or its path where a row has no bytes."""
+    """The encoded images of a split's column: its bytes, or its path where a row has no bytes (an image folder's:
+    :func:`check_image_paths` says which paths may be read)."""
     import pyarrow as pa
 
     out: list[Blob] = []
@@ -164,6 +178,23 @@ def split_blobs(split: Any, column: str, name: str) -> list[Blob]:
     if any(b is None for b in out):
         raise UserError(f"{name}: the image column '{column}' has empty rows")
     return out
+
+
+def check_image_paths(builder: Any, source: Path | str, split: str, blobs: list[Blob]) -> None:
+    """UserError naming the first row of ``split`` whose image is the path of a file that is not one of the
+    dataset's own files. An image folder's rows hold its own images' paths, which the fingerprint and the
+    decoded-image cache key hash; a parquet row may name any file on the machine (absolute, or relative to the
+    working folder), which neither would, so that an edited image would be served from the cache as before."""
+    own = ({os.path.abspath(f) for files in builder.config.data_files.values() for f in files}
+           if isinstance(source, Path) else set())
+    bad = next((i for i, blob in enumerate(blobs) if isinstance(blob, str) and os.path.abspath(blob) not in own), None)
+    if bad is None:
+        return
+    fix = ("write each image's bytes into its row" if isinstance(source, Path) else
+           f"download it (huggingface-cli download {source} --repo-type dataset --local-dir <folder>) and pass "
+           "--dataset hf:<folder>")
+    raise UserError(f"{row_file(builder, source, split, bad)} holds no bytes but the path {blobs[bad]}, which is "
+                    f"not one of the dataset's own files (those alone are in its fingerprint); {fix}")
 
 
 def row_file(builder: Any, source: Path | str, split: str, index: int, what: str = "image") -> str:

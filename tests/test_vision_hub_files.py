@@ -1,0 +1,95 @@
+"""Which files an ``hf:<folder>`` set reads: its own files only (the parquet shards, or an image folder's
+``train/<class>/*.png``), each hashed into the fingerprint and the decoded-image cache key; never an image file a
+parquet row names by path, nor a file a ``README.md``'s ``configs: data_files`` names outside the folder. Every set
+here is a few random 8x8 PNGs."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from domains.errors import UserError
+from domains.vision import data
+
+datasets = pytest.importorskip("datasets")
+Image = pytest.importorskip("PIL.Image")
+
+SIZES = {"train": 12, "test": 4}
+FEATURES = {"image": datasets.Image(), "label": datasets.ClassLabel(names=["a", "b"])}
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _png(seed: int, constant: bool = False) -> bytes:
+    pixels = np.zeros((8, 8, 3), np.uint8) if constant else \
+        np.random.default_rng(seed).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "PNG")
+    return out.getvalue()
+
+
+def _write_set(folder: Path, images: dict[str, list[dict]]) -> Path:
+    """``folder/data/<split>-00000-of-00001.parquet`` holding ``images`` (the Image feature's rows: bytes, path)."""
+    for split, rows in images.items():
+        path = folder / "data" / f"{split}-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = {"image": rows, "label": [i % 2 for i in range(len(rows))]}
+        datasets.Dataset.from_dict(table, features=datasets.Features(FEATURES)).to_parquet(str(path))
+    return folder
+
+
+def _bytes_rows(constant: bool = False) -> dict[str, list[dict]]:
+    return {split: [{"bytes": _png(i, constant), "path": None} for i in range(n)] for split, n in SIZES.items()}
+
+
+def test_a_parquet_row_naming_an_image_file_is_refused_by_shard_and_row(tmp_path):
+    # The file lies outside the set: neither the fingerprint nor the cache key would cover it, so an edited image
+    # would give the old run id, and even --force the old decoded pixels.
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(_png(0))
+    rows = _bytes_rows()
+    rows["train"][3] = {"bytes": None, "path": str(outside)}
+    folder = _write_set(tmp_path / "set", rows)
+    with pytest.raises(UserError) as err:
+        data.load(f"hf:{folder}", tmp_path)
+    message = str(err.value)
+    assert message.startswith(f"{folder / 'data' / 'train-00000-of-00001.parquet'}: the image in row 3 holds no "
+                              f"bytes but the path {outside}, which is not one of the dataset's own files")
+
+
+def test_an_image_folder_reads_its_own_files_and_an_edited_one_is_a_new_fingerprint(tmp_path):
+    folder = tmp_path / "folder"
+    for split, n in SIZES.items():
+        for i in range(n):
+            (folder / split / str(i % 2)).mkdir(parents=True, exist_ok=True)
+            (folder / split / str(i % 2) / f"{i}.png").write_bytes(_png(i))
+    before = data.load(f"hf:{folder}", tmp_path)
+    assert len(before.train.images) == SIZES["train"] and before.num_classes == 2
+    assert len(before.fingerprint["source"]["files"]) == sum(SIZES.values())
+    (folder / "train" / "0" / "0.png").write_bytes(_png(99))
+    after = data.load(f"hf:{folder}", tmp_path)
+    assert after.fingerprint != before.fingerprint
+    assert not np.array_equal(after.train.images.numpy(), before.train.images.numpy())  # decoded again
+
+
+def test_readme_data_files_outside_the_folder_are_refused(tmp_path):
+    other = _write_set(tmp_path / "other", _bytes_rows())
+    folder = tmp_path / "root" / "mine"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: ../../other/data/train-*.parquet\n  - split: test\n"
+        f"    path: {other}/data/test-*.parquet\n---\n")
+    with pytest.raises(UserError) as err:
+        data.load("hf:mine", tmp_path / "root")  # a name under the data root
+    first = other / "data" / "test-00000-of-00001.parquet"
+    assert str(err.value) == (f"{folder}: its README.md's data_files name {first} and 1 more, outside the dataset's "
+                              "folder; a dataset's files are inside its folder")
+
