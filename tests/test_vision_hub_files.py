@@ -1,7 +1,7 @@
 """Which files an ``hf:<folder>`` set reads: its own files only (the parquet shards, or an image folder's
 ``train/<class>/*.png``), each hashed into the fingerprint and the decoded-image cache key; never an image file a
-parquet row names by path, nor a file a ``README.md``'s ``configs: data_files`` names outside the folder. Every set
-here is a few random 8x8 PNGs."""
+parquet row names by path, nor a file a ``README.md``'s ``configs: data_files`` names outside the folder. And a set
+whose training pixels are constant is refused at load time. Every set here is a few random 8x8 PNGs."""
 
 from __future__ import annotations
 
@@ -93,3 +93,8 @@ def test_readme_data_files_outside_the_folder_are_refused(tmp_path):
     assert str(err.value) == (f"{folder}: its README.md's data_files name {first} and 1 more, outside the dataset's "
                               "folder; a dataset's files are inside its folder")
 
+
+def test_constant_training_pixels_are_refused_at_load_time(tmp_path):
+    folder = _write_set(tmp_path / "black", _bytes_rows(constant=True))
+    with pytest.raises(UserError, match=r"every training image has the same value in channel R, G, B \(pixel std 0\)"):
+        data.load(f"hf:{folder}", tmp_path)

@@ -26,7 +26,7 @@ decodes its images.
   set. Every file read is inside the folder (a ``README.md``'s ``configs: data_files`` may name others), and an
   image is read from a path only where that is one of the dataset's files (an image folder's ``train/<class>/
   *.png``): a parquet row holding another path is refused, since that file is in neither the fingerprint nor the
-  cache key.
+  cache key. A training set with a constant channel (std 0) cannot be normalised, and is refused.
 """
 
 from __future__ import annotations
@@ -132,6 +132,7 @@ def load(source: Path | str, *, image_size: int = 0, image_column: str = "", lab
     if cached is None:
         cached = _decode_dataset(datasets, builder, source, files, image_size, image_column, label_column)
         write_atomic(path, lambda fh: torch.save(vars(cached), fh))
+    _check_not_constant(cached.train[0], display_name(source))
     if cached.source["test_split"] != "test":
         warnings.warn(f"{display_name(source)} has no test split: the test set is {cached.source['test_split']}",
                       UserWarning, stacklevel=2)
@@ -240,6 +241,17 @@ def _channel_stats(images: Tensor) -> tuple[tuple[float, float, float], tuple[fl
     mean = total / n
     std = (squares / n - mean.square()).clamp_min(0).sqrt()
     return tuple(mean.tolist()), tuple(std.tolist())
+
+
+def _check_not_constant(images: Tensor, name: str) -> None:
+    """UserError for training images of which a channel holds one value: its std is 0, and normalising divides by
+    it. Compared as uint8 (the float std of a constant channel may round to a tiny number instead of 0). Checked
+    on every load, so that a cache decoded before the check is refused as well."""
+    lowest, highest = images.amin(dim=(0, 2, 3)).tolist(), images.amax(dim=(0, 2, 3)).tolist()
+    constant = [c for c, lo, hi in zip("RGB", lowest, highest) if lo == hi]
+    if constant:
+        raise UserError(f"{name}: every training image has the same value in channel {', '.join(constant)} "
+                        "(pixel std 0), so the images cannot be normalised; check that they are the right images")
 
 
 def _first_size(blob: Blob) -> int:
