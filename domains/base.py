@@ -313,6 +313,12 @@ class Domain(ABC):
         leaves it out of those jobs, which run once. Empty (the default): every field counts."""
         return {}
 
+    def dataset_code(self, dataset: str) -> tuple[str, ...]:
+        """The modules of the user's own code that ``dataset`` runs (rl's ``gym:<module>:<id>``: the module that
+        registers the environment), imported: their code, and the user's modules they import, is part of the run's
+        identity as a plugin's is (``harness.version.source_digest``). Default: none."""
+        return ()
+
     def validate(self, spec: RunSpec) -> None:  # noqa: B027 - an optional hook, not abstract
         """Raise UserError for a combination that cannot run (e.g. a method/dataset mismatch)."""
 

@@ -255,7 +255,7 @@ def run_hash(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
     """sha256 of the experiment, the data's fingerprint and the code (:func:`harness.version.source_digest`): the
     identity of a run but for its seed. After a dataset's files, the package's sources or a plugin's change,
     neither the skip of a completed record nor ``--resume`` may reuse what was computed before."""
-    return _run_hash(config_hash(spec), data_fingerprint, source_digest(spec.domain, spec.loss))
+    return _run_hash(config_hash(spec), data_fingerprint, source_digest(spec.domain, spec.loss, spec.dataset))
 
 
 def record_run_hash(record: RunRecord) -> str | None:
@@ -441,7 +441,8 @@ def reusable(results: Path, spec: RunSpec, data_fingerprint: dict[str, Any]) -> 
     if record is None or record.status != "completed":
         return None
     expected = {"run id": rid, "seed": spec.seed, "experiment (config)": config_hash(spec),
-                "data": hash_jsonable(jsonable(data_fingerprint)), "code": source_digest(spec.domain, spec.loss),
+                "data": hash_jsonable(jsonable(data_fingerprint)),
+                "code": source_digest(spec.domain, spec.loss, spec.dataset),
                 "run hash": run_hash(spec, data_fingerprint)}
     actual = {"run id": record.run_id, "seed": record.seed, "experiment (config)": record.config_hash,
               "data": hash_jsonable(record.data_fingerprint), "code": record.software.get("source_digest"),

@@ -5,10 +5,12 @@ packages (``losses``, ``domains``, ``harness``) that a run can execute (:mod:`ha
 the losses, the built-in domains and all they import; not the pages, ``compare``, sweeps, benchmarks or a domain's
 published rows), and over the code of the plugins that provide the run's domain and loss (a module outside the
 packages: the ``HARNESS_PLUGINS`` module or entry point whose import registered it, else the module that defines it;
-its package's files or its own, and the user's own modules that these import: :func:`_plugin_digest`), whose digests
-the record names. It is part of every run's identity (``records.run_hash``): a run of other code is another run, so
-skipping a completed record and ``--resume`` reuse a result only for the same sources, and ``harness compare`` never
-pools two versions of a plugin. The digest is used rather than the commit because
+its package's files or its own, and the user's own modules that these import: :func:`_plugin_digest`), and
+likewise over the code the run's dataset runs (``Domain.dataset_code``: rl's ``gym:<module>:<id>``, a custom
+environment's module), whose digests the record names. It is part of every run's identity (``records.run_hash``):
+a run of other code is another run, so skipping a completed record and ``--resume`` reuse a result only for the
+same sources, and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the
+commit because
 it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a copied tree) and
 an installed wheel, and because a commit that changes only records, pages, documentation or the commands around
 runs changes no result. A run of built-in code hashes the packages' run code alone (:func:`package_digest`);
@@ -227,20 +229,23 @@ def _plugin_digest(module: str) -> str:
     return digest.hexdigest()
 
 
-def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
+def plugin_digests(domain: str | None = None, loss: str | None = None, dataset: str | None = None
+                   ) -> dict[str, str]:
     """The modules outside the packages that provide ``domain`` and ``loss`` (:func:`domains.provider`,
-    :func:`domains.loss_provider`: the plugin whose import registered each) -> the digest of their code
-    (:func:`_plugin_digest`). Empty where both are built in."""
+    :func:`domains.loss_provider`: the plugin whose import registered each) and that ``dataset`` runs
+    (``Domain.dataset_code``: a custom Gymnasium environment's module) -> the digest of their code
+    (:func:`_plugin_digest`). Empty where all are built in."""
     providers = [domains.provider(domain)] if domain else []
     providers += [domains.loss_provider(loss)] if loss else []
+    providers += domains.get(domain).dataset_code(dataset) if domain and dataset else []
     return {module: _plugin_digest(module) for module in dict.fromkeys(providers)
             if module.split(".")[0] not in PACKAGES}
 
 
-def source_digest(domain: str | None = None, loss: str | None = None) -> str:
-    """The identity of the code a run of ``domain`` with ``loss`` runs: :func:`package_digest` where both are
-    built in, else sha256 of it and :func:`plugin_digests`."""
-    return _code_digest(plugin_digests(domain, loss))
+def source_digest(domain: str | None = None, loss: str | None = None, dataset: str | None = None) -> str:
+    """The identity of the code a run of ``domain`` with ``loss`` on ``dataset`` runs: :func:`package_digest`
+    where all are built in, else sha256 of it and :func:`plugin_digests`."""
+    return _code_digest(plugin_digests(domain, loss, dataset))
 
 
 def _code_digest(plugins: dict[str, str], packages: str | None = None) -> str:
@@ -248,17 +253,17 @@ def _code_digest(plugins: dict[str, str], packages: str | None = None) -> str:
     return hash_jsonable({"packages": packages, "plugins": plugins}) if plugins else packages
 
 
-def software_info(domain: str | None = None, loss: str | None = None, *, packages: str | None = None
-                  ) -> dict[str, Any]:
-    """What a record (of a run of ``domain`` with ``loss``) says of its code: version, git commit, its date and
-    dirty flag (None outside a checkout), and the source digest (always); with plugins, also the packages' digest
-    and each plugin's, by module. ``packages``: the packages' digest, by default :func:`package_digest` (a
-    benchmark gives :func:`tree_digest`: its own modules are no run's)."""
+def software_info(domain: str | None = None, loss: str | None = None, dataset: str | None = None, *,
+                  packages: str | None = None) -> dict[str, Any]:
+    """What a record (of a run of ``domain`` with ``loss`` on ``dataset``) says of its code: version, git commit,
+    its date and dirty flag (None outside a checkout), and the source digest (always); with plugins, also the
+    packages' digest and each plugin's, by module. ``packages``: the packages' digest, by default
+    :func:`package_digest` (a benchmark gives :func:`tree_digest`: its own modules are no run's)."""
     commit = _git("rev-parse", "HEAD") if _is_checkout() else None
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
     date = None if commit is None else _git("show", "-s", "--format=%cI", commit)
     packages = packages or package_digest()
-    plugins = plugin_digests(domain, loss)
+    plugins = plugin_digests(domain, loss, dataset)
     beside = {"package_digest": packages, "plugins": plugins} if plugins else {}
     return {"contrastive_harness": package_version(), "git_commit": commit, "git_commit_date": date,
             "git_dirty": dirty, "source_digest": _code_digest(plugins, packages), **beside}

@@ -111,6 +111,11 @@ class RLDomain(Domain):
         task = task_of(dataset)  # None: the task's action repeat and learning rate
         return replace(config, action_repeat=config.action_repeat or task.action_repeat, lr=config.lr or task.lr)
 
+    def dataset_code(self, dataset: str) -> tuple[str, ...]:
+        from domains.rl.gym_envs import env_module
+
+        return env_module(dataset)
+
     def validate(self, spec: RunSpec) -> None:
         if spec.method not in self.methods:
             raise UserError(f"unknown method '{spec.method}' for domain rl; available: {', '.join(self.methods)}")

@@ -11,6 +11,7 @@ A dataset ``gym:<id>`` is ``gymnasium.make(<id>, render_mode="rgb_array")`` put 
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 
@@ -73,7 +74,21 @@ def task_of(dataset: str) -> TaskSpec:
 
 # [<module>:][<namespace>/]<name>[-v<N>], as Gymnasium spells ids; the module (a dotted Python name) is one Gymnasium
 # imports to register the id. Nothing else: the id is no path, and names no file.
-GYM_ID = re.compile(r"(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:)?(?:[\w-]+/)?\w[\w.-]*")
+GYM_ID = re.compile(r"(?:(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):)?(?:[\w-]+/)?\w[\w.-]*")
+
+
+def env_module(dataset: str) -> tuple[str, ...]:
+    """The module that ``gym:<module>:<id>`` names, imported (Gymnasium imports it to register the id: it is the
+    environment's code, which the run's identity covers as a plugin's); () for any other dataset."""
+    match = GYM_ID.fullmatch(dataset[len(GYM_PREFIX):]) if is_gym_dataset(dataset) else None
+    if match is None or match["module"] is None:
+        return ()
+    try:
+        importlib.import_module(match["module"])
+    except Exception as exc:  # noqa: BLE001 - the user's module may raise anything on import: one line
+        raise UserError(f"'{dataset}': module '{match['module']}' cannot be imported ({type(exc).__name__}: "
+                        f"{exc})") from None
+    return (match["module"],)
 
 
 def make_gym(env_id: str) -> gym.Env:

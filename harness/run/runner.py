@@ -397,7 +397,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "primary_metric": domain.primary_metric, "higher_is_better": domain.higher_is_better,
         "baseline_loss": domain.baseline_loss_for(spec.method),
         "command": command_for(spec, the_plan.overrides, device), "hardware": hardware_info(device),
-        "software": software_info(spec.domain, spec.loss),
+        "software": software_info(spec.domain, spec.loss, spec.dataset),
         # Resumed: a checkpoint was there to go on from (a --resume of a seed that never started starts fresh).
         "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
         "data_fingerprint": data.fingerprint,

@@ -215,7 +215,7 @@ def suite_code(settings: list[Setting]) -> str:
     settings run different code (other plugins), which one candidate cannot name."""
     codes: dict[str, list[str]] = {}
     for s in settings:
-        codes.setdefault(source_digest(s.domain, s.loss), []).append(f"{s.domain} {s.loss} (line {s.line})")
+        codes.setdefault(source_digest(s.domain, s.loss, s.dataset), []).append(f"{s.domain} {s.loss} (line {s.line})")
     if len(codes) > 1:
         raise UserError("the suite's settings run different code (plugins that provide some of their domains or "
                         "losses), which one gate cannot name: "
