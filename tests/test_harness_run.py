@@ -17,6 +17,7 @@ from tiny_domain import REPO, TinyDomain, harness, harness_env
 
 from harness.cli import main
 from harness.records import REQUIRED_FIELDS, config_hash, run_hash
+from harness.run import data_root_prefix
 from harness.run.runner import RunRequest, plan
 from harness.run.stopping import EXIT_STOPPED
 
@@ -278,3 +279,23 @@ def test_a_run_held_by_another_process_is_skipped_and_failed_force_keeps_the_rec
     assert main([*args, "--force"]) == 1
     assert _records(tmp_path) == [record]  # a failed --force rerun keeps the completed record
     assert "keeping its earlier completed record" in (tmp_path / f"{record['run_id']}.log").read_text()
+
+
+def test_the_printed_reproduce_line_names_a_data_root_of_ones_own(tmp_path, monkeypatch):
+    # The record's command names no data root (the data's fingerprint, not its folder, is the run's): without the
+    # prefix, the line pasted in a new shell would look for one's own data under the built-in root.
+    root = tmp_path / "my data"
+    root.mkdir()
+    out = subprocess.run([sys.executable, "-m", "harness", "run", "--domain", "tiny", "--loss", "infonce", "--seeds",
+                          "0", "--set", "epochs=1", "--results", str(tmp_path / "results"), "--quiet"], cwd=REPO,
+                         env={**harness_env(), "HARNESS_DATA_ROOT": str(root)}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    [line] = [ln.split("reproduce: ", 1)[1] for ln in out.stdout.splitlines() if "reproduce: " in ln]
+    assert line.startswith(f"HARNESS_DATA_ROOT='{root}' HARNESS_PLUGINS=tiny_domain harness run --domain tiny ")
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("HARNESS_DATA_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert data_root_prefix(None) == "" == data_root_prefix(str(tmp_path / ".cache/contrastive-harness/data"))
+    assert data_root_prefix("relative") == f"HARNESS_DATA_ROOT={tmp_path / 'relative'} "  # --data-root, absolute

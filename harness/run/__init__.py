@@ -8,6 +8,7 @@ tracking (:mod:`.tracking`), graceful stops (:mod:`.stopping`) and what a run sh
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import shlex
@@ -24,7 +25,7 @@ from harness.machine import omp_threads
 from harness.records import RunRecord
 from harness.run import config as cfg
 from harness.run import stopping, tracking
-from harness.run.runner import Outcome, RunRequest, execute, plan
+from harness.run.runner import Outcome, RunRequest, builtin_data_root, default_data_root, execute, plan
 
 
 def request_from_args(args: argparse.Namespace) -> RunRequest:
@@ -95,23 +96,35 @@ def plugins_prefix(modules: Iterable[str] | None = None) -> str:
     return f"HARNESS_PLUGINS={shlex.quote(named)} " if named else ""
 
 
-def _print_outcome(outcome: Outcome) -> None:
+def data_root_prefix(cli_value: str | None) -> str:
+    """What a printed command starts with so that it reads the same data pasted in a new shell:
+    ``HARNESS_DATA_ROOT=<absolute path> `` where the data root (``--data-root``, else ``$HARNESS_DATA_ROOT``) is
+    not the built-in one, else nothing. The record's command carries neither: the data root is no part of a
+    run's identity (its data's fingerprint is)."""
+    root = default_data_root(cli_value).resolve()
+    return "" if root == builtin_data_root().resolve() else f"HARNESS_DATA_ROOT={shlex.quote(str(root))} "
+
+
+def _print_outcome(outcome: Outcome, data_root: str | None = None) -> None:
     print(summary_line(outcome), flush=True)
     record = outcome.record
     if outcome.status in ("completed", "skipped") and record:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record.metrics.items()))
         print(f"  seed {record.seed}: {metrics}")
-        print(f"    reproduce: {reproduce_line(record)}", flush=True)
+        print(f"    reproduce: {reproduce_line(record, data_root)}", flush=True)
     if outcome.model:
         print(f"  {outcome.model}", flush=True)
     if outcome.note:
         print(f"  note: {outcome.note}", flush=True)
 
 
-def reproduce_line(record: RunRecord) -> str:
-    """The shell line that reruns a record's run: its command, after ``HARNESS_PLUGINS`` naming the plugins that
-    provided its domain or loss (``software.plugins``), without which the command names an unknown one."""
-    return plugins_prefix(record.software.get("plugins") or {}) + shlex.join(record.command)
+def reproduce_line(record: RunRecord, data_root: str | None = None) -> str:
+    """The shell line that reruns a record's run, read from the data root ``data_root`` (``--data-root``, None:
+    :func:`default_data_root`'s): its command, after the data root where it is not the built-in one
+    (:func:`data_root_prefix`: one's own data is not found without it) and ``HARNESS_PLUGINS`` naming the plugins
+    that provided its domain or loss (``software.plugins``), without which the command names an unknown one."""
+    return data_root_prefix(data_root) + plugins_prefix(record.software.get("plugins") or {}) + \
+        shlex.join(record.command)
 
 
 def time_limit(args: argparse.Namespace) -> float | None:
@@ -142,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     request, limit = request_from_args(args), time_limit(args)
     try:
         with stopping.graceful(stopping.STOP_SIGNALS, limit):
-            outcomes = execute(request, on_outcome=_print_outcome)
+            outcomes = execute(request, on_outcome=functools.partial(_print_outcome, data_root=request.data_root))
     except KeyboardInterrupt:
         # The interrupted seed's checkpoint is in <results>/.work/; completed seeds have their records.
         print(f"interrupted; continue with: {resume_command(args.argv)}", file=sys.stderr)

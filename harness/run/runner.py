@@ -85,9 +85,14 @@ class Plan:
 
 
 def default_data_root(cli_value: str | None) -> Path:
-    """``--data-root`` > ``$HARNESS_DATA_ROOT`` > ``~/.cache/contrastive-harness/data``."""
+    """``--data-root`` > ``$HARNESS_DATA_ROOT`` > :func:`builtin_data_root`."""
     value = cli_value or os.environ.get("HARNESS_DATA_ROOT")
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "contrastive-harness" / "data"
+    return Path(value).expanduser() if value else builtin_data_root()
+
+
+def builtin_data_root() -> Path:
+    """The data root where neither ``--data-root`` nor ``$HARNESS_DATA_ROOT`` names one."""
+    return Path.home() / ".cache" / "contrastive-harness" / "data"
 
 
 def resolve_device(name: str) -> torch.device:
