@@ -1,8 +1,9 @@
 """Image datasets in the Hugging Face format: a hub id, or a local folder of the hub's parquet shards (each
 image PNG or JPEG bytes, as the hub stores ``cifar10``, ``cifar100``, ``stl10``, ``mnist`` and most image
 sets), read with the ``datasets`` library and decoded once into a uint8 tensor cache. This module loads, checks
-and caches a set; :mod:`domains.vision.hub_reader` reads its files and splits, :mod:`domains.vision.image_decoding`
-decodes its images.
+and caches a set; :mod:`domains.hub_datasets` (shared with the text domain) finds and reads its files and splits,
+:mod:`domains.vision.hub_reader` checks its shards and columns, :mod:`domains.vision.image_decoding` decodes its
+images.
 
 - **Loading.** ``datasets.load_dataset_builder`` resolves the files (split names from the hub's file names,
   e.g. ``plain_text/train-00000-of-00001.parquet``), then ``download_and_prepare`` / ``as_dataset``, which is
@@ -32,7 +33,6 @@ decodes its images.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,22 +45,21 @@ from torch import Tensor
 from domains.base import require
 from domains.errors import UserError
 from domains.files import cache_dir, hash_jsonable, write_atomic
-from domains.vision.hub_reader import (
+from domains.hub_datasets import (
+    Wording,
     builder_for,
-    check_complete,
-    check_image_paths,
     display_name,
     file_identities,
     find_column,
     prepare_splits,
-    row_file,
-    split_blobs,
-    split_labels,
 )
+from domains.hub_datasets import locate as locate_dataset
+from domains.vision.hub_reader import check_complete, check_image_paths, row_file, split_blobs, split_labels
 from domains.vision.image_decoding import Blob, UndecodableImage, decode, open_image
 
 PREFIX = "hf:"
-HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids
+WORDING = Wording("--dataset", PREFIX, "a local Hugging Face image dataset is a folder of its parquet shards, "
+                  "e.g. plain_text/train-00000-of-00001.parquet")
 IMAGE_COLUMNS = ("img", "image")
 LABEL_COLUMNS = ("label", "fine_label", "labels")
 TEST_FRACTION = 0.2  # of train, held out (stratified, seed SPLIT_SEED) where a dataset has no test split
@@ -88,22 +87,9 @@ def is_hub_name(name: str) -> bool:
 
 
 def locate(target: str, root: Path) -> Path | str:
-    """The folder ``target`` names (as given, else under the data root), or ``target`` as a hub id; UserError for a
-    path (absolute, ``./``, ``~``) that is no folder, and for a target that is neither a folder nor a hub id. Only
-    a relative path without ``..`` is looked for under the data root: a name never reaches outside it."""
-    given = Path(target).expanduser()
-    inside = not target.startswith("~") and not given.is_absolute() and ".." not in given.parts
-    candidates = list(dict.fromkeys((given, *([Path(root) / target] if inside else []))))
-    for folder in candidates:
-        if folder.is_dir():
-            return folder.resolve()
-    if target.startswith(("/", ".", "~")):
-        raise UserError(f"no folder {' nor '.join(map(str, candidates))}; a local Hugging Face dataset is a folder "
-                        "of its parquet shards, e.g. plain_text/train-00000-of-00001.parquet")
-    if not HUB_ID.fullmatch(target) or ".." in target:
-        raise UserError(f"'{PREFIX}{target}' is neither a folder nor a hub id (<name> or <owner>/<name>: letters, "
-                        "digits, '-', '_' and '.'); a folder's path starts with /, ./, ../ or ~")
-    return target
+    """The folder ``hf:<target>`` names, as given or under the data root, or ``target`` as a hub id
+    (:func:`domains.hub_datasets.locate`)."""
+    return locate_dataset(target, root, WORDING)
 
 
 def shard_folder(candidates: list[Path]) -> Path | None:
@@ -115,7 +101,7 @@ def load(source: Path | str, *, image_size: int = 0, image_column: str = "", lab
     """The dataset in folder ``source`` (a Path) or at hub id ``source`` (a str), decoded at ``image_size``
     (0: the first image's shorter side), from the cache when the same files were decoded before."""
     datasets = require("datasets", "vision")
-    builder = builder_for(datasets, source)
+    builder = builder_for(datasets, source, WORDING)
     files = file_identities(builder, source)
     unread = sorted({os.path.relpath(p, source) for p in Path(source).glob("**/*.parquet")} - set(files)
                     if isinstance(source, Path) else ())
@@ -171,7 +157,7 @@ def _read_cache(path: Path, files: dict[str, str]) -> HubImages | None:
 def _decode_dataset(datasets: Any, builder: Any, source: Path | str, files: dict[str, str], image_size: int,
                     image_column: str, label_column: str) -> HubImages:
     name = display_name(source)
-    splits = prepare_splits(datasets, builder, source, files)
+    splits = prepare_splits(datasets, builder, source, files, bars=False)  # ours follows
     if "train" not in splits:
         raise UserError(f"{name} has no train split (its splits: {', '.join(splits)})")
     train = splits["train"]

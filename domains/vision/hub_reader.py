@@ -1,116 +1,20 @@
-"""A Hugging Face dataset's files and splits as ``datasets`` reads them, for :mod:`domains.vision.hub`: the
-builder, what identifies the files read, the checks of the parquet shards, and a split's image and label columns in
-Arrow form (never row by row in Python)."""
+"""A Hugging Face image dataset's files and splits, for :mod:`domains.vision.hub` (the builder, the identities of
+the files and the prepared splits are :mod:`domains.hub_datasets`'): the completeness of a numbered series of
+parquet shards, a split's image and label columns in Arrow form (never row by row in Python), and where a row is
+stored."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from domains.errors import UserError
-from domains.files import cache_dir, hash_files
-from domains.hub_network import no_network_note, offline_without_network
+from domains.hub_datasets import display_name
 from domains.vision.image_decoding import Blob
-
-
-def display_name(source: Path | str) -> str:
-    """How messages name ``source``: the folder, or the hub id."""
-    return str(source) if isinstance(source, Path) else f"hub dataset '{source}'"
-
-
-def builder_for(datasets: Any, source: Path | str) -> Any:
-    """``datasets.load_dataset_builder`` for a folder or a hub id, its files resolved; UserError when there is
-    nothing ``datasets`` can read there, or no network for a hub id."""
-    offline = contextlib.nullcontext(False) if isinstance(source, Path) else offline_without_network()
-    try:
-        with offline as no_network:
-            return datasets.load_dataset_builder(str(source), cache_dir=str(cache_dir() / "hf-datasets"))
-    except (OSError, ValueError) as exc:  # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids
-        reason = no_network_note() if no_network else " ".join(str(exc).split()) or type(exc).__name__
-        if isinstance(source, Path):
-            raise UserError(f"{source}: no dataset files that datasets can read ({reason}); a Hugging Face image "
-                            "dataset is a folder of parquet shards, e.g. data/train-00000-of-00001.parquet") from None
-        raise UserError(f"cannot load '{source}' from the Hugging Face hub ({reason}); without a network, download "
-                        f"it where there is one (huggingface-cli download {source} --repo-type dataset --local-dir "
-                        "<folder>) and pass --dataset hf:<folder>") from None
-
-
-def file_identities(builder: Any, source: Path | str) -> dict[str, str]:
-    """What identifies the files the builder reads: each local file's sha256 (by its path inside the folder),
-    or each hub file's URL, which names the commit it is pinned to."""
-    data_files = builder.config.data_files or {}
-    names = sorted({str(f) for split in data_files.values() for f in split})
-    if not names:
-        raise UserError(f"{display_name(source)}: datasets found no data files")
-    if isinstance(source, Path):
-        _check_inside(source, names)
-        return {os.path.relpath(f, source): hash_files([Path(f)]) for f in names}
-    return {f: "pinned by the URL's commit" for f in names}
-
-
-def _check_inside(source: Path, names: list[str]) -> None:
-    """UserError naming the files outside the folder ``source`` that ``datasets`` would read (a ``README.md``'s
-    ``configs: data_files`` may name any path): a dataset is its folder, so that a name under the data root never
-    reaches outside it. ``datasets`` resolves the folder's links, not those inside it (a hub snapshot's files)."""
-    folder = Path(os.path.realpath(source))
-    outside = [f for f in names if not Path(os.path.abspath(f)).is_relative_to(folder)]
-    if outside:
-        more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
-        raise UserError(f"{source}: its README.md's data_files name {outside[0]}{more}, outside the dataset's folder; "
-                        "a dataset's files are inside its folder")
-
-
-def _check_shards(source: Path, files: dict[str, str]) -> None:
-    """Read each parquet shard's footer: a truncated or damaged file is named before ``datasets`` fails on it."""
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    for rel in files:
-        if rel.endswith(".parquet"):
-            try:
-                pq.read_metadata(source / rel)
-            except (OSError, pyarrow.ArrowException) as exc:
-                raise UserError(f"{source / rel} is not a readable parquet file ({exc}); download it again") from None
-
-
-def _bad_shard(source: Path, files: dict[str, str]) -> str:
-    """The first shard whose pages pyarrow cannot read in full (a damage the footer does not show), or ''."""
-    import pyarrow
-    import pyarrow.parquet as pq
-
-    for rel in files:
-        try:
-            pq.read_table(source / rel)
-        except (OSError, pyarrow.ArrowException) as exc:
-            return f"{source / rel} is damaged ({exc}); download it again"
-    return ""
-
-
-def prepare_splits(datasets: Any, builder: Any, source: Path | str, files: dict[str, str]) -> Any:
-    """The builder's DatasetDict, prepared (Arrow files in the cache); datasets' own bars off (ours follows)."""
-    if isinstance(source, Path):
-        _check_shards(source, files)
-    bars_were_off = datasets.utils.are_progress_bars_disabled()
-    datasets.disable_progress_bars()
-    try:
-        builder.download_and_prepare()
-        return builder.as_dataset()
-    except datasets.exceptions.DatasetGenerationError as exc:
-        reason = _bad_shard(source, files) if isinstance(source, Path) else ""
-        raise UserError(reason or f"{display_name(source)}: datasets could not read it ({exc.__cause__ or exc})") \
-            from None
-    except OSError as exc:
-        raise UserError(f"{display_name(source)}: cannot download or read it ({exc})") from None
-    finally:
-        if not bars_were_off:
-            datasets.enable_progress_bars()
-
 
 SHARD_NAME = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
 
@@ -131,22 +35,6 @@ def check_complete(source: Path) -> None:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise UserError(f"{folder}: {len(missing)} of {count} shards of {stem} missing ({names}{more}); "
                             "the split would be read without them, so download them again")
-
-
-def find_column(features: dict, given: str, preferred: tuple[str, ...], kind: Callable[[Any], bool], what: str,
-                option: str, name: str) -> str:
-    """The column ``given`` (with ``--set <option>``), else the first of ``preferred``, else the first feature of
-    ``kind``; UserError naming the columns there are."""
-    if given:
-        if given not in features:
-            raise UserError(f"{name} has no column '{given}' ({option}); its columns: {', '.join(features)}")
-        return given
-    found = next((c for c in preferred if c in features), None) or next(
-        (c for c, f in features.items() if kind(f)), None)
-    if found is None:
-        raise UserError(f"{name} has no {what} column (looked for {', '.join(preferred)}); its columns: "
-                        f"{', '.join(features)}; name it with --set {option}=<column>")
-    return found
 
 
 def split_labels(split: Any, column: str, name: str) -> np.ndarray:
