@@ -205,7 +205,7 @@ class TextDomain(Domain):
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         """The pretraining corpus of a trained method (None for bow and hf, which train nothing) and the
         fingerprint. The evaluation's SentEval files are read by the protocol; the fingerprint hashes them."""
-        corpus = load_corpus(spec.dataset, spec.config, ctx.data_root) if spec.method in TRAINED else None
+        corpus = load_corpus(spec.dataset, spec.config, ctx) if spec.method in TRAINED else None
         return Prepared(corpus, self.data_fingerprint(spec, ctx))
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, corpus: Corpus | None) -> PretrainResult:
@@ -289,7 +289,9 @@ class TextDomain(Domain):
             paths = book_paths(ctx.data_root, cfg.books)
             out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
         elif spec.dataset == "hf-text":
-            out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
+            from domains.text.hf_text import file_hashes
+
+            out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split, hf_files=file_hashes(cfg, ctx.data_root))
         if cfg.word_vectors:
             from domains.text.models import word_vectors_file
 

@@ -38,11 +38,11 @@ def method_rows(method: str, device: torch.device, data_root: Path, quick: bool)
     cfg = TextConfig(max_sentences=4000 if quick else 40000, max_steps=5 if quick else 50, epochs=100,
                      log_every=1000, checkpoint_every=10 ** 9, senteval_max_samples=1000 if quick else 0)
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = load_corpus(dataset, cfg, data_root)
+        ctx = RunContext(seed=0, device=device, data_root=data_root, work_dir=Path(tmp) / method, quiet=True)
+        corpus = load_corpus(dataset, cfg, ctx)
         kind = "wordpiece" if method == "quickthought-bert" else "word"
         tokenizer = train_tokenizer(corpus.sentences, kind, cfg.vocab_size, cfg.max_len)
         model, _ = build_model(method, cfg, tokenizer)
-        ctx = RunContext(seed=0, device=device, data_root=data_root, work_dir=Path(tmp) / method, quiet=True)
         _, throughput, info = train(model, tokenizer, corpus, cfg, losses.get("infonce"), ctx)
     rows: list[dict[str, Any]] = [{"benchmark": "train", "method": method, "dataset": dataset, "device": str(device),
                                    "batch_size": cfg.batch_size, "steps": info["steps"],

@@ -3,7 +3,8 @@
 - ``books``: a directory of plain-text books (``<data root>/books/*.txt``, read as latin-1), one document per
   file, split into sentences with pysbd (rule-based, offline) paragraph by paragraph, in reading order. The
   split is cached per file content under ``$HARNESS_CACHE_DIR`` (default ``~/.cache/contrastive-harness``).
-- ``hf-text``: any Hugging Face text dataset through ``datasets`` (imported only when asked for).
+- ``hf-text``: a Hugging Face text dataset, or a local folder or file, read with ``datasets``
+  (:mod:`domains.text.hf_text`).
 - ``synthetic-topics``: the embedded default. Every document follows one latent topic; its sentences come
   from a small probabilistic grammar whose content words are drawn from the topic's own words with
   probability ``synthetic_topic_word_prob`` (else from words shared by all topics). A matching
@@ -14,22 +15,23 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import re
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from domains.base import require
+from domains.context import RunContext
 from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_jsonable, write_atomic
-from domains.hub_network import no_network_note, offline_without_network
 from domains.text.config import TextConfig
 from domains.text.files import read_bytes, refuse_nul
+from domains.text.hf_text import text_rows
 
 SPLITTER_VERSION = "pysbd-paragraphs-1"  # part of the cache key: bump it when the splitting changes
 
@@ -133,36 +135,19 @@ def load_books(data_root: Path, cfg: TextConfig) -> Corpus:
 # ------------------------------------------------------------------------------- Hugging Face
 
 
-def load_hf(cfg: TextConfig) -> Corpus:
-    """Rows of a Hugging Face dataset in order (BookCorpus: one sentence per row). Consecutive rows with the
-    same ``hf_doc_field`` value form a document; without that field the split is one document."""
-    if not cfg.hf_dataset:
-        raise UserError("dataset hf-text needs --set hf_dataset=NAME_OR_PATH (a Hugging Face dataset)")
-    try:
-        import datasets
-    except ImportError:
-        raise UserError("dataset hf-text needs the Python package 'datasets': pip install datasets") from None
-    local = Path(cfg.hf_dataset).expanduser().exists()  # a folder or a script: no hub
-    try:
-        with contextlib.nullcontext(False) if local else offline_without_network() as no_network:
-            rows = datasets.load_dataset(cfg.hf_dataset, split=cfg.hf_split)
-    except Exception as exc:  # noqa: BLE001 - any loader failure is a user-fixable data problem
-        reason = no_network_note() if no_network else " ".join(str(exc).split())
-        fix = (f"; download it where there is one (huggingface-cli download {cfg.hf_dataset} --repo-type dataset "
-               "--local-dir <folder>) and pass --set hf_dataset=<folder>") if no_network else ""
-        raise DatasetMissingError(f"could not load Hugging Face dataset '{cfg.hf_dataset}' "
-                                  f"(split {cfg.hf_split}): {reason}{fix}") from exc
+def load_hf(cfg: TextConfig, data_root: Path, log: Callable[[str], None], bars: bool) -> Corpus:
+    """Rows of a Hugging Face dataset in order (BookCorpus: one sentence per row; :mod:`domains.text.hf_text`).
+    Consecutive rows with the same ``hf_doc_field`` value form a document; without that field the split is one
+    document."""
     names: list[str] = []
     documents: list[list[str]] = []
     previous = object()
     count = 0
-    for row in rows:
-        doc = row[cfg.hf_doc_field] if cfg.hf_doc_field else None
+    for doc, text in text_rows(cfg, data_root, log, bars):
         if not documents or doc != previous:
             names.append(str(doc if doc is not None else cfg.hf_dataset))
             documents.append([])
             previous = doc
-        text = str(row[cfg.hf_text_field])
         new = split_sentences(text) if cfg.hf_split_sentences else [text.strip()] if text.strip() else []
         documents[-1].extend(new)
         count += len(new)
@@ -278,11 +263,11 @@ def synthetic_fingerprint(cfg: TextConfig) -> str:
     return hash_jsonable(values | {"generator": "TopicGrammar-1"})
 
 
-def load_corpus(dataset: str, cfg: TextConfig, data_root: Path) -> Corpus:
+def load_corpus(dataset: str, cfg: TextConfig, ctx: RunContext) -> Corpus:
     if dataset == "synthetic-topics":
         return synthetic_corpus(cfg)
     if dataset == "books":
-        return load_books(data_root, cfg)
+        return load_books(ctx.data_root, cfg)
     if dataset == "hf-text":
-        return load_hf(cfg)
+        return load_hf(cfg, ctx.data_root, ctx.log, bars=not ctx.quiet)
     raise UserError(f"unknown text dataset '{dataset}'")

@@ -1,0 +1,114 @@
+"""The text domain's ``hf-text`` on a researcher's own data: the files read are the run's identity, a column that is
+not there and a path that is not there are one line each, null rows are left out, a name is looked for under the
+data root as vision's ``hf:`` does, one file and a ``save_to_disk`` folder are read, and ``datasets``' own bars
+follow ``--quiet``. Every dataset is written by the test; nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from domains.base import RunSpec
+from domains.context import RunContext
+from domains.errors import UserError
+from domains.text import TextDomain
+from domains.text.config import TextConfig
+from domains.text.corpus import load_hf
+
+datasets = pytest.importorskip("datasets")
+TEXT = TextDomain()
+SENTENCES = [f"sentence number {i} of the corpus ." for i in range(6)]
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _parquet(folder: Path, columns: dict[str, list]) -> Path:
+    """``folder`` in the hub's layout: one parquet shard of the train split."""
+    (folder / "data").mkdir(parents=True, exist_ok=True)
+    datasets.Dataset.from_dict(columns).to_parquet(folder / "data" / "train-00000-of-00001.parquet")
+    return folder
+
+
+def _load(source: Path | str, root: Path, log=print, bars: bool = False, **fields) -> list[str]:
+    return load_hf(TextConfig(hf_dataset=str(source), **fields), root, log, bars).sentences
+
+
+def _fingerprint(source: Path, root: Path) -> dict:
+    (root / "senteval" / "CR").mkdir(parents=True, exist_ok=True)
+    for name in ("custrev.pos", "custrev.neg"):
+        (root / "senteval" / "CR" / name).write_text("good .\n")
+    spec = RunSpec("text", "quickthought", "hf-text", "infonce", {}, "quick", 0,
+                   TextConfig(hf_dataset=str(source), senteval_tasks=("CR",)))
+    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=root, work_dir=root / "work", quiet=True)
+    return TEXT.data_fingerprint(spec, ctx)
+
+
+def test_the_files_read_are_the_runs_identity(tmp_path):
+    """The fingerprint held only the path string: rewritten data ran as '(exists)', and --force wrote the new run
+    under the old id."""
+    folder = _parquet(tmp_path / "pq", {"text": SENTENCES})
+    before = _fingerprint(folder, tmp_path)
+    assert set(before["hf_files"]) == {"data/train-00000-of-00001.parquet"}
+    _parquet(folder, {"text": [s.replace("corpus", "zebra") for s in SENTENCES]})
+    assert _fingerprint(folder, tmp_path)["hf_files"] != before["hf_files"]
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"text": SENTENCES}).save_to_disk(saved)
+    assert any(name.endswith(".arrow") for name in _fingerprint(saved, tmp_path)["hf_files"])
+
+
+def test_a_column_that_is_not_there_is_named_with_the_columns_there_are(tmp_path):
+    """A KeyError traceback, after the dataset was read."""
+    folder = _parquet(tmp_path / "pq", {"text": SENTENCES, "doc": ["a"] * 6})
+    with pytest.raises(UserError, match=r"pq has no column 'body' \(hf_text_field\); its columns: text, doc"):
+        _load(folder, tmp_path, hf_text_field="body")
+    with pytest.raises(UserError, match=r"pq has no column 'chapter' \(hf_doc_field\); its columns: text, doc"):
+        _load(folder, tmp_path, hf_doc_field="chapter")
+
+
+def test_null_text_rows_are_left_out_and_counted(tmp_path):
+    """A null text was read as the sentence "None"."""
+    folder = _parquet(tmp_path / "nulls", {"text": [None if i % 3 == 0 else s for i, s in enumerate(SENTENCES)]})
+    lines: list[str] = []
+    sentences = _load(folder, tmp_path, log=lines.append)
+    assert sentences == [s for i, s in enumerate(SENTENCES) if i % 3]
+    assert lines == [f"{folder}: skipped 2 of 6 rows whose 'text' is null"]
+
+
+def test_a_name_is_a_path_as_given_else_under_the_data_root_else_a_hub_id(tmp_path):
+    """A missing path was reported as 'no network', and a folder under the data root was taken as a hub id."""
+    root = tmp_path / "root"
+    _parquet(root / "mine" / "set", {"text": SENTENCES})
+    assert _load("mine/set", root) == SENTENCES
+    with pytest.raises(UserError, match=r"no file or folder /nonexistent/set; a local text dataset is a folder"):
+        _load("/nonexistent/set", root)
+    with pytest.raises(UserError, match="'hf_dataset=a:b' is neither a file or folder nor a hub id"):
+        _load("a:b", root)
+
+
+def test_one_file_and_a_save_to_disk_folder_are_read(tmp_path):
+    """One file: "Couldn't find any data file"; a save_to_disk folder: "Please use load_from_disk instead". Read as
+    plain Arrow files, a saved DatasetDict would lose its split names: every split but the known ones was train."""
+    (tmp_path / "train.txt").write_text("".join(f"{s}\n" for s in SENTENCES))
+    assert _load(tmp_path / "train.txt", tmp_path) == SENTENCES
+    datasets.Dataset.from_dict({"text": SENTENCES}).save_to_disk(tmp_path / "one")
+    assert _load(tmp_path / "one", tmp_path) == SENTENCES
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": SENTENCES[:2]}),
+                                   "held_out": datasets.Dataset.from_dict({"text": SENTENCES[2:]})})
+    splits.save_to_disk(tmp_path / "dict")
+    assert _load(tmp_path / "dict", tmp_path, hf_split="held_out") == SENTENCES[2:]
+    with pytest.raises(UserError, match=r"dict has no split 'test' \(--set hf_split\); its splits: train, held_out"):
+        _load(tmp_path / "dict", tmp_path, hf_split="test")
+
+
+def test_datasets_bars_follow_quiet(tmp_path, capfd):
+    """--quiet still printed datasets' "Generating train split" bar."""
+    _load(_parquet(tmp_path / "quiet", {"text": SENTENCES}), tmp_path, bars=False)
+    assert "Generating" not in capfd.readouterr().err
+    _load(_parquet(tmp_path / "shown", {"text": SENTENCES}), tmp_path, bars=True)
+    assert "Generating train split" in capfd.readouterr().err
