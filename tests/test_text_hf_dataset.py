@@ -69,6 +69,7 @@ def test_a_column_that_is_not_there_is_named_with_the_columns_there_are(tmp_path
         _load(folder, tmp_path, hf_text_field="body")
     with pytest.raises(UserError, match=r"pq has no column 'chapter' \(hf_doc_field\); its columns: text, doc"):
         _load(folder, tmp_path, hf_doc_field="chapter")
+    assert _load(_parquet(tmp_path / "body", {"body": SENTENCES}), tmp_path, hf_text_field="") == SENTENCES
 
 
 def test_null_text_rows_are_left_out_and_counted(tmp_path):

@@ -74,8 +74,9 @@ class TextDomain(Domain):
                                         "prior", needs_download=False),
         "books": DatasetSpec("books", "plain-text books under <data root>/books (one document per file); "
                              "evaluated on the SentEval tasks under <data root>/senteval", needs_download=False),
-        "hf-text": DatasetSpec("hf-text", "a Hugging Face text dataset through `datasets` (--set hf_dataset=...); "
-                               "evaluated on SentEval"),
+        "hf-text": DatasetSpec("hf-text", "a Hugging Face text dataset, or a folder or file of your own, through "
+                               "`datasets` (--set hf_dataset=HUB_ID_OR_PATH; a relative path is looked for under "
+                               "<data root> too); evaluated on SentEval under <data root>/senteval"),
     }
     default_dataset = "synthetic-topics"
     supplies = Supplies()  # quick-thought: neighbouring sentences as views, cosine / temperature; no labels

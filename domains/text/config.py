@@ -31,9 +31,10 @@ class TextConfig:
     # --- corpus ---
     books: tuple[str, ...] = ()  # book file names without .txt under <data root>/books; empty: every book
     max_sentences: NonNegativeInt = 20000  # training sentences kept (a contiguous prefix of each document); 0: all
-    hf_dataset: str = ""  # dataset "hf-text": a Hugging Face dataset name or local path
-    hf_split: str = "train"
-    hf_text_field: str = "text"
+    # dataset "hf-text": a path (folder or file) as given, else under the data root, else a Hugging Face hub id
+    hf_dataset: str = ""
+    hf_split: str = "train"  # the split read (a single file is a train split)
+    hf_text_field: str = "text"  # the text column; "": "text", else the first string column
     hf_doc_field: str = ""  # consecutive rows with the same value form a document; "": one document
     hf_split_sentences: bool = False  # rows hold paragraphs: split them into sentences
     synthetic_topics: AtLeast2 = 4  # the number of classes C: a known class prior 1/C (balanced topics)
