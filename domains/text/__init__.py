@@ -132,6 +132,9 @@ class TextDomain(Domain):
             steps = f" (at most {config['max_steps']} steps)" if config.get("max_steps") else ""
             sentences = (f"{config['max_sentences'] / 1000:g}k sentences" if config.get("max_sentences")
                          else "all sentences")
+            if dataset == "hf-text" and config.get("max_sentences"):
+                # the corpus is the user's, of any size: the cap is no count (a record's info.train_sentences is)
+                sentences = f"at most {sentences}"
             model = (f"BERT {config['bert_layers']}x{config['bert_hidden']}" if method == "quickthought-bert"
                      else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
             parts.append(f"{counted(config['epochs'], 'epoch')}{steps}, {sentences}, batch {config['batch_size']}, "
