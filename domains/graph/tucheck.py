@@ -1,0 +1,121 @@
+"""What is wrong with the raw files of a TU set, named by file and, where it can be, line: damage that PyG's reader
+accepts without a word (a truncated file, graphs out of order, an edge to a node that does not exist or across two
+graphs) or reports without naming the file (a value that is not a number)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+# The files of a TU set that PyG's TUDataset reads (torch_geometric.io.tu.read_tu_data): only these are hashed and
+# checked, so that another file beside them (notes, a second set whose name starts with this one's) changes nothing.
+TU_PARTS = ("A", "graph_indicator", "graph_labels", "graph_attributes", "node_labels", "node_attributes",
+            "edge_labels", "edge_attributes")
+# Parts whose values are integers (ids and labels); the attributes may be real numbers.
+_INTEGER_PARTS = ("A", "graph_indicator", "graph_labels", "node_labels", "edge_labels")
+
+
+def raw_files(raw: Path, name: str) -> list[Path]:
+    """The files of TU set ``name`` in ``raw`` that PyG reads (:data:`TU_PARTS`), sorted."""
+    return sorted(path for part in TU_PARTS if (path := raw / f"{name}_{part}.txt").is_file())
+
+
+# Files of a TU set that hold one line per edge, per node and per graph: their line counts must agree.
+_PER_ITEM = {"edge": ("A", "edge_labels", "edge_attributes"), "node": ("graph_indicator", "node_labels",
+             "node_attributes"), "graph": ("graph_labels", "graph_attributes")}
+
+
+def _count_lines(path: Path) -> tuple[int, bytes]:
+    """The number of lines of ``path`` and its last line (the graph indicator's names the last graph)."""
+    data = path.read_bytes()
+    lines = data.splitlines()
+    return len(lines), lines[-1] if lines else b""
+
+
+def count_mismatch(raw: Path, name: str) -> str | None:
+    """Files whose line counts disagree (a truncated file; PyG accepts some of these without a word), else None."""
+    found = {path.name[len(name) + 1:-len(".txt")]: _count_lines(path) for path in raw_files(raw, name)}
+    graphs = found.get("graph_indicator", (0, b""))[1].strip()
+    if graphs.isdigit():  # graphs are numbered 1..G in order: the last line names G
+        found["graphs"] = (int(graphs), b"")
+    indicator = raw / f"{name}_graph_indicator.txt"
+    problem = _indicator_problem(indicator) if indicator.is_file() else None
+    if problem:
+        return problem
+    for item, parts in _PER_ITEM.items():
+        counts = {f"{name}_{part}.txt": found[part][0] for part in parts if part in found}
+        if item == "graph" and "graphs" in found:
+            counts[f"graphs in {name}_graph_indicator.txt"] = found["graphs"][0]
+        if len(set(counts.values())) > 1:
+            listed = ", ".join(f"{file} {count}" for file, count in counts.items())
+            return f"files with one line per {item} disagree (lines: {listed}): one of them is truncated in {raw}"
+    return None
+
+
+def _indicator_problem(path: Path) -> str | None:
+    """What is wrong with a graph indicator whose graphs are not numbered 1, 2, ... in the order of the nodes (PyG
+    cuts the nodes into graphs by count, so another order silently mixes the graphs), else None."""
+    try:
+        ids = np.array(path.read_bytes().split(), dtype=np.int64)
+    except ValueError:
+        return None  # not numbers: damaged_file names the line once PyG fails on it
+    if not ids.size:
+        return None
+    if ids[0] != 1:
+        return f"{path}, line 1: the first node's graph is {int(ids[0])}, not 1 (graphs are numbered 1, 2, ...)"
+    steps = np.diff(ids)
+    bad = np.flatnonzero((steps < 0) | (steps > 1))
+    if not bad.size:
+        return None
+    line = int(bad[0]) + 2
+    return (f"{path}, line {line}: graph {int(ids[line - 1])} after graph {int(ids[line - 2])}; the nodes' "
+            "graphs must be numbered 1, 2, ... in order")
+
+
+def edge_problem(raw: Path, name: str, edges: Tensor, node_ptr: Tensor) -> str | None:
+    """The first line of ``<name>_A.txt`` whose edge names a node that does not exist or joins two graphs (PyG keeps
+    both without a word), when the processed ``edges`` (global node ids) have such an edge among the graphs whose
+    nodes ``node_ptr`` delimits; else None."""
+    n_nodes = int(node_ptr[-1])
+    if not edges.numel():
+        return None
+    graph_of = torch.bucketize(edges.clamp(0, max(n_nodes - 1, 0)), node_ptr[1:], right=True)
+    if int(edges.min()) >= 0 and int(edges.max()) < n_nodes and bool((graph_of[0] == graph_of[1]).all()):
+        return None
+    path = raw / f"{name}_A.txt"
+    pairs = np.array(path.read_bytes().replace(b",", b" ").split(), dtype=np.int64).reshape(-1, 2) - 1
+    ptr = node_ptr.numpy()
+    inside = (pairs >= 0) & (pairs < n_nodes)
+    graphs = np.searchsorted(ptr[1:], pairs.clip(0, max(n_nodes - 1, 0)), side="right")
+    bad = np.flatnonzero(~inside.all(axis=1) | (graphs[:, 0] != graphs[:, 1]))
+    if not bad.size:
+        return f"{path}: edges that PyG placed outside the nodes of their graph"
+    line, (u, v) = int(bad[0]) + 1, pairs[bad[0]] + 1
+    if not inside[bad[0]].all():
+        return f"{path}, line {line}: edge {u}, {v} names a node beyond the {n_nodes} of the graph indicator"
+    return f"{path}, line {line}: edge {u}, {v} joins nodes of two graphs ({graphs[bad[0], 0] + 1} and " \
+           f"{graphs[bad[0], 1] + 1})"
+
+
+def damaged_file(raw: Path, name: str) -> str | None:
+    """The first line of the files of TU set ``name`` in ``raw`` that is not comma-separated numbers (integers for
+    ids and labels; two of them on each line of the edge list; as many on every line of a file as on its first),
+    else None. Line counts that disagree are :func:`count_mismatch`'s, checked before this one is called."""
+    for path in raw_files(raw, name):
+        integers = path.name[len(name) + 1:-len(".txt")] in _INTEGER_PARTS
+        width = 2 if path.name == f"{name}_A.txt" else None
+        with open(path, errors="replace") as fh:
+            for number, line in enumerate(fh, 1):
+                fields = line.split(",")
+                try:
+                    [int(x) if integers else float(x) for x in fields]
+                except ValueError:
+                    kind = "integers" if integers else "numbers"
+                    return f"{path}, line {number}: {line.strip()[:40]!r} is not comma-separated {kind}"
+                width = width or len(fields)
+                if len(fields) != width:
+                    return f"{path}, line {number}: {line.strip()[:40]!r} has {len(fields)} values, not {width}"
+    return None
