@@ -227,17 +227,21 @@ def _process(tu: TUFiles) -> GraphSet:
     name, raw = tu.name, tu.raw
     problem = count_mismatch(raw, name)
     if problem:
-        raise UserError(f"TU dataset '{name}' cannot be read: {problem}; restore its files in {raw}/ "
-                        f"(from {TU_URL}/{name}.zip)")
+        raise _unreadable(tu, problem)
     try:
         graphs, n_feat = tucache.process(raw, name)
     except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
-        raise UserError(f"TU dataset '{name}' cannot be read: {damaged_file(raw, name) or exc}; "
-                        f"restore its files in {raw}/ (from {TU_URL}/{name}.zip)") from exc
+        raise _unreadable(tu, damaged_file(raw, name) or str(exc)) from exc
     features = f"one-hot node labels ({n_feat})" if n_feat else "none"
     built = from_data_list(name, graphs, features)
     problem = edge_problem(raw, name, built.edge_index, built.node_ptr)
     if problem:
-        raise UserError(f"TU dataset '{name}' cannot be read: {problem}; restore its files in {raw}/ "
-                        f"(from {TU_URL}/{name}.zip)")
+        raise _unreadable(tu, problem)
     return built
+
+
+def _unreadable(tu: TUFiles, problem: str) -> UserError:
+    """The error for raw files of ``tu`` that cannot be read: the problem, and where the files come from (the TU
+    collection's zip only for a set of that collection: a set of one's own has no such URL)."""
+    source = f" (from {TU_URL}/{tu.name}.zip)" if tu.name in TU_CATALOGUE else ""
+    return UserError(f"TU dataset '{tu.name}' cannot be read: {problem}; restore its files in {tu.raw}/{source}")

@@ -1,0 +1,39 @@
+"""A TU-format set of one's own (not in the TU collection), as a researcher brings it: the messages about its files
+name the file (and the line) and point at no download, a ``graph_attributes`` file does not replace the class
+labels, node attributes are used only when asked and the record says so, and sets the protocol cannot score are
+refused before training. Every set is written by the test (``support.toy_tu``); nothing is downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch_geometric")
+
+from support import toy_tu  # noqa: E402
+
+from domains.errors import UserError  # noqa: E402
+from domains.graph import data as graph_data  # noqa: E402
+from domains.graph.config import GraphConfig  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _load(root: Path, name: str = "TOY", **config) -> graph_data.GraphSet:
+    return graph_data.load_tu(graph_data.tu_files(name, root, False), GraphConfig(download=False, **config))
+
+
+def test_only_a_set_of_the_tu_collection_is_sent_to_its_download_url(tmp_path):
+    """Every error about one's own set said to restore it from chrsmrrs.com/graphkerneldatasets/<NAME>.zip, a URL
+    that does not exist for it."""
+    for name in ("MYSET", "MUTAG"):
+        raw = toy_tu(tmp_path, name)
+        (raw / f"{name}_graph_labels.txt").write_text("active\n" * 24)
+        with pytest.raises(UserError, match=rf"{name}_graph_labels\.txt, line 1: 'active'") as err:
+            _load(tmp_path, name)
+        assert ("graphkerneldatasets" in str(err.value)) is (name == "MUTAG")
