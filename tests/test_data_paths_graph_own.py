@@ -13,7 +13,7 @@ pytest.importorskip("torch_geometric")
 
 from support import toy_tu  # noqa: E402
 
-from domains.errors import UserError  # noqa: E402
+from domains.errors import DatasetMissingError, UserError  # noqa: E402
 from domains.graph import data as graph_data  # noqa: E402
 from domains.graph.config import GraphConfig  # noqa: E402
 
@@ -37,3 +37,22 @@ def test_only_a_set_of_the_tu_collection_is_sent_to_its_download_url(tmp_path):
         with pytest.raises(UserError, match=rf"{name}_graph_labels\.txt, line 1: 'active'") as err:
             _load(tmp_path, name)
         assert ("graphkerneldatasets" in str(err.value)) is (name == "MUTAG")
+
+
+@pytest.mark.parametrize("gone", ["graph_labels", "A"])
+def test_a_missing_required_file_is_named(tmp_path, gone):
+    """The folder held four of the five files and the error said it held none ("did you mean 'COLLAB'?")."""
+    raw = toy_tu(tmp_path, "NOLAB")
+    (raw / f"NOLAB_{gone}.txt").unlink()
+    with pytest.raises(DatasetMissingError, match=rf"^TU dataset 'NOLAB' is incomplete: .*/raw/ has no "
+                                                  rf"NOLAB_{gone}\.txt \(every TU set has") as err:
+        graph_data.locate_raw("NOLAB", tmp_path, download=True)
+    assert "COLLAB" not in str(err.value) and "regression" not in str(err.value)
+
+
+def test_a_set_of_regression_targets_is_refused_as_such(tmp_path):
+    raw = toy_tu(tmp_path)
+    (raw / "TOY_graph_labels.txt").rename(raw / "TOY_graph_attributes.txt")
+    with pytest.raises(DatasetMissingError, match=r"has no TOY_graph_labels\.txt .*TOY_graph_attributes\.txt holds "
+                                                  r"regression targets"):
+        graph_data.locate_raw("TOY", tmp_path, download=False)

@@ -158,6 +158,17 @@ def _missing(name: str, data_root: Path, why: str) -> DatasetMissingError:
     )
 
 
+def _incomplete(name: str, raw: Path) -> str:
+    """What a raw folder that holds some of the files of TU set ``name`` lacks."""
+    required = ", ".join(f"{name}_{part}.txt" for part in tucache.REQUIRED_PARTS)
+    why = f"TU dataset '{name}' is incomplete: {raw}/ has no {' and no '.join(tucache.missing_raw(raw, name))} " \
+          f"(every TU set has {required})"
+    if (raw / f"{name}_graph_attributes.txt").is_file() and not (raw / f"{name}_graph_labels.txt").is_file():
+        why += f"; {name}_graph_attributes.txt holds regression targets, which the graph domain does not take: " \
+               "it classifies graphs by the class labels of graph_labels"
+    return why
+
+
 def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     """The raw folder of TU set ``name``: the data root's, else an earlier download in the cache,
     else PyG's download into the cache (if ``download``); DatasetMissingError when all fail."""
@@ -167,6 +178,8 @@ def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     for candidate in (raw, fetched):
         if tucache.has_raw(candidate, name):
             return candidate
+    if raw_files(raw, name):  # a set of one's own, or a copy, with a file left behind: name it, never download
+        raise DatasetMissingError(_incomplete(name, raw))
     if name not in TU_CATALOGUE:
         raise DatasetMissingError(
             f"unknown dataset '{name}'{did_you_mean(name, TU_CATALOGUE)} It is not a TU set (harness list "

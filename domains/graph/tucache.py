@@ -100,9 +100,17 @@ def process(raw: Path, name: str) -> tuple[list, int]:
     return list(graphs), graphs.num_node_features
 
 
+REQUIRED_PARTS = ("A", "graph_indicator", "graph_labels")  # the files every TU set (of graph classes) has
+
+
+def missing_raw(raw: Path, name: str) -> list[str]:
+    """The names of the files of :data:`REQUIRED_PARTS` that ``raw`` lacks."""
+    return [file for part in REQUIRED_PARTS if not (raw / (file := f"{name}_{part}.txt")).is_file()]
+
+
 def has_raw(raw: Path, name: str) -> bool:
     """Whether ``raw`` holds the files every TU set has."""
-    return all((raw / f"{name}_{part}.txt").is_file() for part in ("A", "graph_indicator", "graph_labels"))
+    return not missing_raw(raw, name)
 
 
 def download(name: str, target: Path) -> None:
