@@ -29,7 +29,7 @@ from domains.base import require
 from domains.errors import UserError
 from domains.files import cache_dir, write_atomic
 
-CACHE_FORMAT = 1  # bump when the cached arrays of the same raw files would change
+CACHE_FORMAT = 2  # bump when the cached arrays of the same raw files would change
 _TENSORS = {"x": np.float32, "edge_index": np.int64, "node_ptr": np.int64, "edge_ptr": np.int64, "y": np.int64}
 _ENTRIES = {*_TENSORS, "node_features", "raw_sha256", "format"}
 
@@ -88,11 +88,19 @@ def write(path: Path, tensors: dict[str, torch.Tensor], node_features: str, raw_
 
 def process(raw: Path, name: str) -> tuple[list, int]:
     """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node features, as
-    ``TUDataset`` gives them (its reader; node and edge attributes dropped, labels one-hot), without its processed
-    pickle: nothing is written, nothing is unpickled."""
-    read_tu_data = require("torch_geometric.io", "graph").read_tu_data
+    ``TUDataset`` gives them (its reader; node and edge attributes dropped, labels one-hot; the class labels of
+    ``graph_labels`` whatever else is there), without its processed pickle: nothing is written, nothing is
+    unpickled."""
+    pyg_io = require("torch_geometric.io", "graph")
+    read_tu_data, read_txt_array = pyg_io.read_tu_data, pyg_io.read_txt_array
     graphs = require("torch_geometric.data", "graph").InMemoryDataset()  # no root: it neither processes nor loads
     graphs.data, graphs.slices, sizes = read_tu_data(str(raw), name)
+    # The class labels, read as read_tu_data reads them (renumbered 0..C-1 in sorted order); it takes a
+    # graph_attributes file, where there is one, as y instead (regression targets), which an SVM would then have
+    # classified as truncated floats.
+    labels = read_txt_array(str(raw / f"{name}_graph_labels.txt"), sep=",", dtype=torch.long)
+    graphs._data.y = labels.unique(sorted=True, return_inverse=True)[1]
+    graphs.slices["y"] = torch.arange(labels.shape[0] + 1)
     # TUDataset's default (use_node_attr=False, use_edge_attr=False): the attributes lead, the one-hot labels follow
     for key, attributes in (("x", "num_node_attributes"), ("edge_attr", "num_edge_attributes")):
         if getattr(graphs._data, key, None) is not None:
