@@ -65,3 +65,18 @@ def test_graph_attributes_do_not_replace_the_class_labels(tmp_path):
     labels = _load(tmp_path).y
     (raw / "TOY_graph_attributes.txt").write_text("".join(f"{g * 0.37:.2f}\n" for g in range(24)))
     assert _load(tmp_path).y.tolist() == labels.tolist() == [0, 1] * 12
+
+
+def test_a_set_of_one_class_is_refused_before_training(tmp_path):
+    """It trained, then failed in the SVM ("The number of classes has to be greater than one"), exit 1."""
+    from tiny_domain import harness
+
+    raw = toy_tu(tmp_path / "data")
+    (raw / "TOY_graph_labels.txt").write_text("1\n" * 24)
+    proc = harness("run", "--domain", "graph", "--dataset", "TOY", "--loss", "jsd", "--seeds", "0", "--quiet",
+                   "--set", "epochs=1", "--set", "svm_folds=2", "--set", "svm_inner_folds=2",
+                   "--data-root", str(tmp_path / "data"), "--results", str(tmp_path / "results"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip().splitlines() == ["error: graph data: all 24 graphs have the same class label: the "
+                                                "SVM protocol needs at least two classes"]
+    assert not list((tmp_path / "results").glob("*.json"))  # no record: nothing ran

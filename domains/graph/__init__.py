@@ -146,7 +146,11 @@ class GraphDomain(Domain):
         return Prepared(load_tu(files, cfg), files.fingerprint)
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
-        return self.load(spec.dataset, ctx.data_root, spec.config)
+        """The data, once its labels can be scored as the config asks: labels the SVM protocol cannot split stop
+        the run here, before any record is written, not after the training."""
+        prepared = self.load(spec.dataset, ctx.data_root, spec.config)
+        check_folds(prepared.data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds)
+        return prepared
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
         """Without loading the graphs: the generator's parameters, or the TU files' hash (as ``load`` takes it)."""
@@ -156,7 +160,6 @@ class GraphDomain(Domain):
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
         self.validate(spec)
-        check_folds(data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds)  # before, not after, training
         return train(spec, ctx, data.to(ctx.device))
 
     def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: GraphSet) -> EvalResult:

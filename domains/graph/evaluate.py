@@ -49,8 +49,12 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
 def check_folds(y: np.ndarray, folds: int, inner_folds: int) -> None:
     """UserError when the labels ``y`` cannot be split as :func:`svm_protocol` splits them: scikit-learn's
     StratifiedKFold refuses more folds than the largest class has members (on the whole set for the outer CV,
-    on an outer training fold for the inner one)."""
-    largest = int(np.bincount(y).max()) if len(y) else 0
+    on an outer training fold for the inner one), and the SVM refuses a single class (after the training)."""
+    counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
+    if np.count_nonzero(counts) < 2:
+        raise UserError(f"graph data: all {len(y)} graphs have the same class label: the SVM protocol needs at "
+                        "least two classes")
+    largest = int(counts.max())
     in_training_fold = largest * (folds - 1) // folds
     if folds > largest or inner_folds > in_training_fold:
         raise UserError(f"graph config: svm_folds={folds} and svm_inner_folds={inner_folds} cannot split this "
