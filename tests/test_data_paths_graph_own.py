@@ -80,3 +80,22 @@ def test_a_set_of_one_class_is_refused_before_training(tmp_path):
     assert proc.stderr.strip().splitlines() == ["error: graph data: all 24 graphs have the same class label: the "
                                                 "SVM protocol needs at least two classes"]
     assert not list((tmp_path / "results").glob("*.json"))  # no record: nothing ran
+
+
+def test_an_edge_from_a_node_that_does_not_exist_is_named_with_its_line(tmp_path):
+    """PyG's reader fails on it ("index 98 is out of bounds"), and the message named neither file nor line."""
+    raw = toy_tu(tmp_path)
+    with open(raw / "TOY_A.txt", "a") as fh:
+        fh.write("99, 1\n")
+    with pytest.raises(UserError, match=r"TOY_A\.txt, line 145: edge 99, 1 names a node beyond the 84 of the graph "
+                                        r"indicator"):
+        _load(tmp_path)
+
+
+def test_a_set_without_any_edge_says_so(tmp_path):
+    """PyG's reader failed with "Dimension out of range (expected to be in range of [-1, 0], but got 1)"."""
+    raw = toy_tu(tmp_path)
+    (raw / "TOY_A.txt").write_text("")
+    with pytest.raises(UserError, match=r"TOY_A\.txt is empty: the set has no edges"):
+        _load(tmp_path)
+

@@ -28,7 +28,7 @@ from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_files
 from domains.graph import tucache
 from domains.graph.config import GraphConfig
-from domains.graph.tucheck import count_mismatch, damaged_file, edge_problem, raw_files
+from domains.graph.tucheck import count_mismatch, edge_problem, raw_files, why_pyg_failed
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
 _TOX21 = ("AhR", "AR", "AR-LBD", "ARE", "aromatase", "ATAD5", "ER", "ER-LBD", "HSE", "MMP", "p53", "PPAR-gamma")
@@ -244,7 +244,7 @@ def _process(tu: TUFiles) -> GraphSet:
     try:
         graphs, n_feat = tucache.process(raw, name)
     except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
-        raise _unreadable(tu, damaged_file(raw, name) or str(exc)) from exc
+        raise _unreadable(tu, why_pyg_failed(raw, name) or str(exc)) from exc
     features = f"one-hot node labels ({n_feat})" if n_feat else "none"
     built = from_data_list(name, graphs, features)
     problem = edge_problem(raw, name, built.edge_index, built.node_ptr)

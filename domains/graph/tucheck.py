@@ -86,18 +86,39 @@ def edge_problem(raw: Path, name: str, edges: Tensor, node_ptr: Tensor) -> str |
     if int(edges.min()) >= 0 and int(edges.max()) < n_nodes and bool((graph_of[0] == graph_of[1]).all()):
         return None
     path = raw / f"{name}_A.txt"
+    return _bad_edge_line(path, node_ptr.numpy()) or f"{path}: edges that PyG placed outside the nodes of their graph"
+
+
+def _bad_edge_line(path: Path, node_ptr: np.ndarray) -> str | None:
+    """The first line of the edge list ``path`` whose edge names a node beyond the graphs that ``node_ptr``
+    delimits or joins two of them, else None."""
     pairs = np.array(path.read_bytes().replace(b",", b" ").split(), dtype=np.int64).reshape(-1, 2) - 1
-    ptr = node_ptr.numpy()
+    n_nodes = int(node_ptr[-1])
     inside = (pairs >= 0) & (pairs < n_nodes)
-    graphs = np.searchsorted(ptr[1:], pairs.clip(0, max(n_nodes - 1, 0)), side="right")
+    graphs = np.searchsorted(node_ptr[1:], pairs.clip(0, max(n_nodes - 1, 0)), side="right")
     bad = np.flatnonzero(~inside.all(axis=1) | (graphs[:, 0] != graphs[:, 1]))
     if not bad.size:
-        return f"{path}: edges that PyG placed outside the nodes of their graph"
+        return None
     line, (u, v) = int(bad[0]) + 1, pairs[bad[0]] + 1
     if not inside[bad[0]].all():
         return f"{path}, line {line}: edge {u}, {v} names a node beyond the {n_nodes} of the graph indicator"
     return f"{path}, line {line}: edge {u}, {v} joins nodes of two graphs ({graphs[bad[0], 0] + 1} and " \
            f"{graphs[bad[0], 1] + 1})"
+
+
+def why_pyg_failed(raw: Path, name: str) -> str | None:
+    """What in the raw files of TU set ``name`` made PyG's reader fail, named by file and line where it can be: a
+    value that is not a number, an empty edge list, an edge to a node beyond the last one (its reader then indexes
+    out of bounds); None when none of these is the cause. Line counts were checked before (:func:`count_mismatch`)."""
+    problem = damaged_file(raw, name)
+    if problem:
+        return problem
+    edges = raw / f"{name}_A.txt"
+    if not edges.read_bytes().strip():
+        return f"{edges} is empty: the set has no edges (the encoder passes messages along them)"
+    ids = np.array((raw / f"{name}_graph_indicator.txt").read_bytes().split(), dtype=np.int64)
+    node_ptr = np.concatenate([[0], np.cumsum(np.bincount(ids - 1))])  # graphs 1..G in order: _indicator_problem
+    return _bad_edge_line(edges, node_ptr)
 
 
 def damaged_file(raw: Path, name: str) -> str | None:
