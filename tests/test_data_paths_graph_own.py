@@ -99,3 +99,18 @@ def test_a_set_without_any_edge_says_so(tmp_path):
     with pytest.raises(UserError, match=r"TOY_A\.txt is empty: the set has no edges"):
         _load(tmp_path)
 
+
+def test_a_node_label_that_is_an_id_is_refused_before_its_one_hot_is_built(tmp_path):
+    """One label of 20000 among labels 0..6 made one-hot features 20001 wide (memory: nodes x largest label)."""
+    from domains.graph.tucheck import NODE_LABEL_WIDTH_MAX
+
+    raw = toy_tu(tmp_path)
+    labels = [str(node % 3) for node in range(84)]
+    (raw / "TOY_node_labels.txt").write_text("\n".join(labels) + "\n")
+    assert _load(tmp_path).num_features == 3
+    labels[5] = str(NODE_LABEL_WIDTH_MAX)
+    (raw / "TOY_node_labels.txt").write_text("\n".join(labels) + "\n")
+    with pytest.raises(UserError, match=rf"TOY_node_labels\.txt: node labels from 0 \(line 1\) to "
+                                        rf"{NODE_LABEL_WIDTH_MAX} \(line 6\) would be one-hot features "
+                                        rf"{NODE_LABEL_WIDTH_MAX + 1} wide"):
+        _load(tmp_path)

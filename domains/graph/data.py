@@ -28,7 +28,7 @@ from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_files
 from domains.graph import tucache
 from domains.graph.config import GraphConfig
-from domains.graph.tucheck import count_mismatch, edge_problem, raw_files, why_pyg_failed
+from domains.graph.tucheck import count_mismatch, edge_problem, node_label_problem, raw_files, why_pyg_failed
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
 _TOX21 = ("AhR", "AR", "AR-LBD", "ARE", "aromatase", "ATAD5", "ER", "ER-LBD", "HSE", "MMP", "p53", "PPAR-gamma")
@@ -238,7 +238,7 @@ def load_tu(tu: TUFiles, cfg: GraphConfig) -> GraphSet:
 def _process(tu: TUFiles) -> GraphSet:
     """The graphs of the raw files of ``tu``, processed by PyG; UserError naming the damaged raw file."""
     name, raw = tu.name, tu.raw
-    problem = count_mismatch(raw, name)
+    problem = count_mismatch(raw, name) or node_label_problem(raw, name)
     if problem:
         raise _unreadable(tu, problem)
     try:

@@ -121,6 +121,35 @@ def why_pyg_failed(raw: Path, name: str) -> str | None:
     return _bad_edge_line(edges, node_ptr)
 
 
+# The widest one-hot of node labels a set may ask for: its memory is (nodes x width) floats, and a label that is an
+# id, not a category (a value of 10^6 among labels 0..6), would take gigabytes for a few thousand nodes. The sets of
+# the TU collection have at most a few hundred node labels, except DBLP_v1 (41,325: 30 GB as one-hot).
+NODE_LABEL_WIDTH_MAX = 10_000
+
+
+def node_label_problem(raw: Path, name: str) -> str | None:
+    """Node labels whose one-hot (PyG's: labels ``min..max`` of each column, one column each) would be wider than
+    :data:`NODE_LABEL_WIDTH_MAX`, named with the lines of the smallest and largest label; else None."""
+    path = raw / f"{name}_node_labels.txt"
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    try:
+        labels = np.array(data.replace(b",", b" ").split(), dtype=np.int64).reshape(len(data.splitlines()), -1)
+    except ValueError:
+        return None  # not integers, or ragged lines: damaged_file names the line once PyG fails on it
+    if not labels.size:
+        return None
+    widths = labels.max(axis=0) - labels.min(axis=0) + 1
+    if int(widths.sum()) <= NODE_LABEL_WIDTH_MAX:
+        return None
+    column = labels[:, int(np.argmax(widths))]
+    low, high = int(np.argmin(column)), int(np.argmax(column))
+    return (f"{path}: node labels from {column[low]} (line {low + 1}) to {column[high]} (line {high + 1}) would be "
+            f"one-hot features {int(widths.sum())} wide, over the {NODE_LABEL_WIDTH_MAX} the graph domain takes: node "
+            "labels are categories numbered 0, 1, ..., not ids")
+
+
 def damaged_file(raw: Path, name: str) -> str | None:
     """The first line of the files of TU set ``name`` in ``raw`` that is not comma-separated numbers (integers for
     ids and labels; two of them on each line of the edge list; as many on every line of a file as on its first),
