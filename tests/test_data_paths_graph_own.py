@@ -114,3 +114,49 @@ def test_a_node_label_that_is_an_id_is_refused_before_its_one_hot_is_built(tmp_p
                                         rf"{NODE_LABEL_WIDTH_MAX} \(line 6\) would be one-hot features "
                                         rf"{NODE_LABEL_WIDTH_MAX + 1} wide"):
         _load(tmp_path)
+
+
+def _with_attributes(root: Path, values: list[str]) -> Path:
+    """TOY with one line of node attributes per node (``values`` for the first nodes, then ``0.5, 1.5``)."""
+    raw = toy_tu(root)
+    lines = values + ["0.5, 1.5"] * (84 - len(values))
+    (raw / "TOY_node_attributes.txt").write_text("\n".join(lines) + "\n")
+    return raw
+
+
+def test_node_attributes_are_left_out_by_default_and_the_record_says_so(tmp_path):
+    """They were dropped while the record said "no node features in the data"."""
+    _with_attributes(tmp_path, ["2.0, -1.0"])
+    left_out = _load(tmp_path)
+    assert left_out.node_features == ("one-hot degree 0..2 (2 node attributes of TOY_node_attributes.txt left out: "
+                                      "node_attributes=false)")
+    used = _load(tmp_path, node_attributes=True)
+    assert used.node_features == "node attributes (2, TOY_node_attributes.txt)"
+    assert used.x[:2].tolist() == [[2.0, -1.0], [0.5, 1.5]]
+
+
+def test_node_attributes_come_before_the_one_hot_labels(tmp_path):
+    raw = _with_attributes(tmp_path, [])
+    (raw / "TOY_node_labels.txt").write_text("".join(f"{node % 3}\n" for node in range(84)))
+    assert _load(tmp_path).node_features == ("one-hot node labels (3); 2 node attributes of TOY_node_attributes.txt "
+                                             "left out: node_attributes=false")
+    used = _load(tmp_path, node_attributes=True)
+    assert used.node_features == "node attributes (2, TOY_node_attributes.txt) and one-hot node labels (3)"
+    assert used.x[:2].tolist() == [[0.5, 1.5, 1, 0, 0], [0.5, 1.5, 0, 1, 0]]
+
+
+def test_node_attributes_that_are_not_finite_or_absent_are_refused_when_asked_for(tmp_path):
+    _with_attributes(tmp_path, ["0.5, 1.5", "nan, 1.0"])
+    assert _load(tmp_path).num_features == 3  # left out, they cannot harm the run
+    with pytest.raises(UserError, match=r"TOY_node_attributes\.txt, line 2: \[nan, 1\.0\] holds a value that is not"):
+        _load(tmp_path, node_attributes=True)
+    toy_tu(tmp_path, "PLAIN")
+    with pytest.raises(UserError, match=r"node_attributes=true: TU dataset 'PLAIN' has no PLAIN_node_attributes\.txt"):
+        _load(tmp_path, "PLAIN", node_attributes=True)
+
+
+def test_the_node_attributes_key_keeps_the_committed_run_ids():
+    from domains.base import split_config
+
+    assert "node_attributes" not in split_config(GraphConfig())[0]
+    assert split_config(GraphConfig(node_attributes=True))[0]["node_attributes"] is True

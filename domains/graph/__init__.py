@@ -130,7 +130,7 @@ class GraphDomain(Domain):
         if loss_spec(loss).scoring == LOGITS:  # infograph.scoring
             unused["temperature"] = f"{loss} scores raw dot products, as InfoGraph does (no temperature)"
         if dataset == synthetic.NAME:  # its graphs come with node features: none is filled in
-            unused.update(dict.fromkeys(("featureless", "degree_onehot_limit"),
+            unused.update(dict.fromkeys(("featureless", "degree_onehot_limit", "node_attributes"),
                                         f"{synthetic.NAME} has node features of its own"))
         elif config.featureless == "constant":
             unused["degree_onehot_limit"] = "featureless=constant gives every node the feature 1, not its degree"

@@ -39,6 +39,10 @@ class GraphConfig:
     # "constant" = a single feature 1 (InfoGraph's own code).
     featureless: Literal["degree", "constant"] = "degree"
     degree_onehot_limit: PositiveInt = 1000
+    # TU sets: the continuous node attributes of <NAME>_node_attributes.txt as node features, ahead of the one-hot
+    # node labels (TUDataset's use_node_attr=True). Off, as TUDataset's default and InfoGraph's runs, they are hashed
+    # but left out, and the record's node_features says so.
+    node_attributes: bool = field(default=False, metadata={ADDED: True})
     # Evaluation: SVC (RBF) with C from C_GRID chosen by an inner stratified CV on each training fold
     # of an outer stratified CV. InfoGraph's evaluate_embedding does not rescale the embeddings.
     svm_folds: AtLeast2 = 10

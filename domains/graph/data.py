@@ -23,12 +23,19 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from domains.base import did_you_mean, require
+from domains.base import counted, did_you_mean, require
 from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_files
 from domains.graph import tucache
 from domains.graph.config import GraphConfig
-from domains.graph.tucheck import count_mismatch, edge_problem, node_label_problem, raw_files, why_pyg_failed
+from domains.graph.tucheck import (
+    count_mismatch,
+    edge_problem,
+    node_label_problem,
+    non_finite_line,
+    raw_files,
+    why_pyg_failed,
+)
 
 TU_URL = "https://www.chrsmrrs.com/graphkerneldatasets"
 _TOX21 = ("AhR", "AR", "AR-LBD", "ARE", "aromatase", "ATAD5", "ER", "ER-LBD", "HSE", "MMP", "p53", "PPAR-gamma")
@@ -130,24 +137,25 @@ def from_data_list(name: str, graphs: list, node_features: str, info: dict[str, 
                     info or {})
 
 
-def add_featureless(data: GraphSet, cfg: GraphConfig) -> GraphSet:
-    """Fill in node features for a set without any (see the module docstring); else return it as is."""
+def add_featureless(data: GraphSet, cfg: GraphConfig, why: str = "no node features in the data") -> GraphSet:
+    """Fill in node features for a set without any (see the module docstring), the record saying ``why`` it has
+    none; else return it as is."""
     if data.num_features > 0:
         return data
     n_nodes = data.node_ptr[-1].item()
     if cfg.featureless == "constant":
-        data.x, data.node_features = torch.ones(n_nodes, 1), "constant 1 (no node features in the data)"
+        data.x, data.node_features = torch.ones(n_nodes, 1), f"constant 1 ({why})"
         return data
     deg = torch.bincount(data.edge_index[0], minlength=n_nodes)
     max_deg = int(deg.max()) if n_nodes else 0
     if max_deg < cfg.degree_onehot_limit:
         data.x = torch.nn.functional.one_hot(deg, max_deg + 1).float()
-        data.node_features = f"one-hot degree 0..{max_deg} (no node features in the data)"
+        data.node_features = f"one-hot degree 0..{max_deg} ({why})"
     else:
         deg = deg.float()
         data.x = ((deg - deg.mean()) / deg.std()).view(-1, 1)
         data.node_features = (f"standardised degree (largest degree {max_deg} >= {cfg.degree_onehot_limit}; "
-                              "no node features in the data)")
+                              f"{why})")
     return data
 
 
@@ -227,30 +235,54 @@ def load_tu(tu: TUFiles, cfg: GraphConfig) -> GraphSet:
     with filelock.FileLock(str(path.with_suffix(".lock"))):  # one process builds it, the others then read it
         cached = tucache.read(path, tu.sha256)
         if cached is None:
-            built = _process(tu)
-            tucache.write(path, vars(built), built.node_features, tu.sha256)
-            cached = vars(built)
+            built, attributes = _process(tu)
+            tucache.write(path, vars(built), attributes, tu.sha256)
+            cached = {**vars(built), "node_attributes": attributes}
     info = {"raw_dir": str(tu.raw), "sha256": tu.sha256}
     tensors = {k: cached[k] for k in ("x", "edge_index", "node_ptr", "edge_ptr", "y")}
-    return add_featureless(GraphSet(tu.name, **tensors, node_features=cached["node_features"], info=info), cfg)
+    return _node_features(tu, GraphSet(tu.name, **tensors, node_features="", info=info), cached["node_attributes"], cfg)
 
 
-def _process(tu: TUFiles) -> GraphSet:
-    """The graphs of the raw files of ``tu``, processed by PyG; UserError naming the damaged raw file."""
+def _node_features(tu: TUFiles, data: GraphSet, attributes: int, cfg: GraphConfig) -> GraphSet:
+    """``data`` with the node features the run uses, and the record's words for them: of x's columns, the first
+    ``attributes`` (the node attributes) only with ``cfg.node_attributes``, and the one-hot node labels after them;
+    where that leaves none, those of :func:`add_featureless`. The record says which attributes were left out."""
+    file = f"{tu.name}_node_attributes.txt"
+    labels = data.num_features - attributes
+    if cfg.node_attributes:
+        if not attributes:
+            raise UserError(f"node_attributes=true: TU dataset '{tu.name}' has no {file} in {tu.raw}/")
+        problem = non_finite_line(tu.raw / file, data.x[:, :attributes])
+        if problem:
+            raise _unreadable(tu, problem)
+        data.node_features = f"node attributes ({attributes}, {file})" + \
+            (f" and one-hot node labels ({labels})" if labels else "")
+        return data
+    data.x = data.x[:, attributes:].contiguous()
+    left_out = (f"{counted(attributes, 'node attribute')} of {file} left out: node_attributes=false"
+                if attributes else "")
+    if not labels:
+        return add_featureless(data, cfg, left_out or "no node features in the data")
+    data.node_features = f"one-hot node labels ({labels})" + (f"; {left_out}" if left_out else "")
+    return data
+
+
+def _process(tu: TUFiles) -> tuple[GraphSet, int]:
+    """The graphs of the raw files of ``tu``, processed by PyG (x: the node attributes, then the one-hot node labels),
+    and the number of node attributes; UserError naming the damaged raw file."""
     name, raw = tu.name, tu.raw
     problem = count_mismatch(raw, name) or node_label_problem(raw, name)
     if problem:
         raise _unreadable(tu, problem)
     try:
-        graphs, n_feat = tucache.process(raw, name)
+        graphs, attributes = tucache.process(raw, name)
     except Exception as exc:  # noqa: BLE001 - PyG's parser fails in many ways on a damaged file
         raise _unreadable(tu, why_pyg_failed(raw, name) or str(exc)) from exc
-    features = f"one-hot node labels ({n_feat})" if n_feat else "none"
-    built = from_data_list(name, graphs, features)
+    built = from_data_list(name, graphs, "")  # named by _node_features
     problem = edge_problem(raw, name, built.edge_index, built.node_ptr)
     if problem:
         raise _unreadable(tu, problem)
-    return built
+    return built, attributes
 
 
 def _unreadable(tu: TUFiles, problem: str) -> UserError:

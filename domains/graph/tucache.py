@@ -29,9 +29,9 @@ from domains.base import require
 from domains.errors import UserError
 from domains.files import cache_dir, write_atomic
 
-CACHE_FORMAT = 2  # bump when the cached arrays of the same raw files would change
+CACHE_FORMAT = 3  # bump when the cached arrays of the same raw files would change
 _TENSORS = {"x": np.float32, "edge_index": np.int64, "node_ptr": np.int64, "edge_ptr": np.int64, "y": np.int64}
-_ENTRIES = {*_TENSORS, "node_features", "raw_sha256", "format"}
+_ENTRIES = {*_TENSORS, "node_attributes", "raw_sha256", "format"}
 
 
 def cache_path(name: str, raw_sha256: str) -> Path:
@@ -40,8 +40,9 @@ def cache_path(name: str, raw_sha256: str) -> Path:
 
 
 def read(path: Path, raw_sha256: str) -> dict[str, Any] | None:
-    """The cached arrays (tensors, and ``node_features``) when ``path`` is a sound cache of these raw files; None
-    when there is none, or (with a warning naming the file and what is wrong) when it is damaged or foreign."""
+    """The cached arrays (tensors, and ``node_attributes``: how many of x's leading columns are node attributes)
+    when ``path`` is a sound cache of these raw files; None when there is none, or (with a warning naming the file and
+    what is wrong) when it is damaged or foreign."""
     if not path.exists():
         return None
     try:
@@ -61,6 +62,8 @@ def _checked(arrays: dict[str, np.ndarray], raw_sha256: str) -> dict[str, Any]:
     """``arrays`` as tensors once each entry has the type, shape and offsets a processed set has; ValueError."""
     if set(arrays) != _ENTRIES:
         raise ValueError(f"entries {', '.join(sorted(arrays))}, expected {', '.join(sorted(_ENTRIES))}")
+    if arrays["node_attributes"].shape != () or not 0 <= int(arrays["node_attributes"]) <= arrays["x"].shape[-1]:
+        raise ValueError("a count of node attributes that x does not have")
     if arrays["format"].shape != () or int(arrays["format"]) != CACHE_FORMAT or str(arrays["raw_sha256"]) != raw_sha256:
         raise ValueError("written for other raw files or by another version")
     for key, dtype in _TENSORS.items():
@@ -76,21 +79,22 @@ def _checked(arrays: dict[str, np.ndarray], raw_sha256: str) -> dict[str, Any]:
             raise ValueError("offsets that do not cover the nodes and edges")
     if edges.size and (edges.min() < 0 or edges.max() >= x.shape[0]):
         raise ValueError("edges between nodes that do not exist")
-    return {**{key: torch.from_numpy(arrays[key]) for key in _TENSORS}, "node_features": str(arrays["node_features"])}
+    tensors = {key: torch.from_numpy(arrays[key]) for key in _TENSORS}
+    return {**tensors, "node_attributes": int(arrays["node_attributes"])}
 
 
-def write(path: Path, tensors: dict[str, torch.Tensor], node_features: str, raw_sha256: str) -> None:
+def write(path: Path, tensors: dict[str, torch.Tensor], node_attributes: int, raw_sha256: str) -> None:
     """Keep the processed arrays atomically (concurrent runs never read half a file)."""
     arrays = {key: tensors[key].numpy().astype(dtype, copy=False) for key, dtype in _TENSORS.items()}
-    write_atomic(path, lambda fh: np.savez(fh, **arrays, node_features=np.str_(node_features),
+    write_atomic(path, lambda fh: np.savez(fh, **arrays, node_attributes=np.int64(node_attributes),
                                            raw_sha256=np.str_(raw_sha256), format=np.int64(CACHE_FORMAT)))
 
 
 def process(raw: Path, name: str) -> tuple[list, int]:
-    """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node features, as
-    ``TUDataset`` gives them (its reader; node and edge attributes dropped, labels one-hot; the class labels of
-    ``graph_labels`` whatever else is there), without its processed pickle: nothing is written, nothing is
-    unpickled."""
+    """PyG's graphs of TU set ``name`` from the raw files in ``raw`` and the number of node attributes, as
+    ``TUDataset(use_node_attr=True)`` gives them (its reader: x holds the node attributes, then the one-hot node
+    labels; edge attributes dropped; the class labels of ``graph_labels`` whatever else is there), without its
+    processed pickle: nothing is written, nothing is unpickled."""
     pyg_io = require("torch_geometric.io", "graph")
     read_tu_data, read_txt_array = pyg_io.read_tu_data, pyg_io.read_txt_array
     graphs = require("torch_geometric.data", "graph").InMemoryDataset()  # no root: it neither processes nor loads
@@ -101,11 +105,11 @@ def process(raw: Path, name: str) -> tuple[list, int]:
     labels = read_txt_array(str(raw / f"{name}_graph_labels.txt"), sep=",", dtype=torch.long)
     graphs._data.y = labels.unique(sorted=True, return_inverse=True)[1]
     graphs.slices["y"] = torch.arange(labels.shape[0] + 1)
-    # TUDataset's default (use_node_attr=False, use_edge_attr=False): the attributes lead, the one-hot labels follow
-    for key, attributes in (("x", "num_node_attributes"), ("edge_attr", "num_edge_attributes")):
-        if getattr(graphs._data, key, None) is not None:
-            setattr(graphs._data, key, getattr(graphs._data, key)[:, sizes[attributes]:])
-    return list(graphs), graphs.num_node_features
+    # TUDataset's use_edge_attr=False (the encoder reads no edge features); the node attributes are kept, and a run
+    # takes them only when asked (GraphConfig.node_attributes, use_node_attr)
+    if graphs._data.edge_attr is not None:
+        graphs._data.edge_attr = graphs._data.edge_attr[:, sizes["num_edge_attributes"]:]
+    return list(graphs), sizes["num_node_attributes"]
 
 
 REQUIRED_PARTS = ("A", "graph_indicator", "graph_labels")  # the files every TU set (of graph classes) has

@@ -150,6 +150,16 @@ def node_label_problem(raw: Path, name: str) -> str | None:
             "labels are categories numbered 0, 1, ..., not ids")
 
 
+def non_finite_line(path: Path, values: Tensor) -> str | None:
+    """The first line of ``path`` (one line per row of ``values``, as read from it) with a value that is not a
+    finite number (``nan``, ``inf``: PyG reads them as numbers), else None."""
+    bad = (~torch.isfinite(values)).any(dim=1).nonzero()
+    if not bad.numel():
+        return None
+    row = int(bad[0])
+    return f"{path}, line {row + 1}: {values[row].tolist()} holds a value that is not a finite number"
+
+
 def damaged_file(raw: Path, name: str) -> str | None:
     """The first line of the files of TU set ``name`` in ``raw`` that is not comma-separated numbers (integers for
     ids and labels; two of them on each line of the edge list; as many on every line of a file as on its first),
