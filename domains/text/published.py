@@ -67,8 +67,9 @@ _TABLE2_PROTOCOL = ("pretrained on BookCorpus (74M sentences) with quick-thought
                     "(S2V's src/s2v_model.py, build_loss): one softmax over the batch with targets 1/M on the "
                     "context sentences, so that each positive's denominator holds the other one, and the anchor "
                     "kept as a candidate with its logit set to 0; its context also crosses the documents of a "
-                    "batch. `--set objective=authors` scores a batch as S2V does (rows so marked in their "
-                    "setting); what this changes at this scale is not yet measured.")
+                    "batch. `--set objective=authors` scores a batch as S2V does (its rows show "
+                    "`objective=authors` with their hyper-parameters); what this changes at this scale is not yet "
+                    "measured.")
 
 REFERENCES: tuple[Reference, ...] = (
     Reference(_TABLE2, "books", "Biased (quick-thought), mean of MR 76.8, CR 81.3, SUBJ 86.6, MPQA 93.4, "
