@@ -50,6 +50,24 @@ def test_a_missing_required_file_is_named(tmp_path, gone):
     assert "COLLAB" not in str(err.value) and "regression" not in str(err.value)
 
 
+def test_an_incomplete_folder_is_not_bypassed_by_an_earlier_download(tmp_path, cache):
+    """With a download of the same name in the cache, a folder missing graph_labels was skipped without a word and
+    the run trained on the download."""
+    fetched = cache / "TU" / "download" / "MUTAG" / "raw"  # where tucache.download leaves a download
+    fetched.parent.mkdir(parents=True)
+    toy_tu(cache, "MUTAG").rename(fetched)
+    raw = toy_tu(tmp_path / "data", "MUTAG")
+    (raw / "MUTAG_graph_labels.txt").rename(tmp_path / "labels")
+    with pytest.raises(DatasetMissingError, match=r"^TU dataset 'MUTAG' is incomplete: .*/data/TU/MUTAG/raw/ has no "
+                                                  r"MUTAG_graph_labels\.txt"):
+        graph_data.locate_raw("MUTAG", tmp_path / "data", download=False)
+    (tmp_path / "labels").rename(raw / "MUTAG_graph_labels.txt")  # complete: the user's folder, not the download
+    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=False) == raw
+    for path in raw.iterdir():  # none at all: the earlier download
+        path.unlink()
+    assert graph_data.locate_raw("MUTAG", tmp_path / "data", download=False) == fetched
+
+
 def test_a_set_of_regression_targets_is_refused_as_such(tmp_path):
     raw = toy_tu(tmp_path)
     (raw / "TOY_graph_labels.txt").rename(raw / "TOY_graph_attributes.txt")

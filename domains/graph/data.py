@@ -179,15 +179,17 @@ def _incomplete(name: str, raw: Path) -> str:
 
 def locate_raw(name: str, data_root: Path, download: bool) -> Path:
     """The raw folder of TU set ``name``: the data root's, else an earlier download in the cache,
-    else PyG's download into the cache (if ``download``); DatasetMissingError when all fail."""
+    else PyG's download into the cache (if ``download``); DatasetMissingError when all fail, or when the data
+    root's folder holds some of the files but not all (it is never bypassed by a download)."""
     check_tu_name(name)
     raw = Path(data_root) / "TU" / name / "raw"
     fetched = cache_dir() / "TU" / "download" / name / "raw"
-    for candidate in (raw, fetched):
-        if tucache.has_raw(candidate, name):
-            return candidate
-    if raw_files(raw, name):  # a set of one's own, or a copy, with a file left behind: name it, never download
+    if tucache.has_raw(raw, name):
+        return raw
+    if raw_files(raw, name):  # a set of one's own, or a copy, with a file left behind: name it, never bypass it
         raise DatasetMissingError(_incomplete(name, raw))
+    if tucache.has_raw(fetched, name):
+        return fetched
     if name not in TU_CATALOGUE:
         raise DatasetMissingError(
             f"unknown dataset '{name}'{did_you_mean(name, TU_CATALOGUE)} It is not a TU set (harness list "
