@@ -40,11 +40,11 @@ def _load(source: Path | str, root: Path, log=print, bars: bool = False, **field
     return load_hf(TextConfig(hf_dataset=str(source), **fields), root, log, bars).sentences
 
 
-def _fingerprint(source: Path, root: Path) -> dict:
+def _fingerprint(source: Path | str, root: Path, method: str = "quickthought") -> dict:
     (root / "senteval" / "CR").mkdir(parents=True, exist_ok=True)
     for name in ("custrev.pos", "custrev.neg"):
         (root / "senteval" / "CR" / name).write_text("good .\n")
-    spec = RunSpec("text", "quickthought", "hf-text", "infonce", {}, "quick", 0,
+    spec = RunSpec("text", method, "hf-text", "infonce", {}, "quick", 0,
                    TextConfig(hf_dataset=str(source), senteval_tasks=("CR",)))
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=root, work_dir=root / "work", quiet=True)
     return TEXT.data_fingerprint(spec, ctx)
@@ -61,6 +61,24 @@ def test_the_files_read_are_the_runs_identity(tmp_path):
     saved = tmp_path / "saved"
     datasets.Dataset.from_dict({"text": SENTENCES}).save_to_disk(saved)
     assert any(name.endswith(".arrow") for name in _fingerprint(saved, tmp_path)["hf_files"])
+
+
+@pytest.mark.parametrize("method", ["bow", "hf"])
+def test_the_evaluation_only_methods_neither_resolve_nor_hash_the_corpus(tmp_path, monkeypatch, method):
+    """bow and hf read no corpus, yet their fingerprint resolved the hub id (offline: "cannot load 'bookcorpus' from
+    the Hugging Face hub (no network ...)") and hashed the files, a new run id whenever the unread corpus changed."""
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    monkeypatch.setattr(datasets, "load_dataset_builder", no_hub)
+    monkeypatch.setattr(datasets, "load_dataset", no_hub)
+    offline = _fingerprint("bookcorpus", tmp_path, method)
+    assert set(offline) == {"dataset", "senteval_sha256", "hf_dataset", "hf_split"}
+    assert (offline["hf_dataset"], offline["hf_split"]) == ("bookcorpus", "train")
+    folder = _parquet(tmp_path / "pq", {"text": SENTENCES})
+    before = _fingerprint(folder, tmp_path, method)
+    _parquet(folder, {"text": [s.replace("corpus", "zebra") for s in SENTENCES]})
+    assert _fingerprint(folder, tmp_path, method) == before
 
 
 def test_a_column_that_is_not_there_is_named_with_the_columns_there_are(tmp_path):

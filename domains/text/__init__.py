@@ -293,9 +293,11 @@ class TextDomain(Domain):
             paths = book_paths(ctx.data_root, cfg.books)
             out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
         elif spec.dataset == "hf-text":
-            from domains.text.hf_text import file_hashes
+            out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
+            if spec.method in TRAINED:  # bow and hf read no corpus: neither resolved (no hub) nor hashed
+                from domains.text.hf_text import file_hashes
 
-            out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split, hf_files=file_hashes(cfg, ctx.data_root))
+                out["hf_files"] = file_hashes(cfg, ctx.data_root)
         if cfg.word_vectors:
             from domains.text.models import word_vectors_file
 
