@@ -84,7 +84,7 @@ def test_a_planted_pickle_never_runs_and_the_run_rebuilds_the_cache(tmp_path, ca
     assert _quietly(files).num_graphs == 24 and not marker.exists()  # rebuilt: read again without a warning
 
 
-@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "another set's", "empty", "one array"])
+@pytest.mark.parametrize("damage", ["truncated", "flipped byte", "another set's", "empty", "one array", "0-d x"])
 def test_a_damaged_or_foreign_cache_is_named_and_rebuilt(tmp_path, cache, damage):
     toy_tu(tmp_path / "data")
     toy_tu(tmp_path / "data", "OTHER")
@@ -103,6 +103,11 @@ def test_a_damaged_or_foreign_cache_is_named_and_rebuilt(tmp_path, cache, damage
         path.write_bytes(tucache.cache_path("OTHER", other.sha256).read_bytes())
     elif damage == "empty":
         path.write_bytes(b"")
+    elif damage == "0-d x":  # every entry there, x a single number: an IndexError on its columns, not a warning
+        with np.load(path) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+        with open(path, "wb") as fh:
+            np.savez(fh, **{**arrays, "x": np.float32(0)})
     else:
         with open(path, "wb") as fh:
             np.save(fh, np.arange(3))

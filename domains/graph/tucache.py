@@ -62,8 +62,6 @@ def _checked(arrays: dict[str, np.ndarray], raw_sha256: str) -> dict[str, Any]:
     """``arrays`` as tensors once each entry has the type, shape and offsets a processed set has; ValueError."""
     if set(arrays) != _ENTRIES:
         raise ValueError(f"entries {', '.join(sorted(arrays))}, expected {', '.join(sorted(_ENTRIES))}")
-    if arrays["node_attributes"].shape != () or not 0 <= int(arrays["node_attributes"]) <= arrays["x"].shape[-1]:
-        raise ValueError("a count of node attributes that x does not have")
     if arrays["format"].shape != () or int(arrays["format"]) != CACHE_FORMAT or str(arrays["raw_sha256"]) != raw_sha256:
         raise ValueError("written for other raw files or by another version")
     for key, dtype in _TENSORS.items():
@@ -74,6 +72,8 @@ def _checked(arrays: dict[str, np.ndarray], raw_sha256: str) -> dict[str, Any]:
     if x.ndim != 2 or edges.ndim != 2 or edges.shape[0] != 2 or graphs < 0 \
             or node_ptr.shape != (graphs + 1,) or edge_ptr.shape != (graphs + 1,):
         raise ValueError("arrays of inconsistent shapes")
+    if arrays["node_attributes"].shape != () or not 0 <= int(arrays["node_attributes"]) <= x.shape[1]:
+        raise ValueError("a count of node attributes that x does not have")
     for ptr, total in ((node_ptr, x.shape[0]), (edge_ptr, edges.shape[1])):
         if ptr[0] != 0 or ptr[-1] != total or np.any(np.diff(ptr) < 0):
             raise ValueError("offsets that do not cover the nodes and edges")
