@@ -17,6 +17,8 @@ from domains.errors import UserError
 from domains.files import cache_dir, hash_files
 from domains.hub_network import no_network_note, offline_without_network
 
+# The files datasets reads by their suffix (text's hf_dataset): a name that ends so is a file, never a hub id.
+DATA_FILE_SUFFIXES = (".txt", ".csv", ".json", ".jsonl", ".parquet")
 HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids
 
 
@@ -37,7 +39,8 @@ def display_name(source: Path | str) -> str:
 
 def locate(target: str, root: Path, wording: Wording, files: bool = False) -> Path | str:
     """The folder ``target`` names (or, with ``files``, the file), as given, else under the data root; else
-    ``target`` as a hub id. UserError for a path (absolute, ``./``, ``~``) that is not there, and for a target that
+    ``target`` as a hub id. UserError for a path (absolute, ``./``, ``~``) that is not there, with ``files`` for a
+    name that ends in a data file's suffix (:data:`DATA_FILE_SUFFIXES`) and is not there, and for a target that
     is neither there nor a hub id. Only a relative path without ``..`` is looked for under the data root: a name
     never reaches outside it."""
     given = Path(target).expanduser()
@@ -49,6 +52,8 @@ def locate(target: str, root: Path, wording: Wording, files: bool = False) -> Pa
     what = "file or folder" if files else "folder"
     if target.startswith(("/", ".", "~")):
         raise UserError(f"no {what} {' nor '.join(map(str, candidates))}; {wording.layout}")
+    if files and target.lower().endswith(DATA_FILE_SUFFIXES):  # a file's name, not a hub id: it is missing
+        raise UserError(f"no file {' or '.join(map(str, candidates))}; {wording.layout}")
     if not HUB_ID.fullmatch(target) or ".." in target:
         raise UserError(f"'{wording.prefix}{target}' is neither a {what} nor a hub id (<name> or <owner>/<name>: "
                         "letters, digits, '-', '_' and '.'); a path starts with /, ./, ../ or ~")

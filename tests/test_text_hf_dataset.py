@@ -111,6 +111,23 @@ def test_a_name_is_a_path_as_given_else_under_the_data_root_else_a_hub_id(tmp_pa
         _load("a:b", root)
 
 
+@pytest.mark.parametrize("suffix", [".txt", ".csv", ".json", ".jsonl", ".parquet"])
+def test_a_missing_data_file_is_named_not_sent_to_the_hub(tmp_path, monkeypatch, suffix):
+    """'mytext/missing.jsonl' reads as <owner>/<name>: it went to the hub, and offline the message said "no network"."""
+    def no_hub(*args, **kwargs):
+        raise AssertionError("the hub was asked")
+
+    root = tmp_path / "root"
+    name = f"mytext/missing{suffix}"
+    with monkeypatch.context() as patched:
+        patched.setattr(datasets, "load_dataset_builder", no_hub)
+        with pytest.raises(UserError, match=rf"^no file {name} or {root}/{name}; a local text dataset is a folder"):
+            _load(name, root)
+    (root / "mytext").mkdir(parents=True)
+    (root / "mytext" / "there.txt").write_text("".join(f"{s}\n" for s in SENTENCES))
+    assert _load("mytext/there.txt", root) == SENTENCES  # found under the data root, as before
+
+
 def test_one_file_and_a_save_to_disk_folder_are_read(tmp_path):
     """One file: "Couldn't find any data file"; a save_to_disk folder: "Please use load_from_disk instead". Read as
     plain Arrow files, a saved DatasetDict would lose its split names: every split but the known ones was train."""
