@@ -190,7 +190,7 @@ def test_hf_text_without_datasets_is_a_user_error(monkeypatch, tmp_path):
     from domains.text.corpus import load_hf
 
     monkeypatch.setitem(__import__("sys").modules, "datasets", None)  # as if not installed; never downloads
-    with pytest.raises(UserError, match="pip install datasets"):
+    with pytest.raises(UserError, match=r"package 'datasets' .*pip install 'contrastive-harness\[text\]'"):
         load_hf(replace(SMALL, hf_dataset="bookcorpus"), tmp_path, print, bars=False)
     with pytest.raises(UserError, match="hf_dataset"):
         load_hf(SMALL, tmp_path, print, bars=False)

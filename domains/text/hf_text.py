@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from domains.base import require
 from domains.errors import UserError
 from domains.files import hash_files
 from domains.hub_datasets import (
@@ -32,14 +33,6 @@ WORDING = Wording("--set", "hf_dataset=", "a local text dataset is a folder (or 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
 
 
-def _datasets() -> Any:
-    try:
-        import datasets
-    except ImportError:
-        raise UserError("dataset hf-text needs the Python package 'datasets': pip install datasets") from None
-    return datasets
-
-
 def source_of(cfg: TextConfig, data_root: Path) -> Path | str:
     """The folder or file ``hf_dataset`` names (as given, else under the data root), or a hub id."""
     if not cfg.hf_dataset:
@@ -58,7 +51,7 @@ def file_hashes(cfg: TextConfig, data_root: Path) -> dict[str, str]:
     source = source_of(cfg, data_root)
     if _is_saved(source):
         return {str(p.relative_to(source)): hash_files([p]) for p in sorted(source.rglob("*")) if p.is_file()}
-    return file_identities(builder_for(_datasets(), source, WORDING), source)
+    return file_identities(builder_for(require("datasets", "text"), source, WORDING), source)
 
 
 def _saved_split(datasets: Any, folder: Path, split: str, bars: bool) -> Any:
@@ -83,7 +76,7 @@ def read_split(cfg: TextConfig, data_root: Path, bars: bool) -> tuple[Any, str]:
     """The rows of split ``hf_split`` and how messages name the dataset; ``bars``: ``datasets``' own progress bars
     show (not under ``--quiet``)."""
     source = source_of(cfg, data_root)
-    datasets = _datasets()
+    datasets = require("datasets", "text")
     if _is_saved(source):
         return _saved_split(datasets, source, cfg.hf_split, bars), display_name(source)
     builder = builder_for(datasets, source, WORDING)
