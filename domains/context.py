@@ -266,18 +266,21 @@ class RunContext:
         return UserError(f"the checkpoint {self.checkpoint_path} cannot be read ({why}: it is damaged or not a "
                          "checkpoint the harness wrote); rerun without --resume to start over")
 
-    def check_loss(self, value: float, step: int, hint: str = "") -> None:
+    def check_loss(self, value: float, step: int, hint: str = "", *, first: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed
         record saying so. ``hint`` names what to change (default: a lower learning rate). ``value`` may sum a
         window of steps ending at ``step``.
 
         A loss at step 1 is of the initial weights: nothing was updated, so it is no divergence (which
-        the pages count as a non-finite seed) and no learning rate helps; it is a plain failure that says so."""
+        the pages count as a non-finite seed) and no learning rate helps; it is a plain failure that says so.
+        ``first`` marks the first loss read where that comes later than step 1, saying what ``step`` is
+        (rl: "at the first contrastive update (agent step N), after ..."): a plain failure too."""
         if math.isfinite(value):
             return
-        if step == 1:
-            raise UserError(f"the loss is {value} at training step 1, on the initial weights before any update: "
-                            "not a divergence (no learning rate helps); the loss, or the scores it was given, is "
-                            "not finite from the start: a loss of your own (HARNESS_PLUGINS) may return one")
+        if step == 1 or first:
+            where = first or "at training step 1, on the initial weights before any update"
+            raise UserError(f"the loss is {value} {where}: not a divergence (no learning rate helps); the loss, or "
+                            "the scores it was given, is not finite from the start: a loss of your own "
+                            "(HARNESS_PLUGINS) may return one")
         raise NonFiniteLossError(f"the loss is {value} at training step {step}: training diverged; "
                                  f"{hint or 'try a lower learning rate (--set lr=...)'}")

@@ -434,6 +434,11 @@ def test_a_non_finite_loss_stops_at_once_naming_step_and_value(tmp_path):
     with pytest.raises(UserError, match=r"step 1, on the initial weights before any update: not a divergence") as err:
         ctx.check_loss(float("nan"), 1)
     assert not isinstance(err.value, NonFiniteLossError)
+    # a first loss read later than step 1 (rl's first contrastive update) says what its step is
+    with pytest.raises(UserError, match=r"the loss is nan at the first update \(step 40\): not a divergence") as err:
+        ctx.check_loss(float("nan"), 40, first="at the first update (step 40)")
+    assert not isinstance(err.value, NonFiniteLossError)
+    ctx.check_loss(2.0, 40, first="at the first update (step 40)")
 
 
 # Each domain's smallest run: rl's is a tiny CURL (episodes of 10 agent steps, updates from the 6th on).
@@ -468,10 +473,31 @@ def test_a_loss_that_is_nan_from_the_start_fails_as_no_divergence(tmp_path, requ
     if domain == "rl":
         request.getfixturevalue("rendering")
     out = _run_plugin_loss(tmp_path, domain, "nan_nce", "scores.logits.sum() * float('nan')")
-    assert out.returncode == 2 and "on the initial weights before any update" in out.stderr, out.stderr
+    # rl's first loss read is at its first contrastive update (agent step 5 here: updates from the 6th agent step
+    # on, counted from 0), after the critic's step of that update: not of the initial weights
+    first = ("at the first contrastive update (agent step 5), after 1 critic step (its loss finite)"
+             if domain == "rl" else "at training step 1, on the initial weights before any update")
+    assert out.returncode == 2 and f"the loss is nan {first}: not a divergence" in out.stderr, out.stderr
     assert "lower learning rate" not in out.stderr
     [record] = _records(tmp_path / "results")
     assert record["status"] == "failed" and not records.RunRecord.model_validate(record).diverged
+
+
+def test_an_rl_loss_that_is_nan_at_its_first_update_after_a_non_finite_critic_loss_is_a_divergence(tmp_path,
+                                                                                                   rendering):
+    """At rl's first contrastive update the critic has already stepped (the same update's critic step first): a
+    non-finite critic loss there is training that diverged, not the contrastive loss's own fault. The plugin makes
+    the critic loss the update reports NaN (as a blown-up critic step would) and its own loss NaN."""
+    body = "scores.logits.sum() * float('nan')\n\n\n" \
+           "import domains.rl.curl as _curl  # noqa: E402\n_critic = _curl.CurlSac.update_critic\n" \
+           "_curl.CurlSac.update_critic = lambda self, *a: _critic(self, *a) * float('nan')"
+    out = _run_plugin_loss(tmp_path, "rl", "nan_critic", body, "--device", "cpu")
+    assert out.returncode == 2, out.stderr
+    assert "the critic loss is nan at agent step 5 (the first contrastive update): training diverged" in out.stderr, \
+        out.stderr
+    assert "not a divergence" not in out.stderr
+    [record] = _records(tmp_path / "results")
+    assert record["status"] == "failed" and records.RunRecord.model_validate(record).diverged
 
 
 def test_an_rl_loss_that_turns_nan_after_its_first_update_is_a_divergence(tmp_path, rendering):

@@ -44,6 +44,7 @@ from typing_extensions import NotRequired
 import losses
 from domains.checkpoint_extras import CheckpointExtras
 from domains.context import RunContext
+from domains.errors import NonFiniteLossError
 from domains.rl.config import CurlConfig, TaskSpec
 from domains.rl.evaluate import eval_seed, evaluate_agent, make_env
 from domains.rl.graphed_updates import GraphedUpdates
@@ -326,11 +327,13 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
     updater = GraphedUpdates(agent, buffer, enabled=cfg.cuda_graph, log=ctx.log)
     next_eval = (env.env_steps // cfg.eval_freq + 1) * cfg.eval_freq
     next_ckpt = (env.env_steps // cfg.checkpoint_freq + 1) * cfg.checkpoint_freq if cfg.checkpoint_freq else None
-    # The agent step of the first contrastive update, whose loss is read on the host, once (check_loss): a
-    # non-finite loss there is the loss's own, no divergence (before it the encoder had only the critic's steps
-    # of the same few updates, each moving a weight by about lr). Later updates read nothing: a divergence shows
-    # in the next update's scores, which the loss core refuses.
+    # The agent step of the first contrastive update, whose loss is read on the host, once, with the critic loss
+    # of the same update (one read): a non-finite contrastive loss there is the loss's own, no divergence (before
+    # it the encoder had only the critic's steps of the same few updates, each moving a weight by about lr),
+    # unless that critic loss is not finite already: then training diverged. Later updates read nothing: a
+    # divergence shows in the next update's scores, which the loss core refuses.
     first_curl_step = math.ceil(cfg.seed_agent_steps / cfg.curl_update_freq) * cfg.curl_update_freq
+    critic_steps = first_curl_step - cfg.seed_agent_steps + 1  # its own update's included
 
     obs, _ = env.reset()
     buffer.start_episode(obs)
@@ -349,8 +352,15 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
                 recent.setdefault(key, []).append(value)
             update_time += time.perf_counter() - t0
             updates += 1
-            if step == first_curl_step:  # after the timing: reading the loss waits for the device
-                ctx.check_loss(float(stats["curl_loss"]), 1)
+            if step == first_curl_step:  # after the timing: reading the losses waits for the device
+                curl_loss, critic_loss = torch.stack([stats["curl_loss"], stats["critic_loss"]]).tolist()
+                if not math.isfinite(critic_loss):
+                    raise NonFiniteLossError(f"the critic loss is {critic_loss} at agent step {step} (the first "
+                                             "contrastive update): training diverged; try a lower learning rate "
+                                             "(--set lr=...)")
+                ctx.check_loss(curl_loss, step, first=f"at the first contrastive update (agent step {step}), "
+                                                      f"after {critic_steps} critic step"
+                                                      f"{'s' if critic_steps > 1 else ''} (its loss finite)")
         t0 = time.perf_counter()
         obs, reward, terminated, truncated, _ = env.step(action)
         env_time += time.perf_counter() - t0
