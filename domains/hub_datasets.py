@@ -20,6 +20,7 @@ from domains.hub_network import no_network_note, offline_without_network
 # The files datasets reads by their suffix (text's hf_dataset): a name that ends so is a file, never a hub id.
 DATA_FILE_SUFFIXES = (".txt", ".csv", ".json", ".jsonl", ".parquet")
 HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids
+HUB_CACHE = "hf-datasets"  # under cache_dir(): the cache datasets downloads and prepares into (builder_for)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ def builder_for(datasets: Any, source: Path | str, wording: Wording) -> Any:
     try:
         with offline as no_network:
             return datasets.load_dataset_builder(str(_folder(source) if single_file else source),
-                                                 data_files=single_file, cache_dir=str(cache_dir() / "hf-datasets"))
+                                                 data_files=single_file, cache_dir=str(cache_dir() / HUB_CACHE))
     except (OSError, ValueError) as exc:  # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids
         reason = no_network_note() if no_network else " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(source, Path):

@@ -98,3 +98,27 @@ def test_constant_training_pixels_are_refused_at_load_time(tmp_path):
     folder = _write_set(tmp_path / "black", _bytes_rows(constant=True))
     with pytest.raises(UserError, match=r"every training image has the same value in channel R, G, B \(pixel std 0\)"):
         data.load(f"hf:{folder}", tmp_path)
+
+
+def test_a_hub_sets_rows_may_name_its_downloads_in_the_harness_datasets_cache_and_nothing_else(tmp_path, cache):
+    """A hub image-folder repo's rows hold no bytes but the paths of its files as ``datasets`` downloaded them,
+    into the cache the harness gives it (cache_dir()/hf-datasets; the URLs, pinned by commit, are the
+    fingerprint's): those are read. A path elsewhere, one that leaves the cache by ``..``, or a link in the cache to
+    a file elsewhere is refused. A fake builder and files: no network."""
+    from types import SimpleNamespace
+
+    from domains.vision.hub_reader import check_image_paths
+
+    builder = SimpleNamespace(config=SimpleNamespace(data_files={"train": ["hf://datasets/user/set@0123abc/train/a/0.png"]}))
+    downloads = cache / "hf-datasets" / "downloads"
+    downloads.mkdir(parents=True)
+    (downloads / "5e1f0c").write_bytes(_png(0))
+    check_image_paths(builder, "user/set", "train", [_png(1), str(downloads / "5e1f0c")])
+    outside = tmp_path / "elsewhere.png"
+    outside.write_bytes(_png(2))
+    (downloads / "link").symlink_to(outside)
+    for path in (outside, downloads / ".." / ".." / ".." / "elsewhere.png", downloads / "link"):
+        with pytest.raises(UserError) as err:
+            check_image_paths(builder, "user/set", "train", [_png(1), str(path)])
+        assert str(err.value).startswith(f"hub dataset 'user/set': image 1 of the train split holds no bytes but "
+                                         f"the path {path}, which is not one of the dataset's own files"), err.value

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from domains.errors import UserError
-from domains.hub_datasets import display_name
+from domains.files import cache_dir
+from domains.hub_datasets import HUB_CACHE, display_name
 from domains.vision.image_decoding import Blob
 
 SHARD_NAME = re.compile(r"(?P<stem>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.parquet")
@@ -72,10 +73,21 @@ def check_image_paths(builder: Any, source: Path | str, split: str, blobs: list[
     """UserError naming the first row of ``split`` whose image is the path of a file that is not one of the
     dataset's own files. An image folder's rows hold its own images' paths, which the fingerprint and the
     decoded-image cache key hash; a parquet row may name any file on the machine (absolute, or relative to the
-    working folder), which neither would, so that an edited image would be served from the cache as before."""
-    own = ({os.path.abspath(f) for files in builder.config.data_files.values() for f in files}
-           if isinstance(source, Path) else set())
-    bad = next((i for i, blob in enumerate(blobs) if isinstance(blob, str) and os.path.abspath(blob) not in own), None)
+    working folder), which neither would, so that an edited image would be served from the cache as before.
+    A hub set's own files are its downloads: ``datasets`` stores a hub image folder's rows as paths into the
+    cache the harness gives it (:func:`domains.hub_datasets.builder_for`), copies of the files whose URLs, pinned
+    by commit, are the fingerprint's; a path there is read once resolved (``..`` and links), no other."""
+    if isinstance(source, Path):
+        own = {os.path.abspath(f) for files in builder.config.data_files.values() for f in files}
+
+        def is_own(path: str) -> bool:
+            return os.path.abspath(path) in own
+    else:
+        downloads = Path(os.path.realpath(cache_dir() / HUB_CACHE))
+
+        def is_own(path: str) -> bool:
+            return Path(os.path.realpath(path)).is_relative_to(downloads)
+    bad = next((i for i, blob in enumerate(blobs) if isinstance(blob, str) and not is_own(blob)), None)
     if bad is None:
         return
     fix = ("write each image's bytes into its row" if isinstance(source, Path) else
