@@ -59,7 +59,8 @@ from domains.vision.image_decoding import Blob, UndecodableImage, decode, open_i
 
 PREFIX = "hf:"
 WORDING = Wording("--dataset", PREFIX, "a local Hugging Face image dataset is a folder of its parquet shards, "
-                  "e.g. plain_text/train-00000-of-00001.parquet")
+                  "e.g. plain_text/train-00000-of-00001.parquet, or a plain image folder, "
+                  "train/<class>/*.png and test/<class>/*.png")
 IMAGE_COLUMNS = ("img", "image")
 LABEL_COLUMNS = ("label", "fine_label", "labels")
 TEST_FRACTION = 0.2  # of train, held out (stratified, seed SPLIT_SEED) where a dataset has no test split
