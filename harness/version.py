@@ -10,12 +10,12 @@ likewise over the code the run's dataset runs (``Domain.dataset_code``: rl's ``g
 environment's module), whose digests the record names. It is part of every run's identity (``records.run_hash``):
 a run of other code is another run, so skipping a completed record and ``--resume`` reuse a result only for the
 same sources, and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the
-commit because
-it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a copied tree) and
-an installed wheel, and because a commit that changes only records, pages, documentation or the commands around
-runs changes no result. A run of built-in code hashes the packages' run code alone (:func:`package_digest`);
-other plugins loaded beside it change nothing of its identity. Records written before 2026-11-27 hashed every
-file of the packages: their digests name that code, and a run of today's code is a new run beside them.
+commit because it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a
+copied tree) and an installed wheel, and because a commit that changes only records, pages, documentation or the
+commands around runs changes no result. A run of built-in code hashes the packages' run code alone
+(:func:`package_digest`); other plugins loaded beside it change nothing of its identity. Records written before
+2026-11-27 hashed every file of the packages: their digests name that code, and a run of today's code is a new run
+beside them.
 
 The commit, its date and the dirty flag are recorded beside it for people (``compare --baseline <commit>``,
 ``harness history``). The version is setuptools-scm's for a checkout (``0.1.devN+g<commit>``, with ``.dYYYYMMDD``
