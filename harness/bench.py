@@ -318,7 +318,7 @@ def bench_all(args: argparse.Namespace, device: torch.device) -> int:
 
 
 def _stopped(args: argparse.Namespace) -> int:
-    print(f"not finished; continue with: {resume_command(args.argv)}", flush=True)
+    print(f"not finished; continue with: {resume_command(args.argv, args.data_root)}", flush=True)
     return stopping.EXIT_STOPPED
 
 

@@ -15,7 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
-from harness.run import as_found
+from harness.run import as_found, data_root_prefix
 from harness.run.stopping import EXIT_STOPPED
 
 TINY = ["run", "--domain", "tiny", "--loss", "infonce", "--set", "epochs=3", "--quiet"]
@@ -26,8 +26,11 @@ def _by_seed(results: Path) -> dict[int, dict]:
 
 
 def _hint_args(hint: str) -> list[str]:
-    """The arguments of the in-process hint ``... continue with: harness run ...``."""
-    return shlex.split(hint.split("continue with: harness ")[1])
+    """The arguments of the in-process hint ``... continue with: [HARNESS_DATA_ROOT=...] harness run ...``
+    (the data root where it is not the built-in one, as in CI: harness.run.data_root_prefix)."""
+    words, prefix = shlex.split(hint.split("continue with: ")[1]), shlex.split(data_root_prefix(None))
+    assert words[:len(prefix) + 1] == [*prefix, "harness"], hint
+    return words[len(prefix) + 1:]
 
 
 def test_resuming_an_interrupted_force_run_redoes_only_the_seeds_it_had_not_redone(tmp_path, capsys, monkeypatch):

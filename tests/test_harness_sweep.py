@@ -6,25 +6,48 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 from tiny_domain import harness
 
 from harness.cli import main
+from harness.run import plugins_prefix
 from harness.sweep.cluster import import_submitit, run_slurm
 
 
 def test_sweep_grid_and_dry_run(tmp_path, capsys):
     assert main(["sweep", "--domains", "tiny", "--losses", "infonce,pucl,hcl", "--grid", "loss.alpha=0.1,0.5",
                  "--grid", "epochs=1,2", "--seeds", "0,1", "--results", str(tmp_path), "--dry-run"]) == 0
-    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("harness run")]
+    # after the data root and the plugins where there are any (harness.run.data_root_prefix, plugins_prefix)
+    lines = [x for x in capsys.readouterr().out.splitlines() if re.match(r"(\S+=\S+ )*harness run ", x)]
     # infonce: 2 epochs x 2 seeds; pucl: 2 alphas x 2 epochs x 2 seeds; hcl: 2 epochs x 2 seeds.
     assert len(lines) == 4 + 8 + 4
     assert all("loss.alpha" in x for x in lines if "--loss pucl" in x)
     assert not any("loss.alpha" in x for x in lines if "--loss pucl" not in x)
     assert main(["sweep", "--domains", "tiny", "--grid", "loss.nope=1", "--results", str(tmp_path)]) == 2
     assert "applies to no domain/loss" in capsys.readouterr().err
+
+
+def test_the_dry_run_lines_start_with_the_data_root_then_the_plugins(tmp_path, capsys, monkeypatch):
+    """Like every command the harness prints (reproduce:, continue with:), a job line pasted in a new shell reads
+    the same data: it starts with the data root where that is not the built-in one (``--data-root``, else
+    ``$HARNESS_DATA_ROOT``), then the plugins."""
+    args = ["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--results", str(tmp_path),
+            "--dry-run"]
+
+    def line(*extra: str) -> str:
+        assert main([*args, *extra]) == 0
+        [job] = [x for x in capsys.readouterr().out.splitlines() if " harness run --domain tiny " in f" {x}"]
+        return job
+
+    start = f"{plugins_prefix()}harness run --domain tiny "
+    monkeypatch.delenv("HARNESS_DATA_ROOT", raising=False)
+    assert line().startswith(start)
+    monkeypatch.setenv("HARNESS_DATA_ROOT", str(tmp_path / "env"))
+    assert line().startswith(f"HARNESS_DATA_ROOT={tmp_path / 'env'} {start}")
+    assert line("--data-root", "mine").startswith(f"HARNESS_DATA_ROOT={Path('mine').resolve()} {start}")
 
 
 def test_without_losses_each_method_runs_the_losses_it_trains(tmp_path, capsys):
@@ -86,7 +109,7 @@ def test_a_sweep_of_one_job_counts_one_run(tmp_path, run_main):
 def test_a_dry_run_prints_the_command_each_job_runs(tmp_path, capsys):
     assert main(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--device", "cpu",
                  "--tracker", "none", "--results", str(tmp_path), "--dry-run"]) == 0
-    [line] = [x for x in capsys.readouterr().out.splitlines() if x.startswith("harness run")]
+    [line] = [x for x in capsys.readouterr().out.splitlines() if re.match(r"(\S+=\S+ )*harness run ", x)]
     assert line.endswith(f"--results {tmp_path} --device cpu --tracker none")
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tiny_domain
 from support import run_code_digest
-from tiny_domain import REPO, harness_env
+from tiny_domain import REPO, harness_env, subprocess_data_root
 
 import domains
 from harness import version
@@ -108,7 +108,9 @@ def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted
     stopped = _harness(plugins, *run, "--time-limit", "1s")
     assert stopped.returncode == 75, stopped.stderr
     hint = stopped.stderr.strip().splitlines()[-1]
-    assert "at a checkpoint; continue with: HARNESS_PLUGINS=tiny_domain,tiny_loss " in hint, hint
+    # after the data root, as every printed command (harness.run.data_root_prefix)
+    assert f"at a checkpoint; continue with: {subprocess_data_root()}HARNESS_PLUGINS=tiny_domain,tiny_loss " in hint, \
+        hint
     command = hint.split("continue with: ", 1)[1]
     assert " --time-limit 1s " in command
     resumed = _pasted(plugins, command.replace(" --time-limit 1s ", " "))  # the rest of the run at once
@@ -121,7 +123,7 @@ def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted
     dry = _harness(plugins, *sweep, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     [job] = [line for line in dry.stdout.splitlines() if " run --domain tiny " in line]
-    assert job.startswith("HARNESS_PLUGINS=tiny_domain,tiny_loss harness run "), job
+    assert job.startswith(f"{subprocess_data_root()}HARNESS_PLUGINS=tiny_domain,tiny_loss harness run "), job
     pasted = _pasted(plugins, job.replace("harness run", f"{sys.executable} -m harness run", 1))
     assert pasted.returncode == 0 and "[completed]" in pasted.stdout, pasted.stderr
 

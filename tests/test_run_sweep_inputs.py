@@ -5,6 +5,7 @@ before any work."""
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
@@ -86,7 +87,7 @@ def test_one_grid_value_written_twice_is_one_job(tmp_path, run_main):
     assert out.returncode == 0, out.stderr
     assert "sweep: 2 runs, 0 with a completed record (skipped), 2 to run" in out.stdout
     assert [line.split("--set ")[1].split()[0] for line in out.stdout.splitlines()
-            if line.startswith("harness run")] == ["epochs=1", "epochs=2"], out.stdout
+            if re.match(r"(\S+=\S+ )*harness run ", line)] == ["epochs=1", "epochs=2"], out.stdout
 
 
 def test_a_misspelt_loss_method_or_dataset_in_a_sweep_gets_a_did_you_mean_as_in_run(tmp_path, run_main):

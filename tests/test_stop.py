@@ -194,12 +194,19 @@ def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_pa
     assert resumed[1].metrics == straight[1].metrics and resumed[0].curve == straight[0].curve
 
 
-def test_the_resume_command_starts_the_harness_the_way_it_was_started():
+def test_the_resume_command_starts_the_harness_the_way_it_was_started(tmp_path, monkeypatch):
     """In-process (not run as ``python -m harness``) the hint names the installed script; the subprocess tests
     above check the ``python -m harness`` form. ``--resume`` is added once; ``--force`` stays (``--force --resume``
-    goes on with the forced rerun)."""
+    goes on with the forced rerun). Like every printed command it starts with the data root where that is not the
+    built-in one (``--data-root``, else ``$HARNESS_DATA_ROOT``): pasted in a new shell, it reads the same data."""
+    monkeypatch.delenv("HARNESS_DATA_ROOT", raising=False)
     assert resume_command(["run", "--force", "--seeds", "0"]) == "harness run --force --seeds 0 --resume"
     assert resume_command(["bench", "all", "--resume"]) == "harness bench all --resume"
+    monkeypatch.setenv("HARNESS_DATA_ROOT", str(tmp_path / "env"))
+    assert resume_command(["run", "--seeds", "0"]) == \
+        f"HARNESS_DATA_ROOT={tmp_path / 'env'} harness run --seeds 0 --resume"
+    assert resume_command(["run", "--data-root", "mine"], "mine") == \
+        f"HARNESS_DATA_ROOT={Path('mine').resolve()} harness run --data-root mine --resume"
 
 
 def test_a_loop_with_nothing_left_shows_no_bar(tmp_path, capsys):

@@ -6,6 +6,7 @@ the preset's values computes."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_a_sweep_runs_the_jobs_that_ignore_a_key_once_and_says_so(tmp_path, run_
     out = run_main(main, "sweep", "--domains", "graph", "--losses", "jsd,infonce", "--grid", "temperature=0.1,0.2",
                    "--seeds", "0", "--results", str(tmp_path), "--dry-run")
     assert out.returncode == 0, out.stderr
-    jobs = [line for line in out.stdout.splitlines() if line.startswith("harness run")]
+    jobs = [line for line in out.stdout.splitlines() if re.match(r"(\S+=\S+ )*harness run ", line)]
     assert sorted((" --loss jsd" in job, "temperature" in job) for job in jobs) == [(False, True), (False, True),
                                                                                     (True, False)]
     assert "sweep: temperature left out of 2 jobs, which run at the preset's value, once: jsd scores raw" in out.stdout

@@ -45,7 +45,7 @@ from domains.context import RunContext
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness.records import SCHEMA_VERSION
-from harness.run import as_found
+from harness.run import as_found, data_root_prefix
 
 
 class TinyExtras(CheckpointExtras):
@@ -199,16 +199,26 @@ def harness_env() -> dict[str, str]:
     return env
 
 
+def subprocess_data_root(data_root: str | Path | None = None) -> str:
+    """How a printed command of a harness subprocess (in REPO, with this environment) starts: with the data root
+    (``data_root``, its ``--data-root``; else ``$HARNESS_DATA_ROOT``, relative to REPO) where it is not the
+    built-in one (harness.run.data_root_prefix), as in CI (HARNESS_DATA_ROOT=../shared/data), else nothing."""
+    value = data_root or os.environ.get("HARNESS_DATA_ROOT")
+    return data_root_prefix(str(REPO / Path(value).expanduser()) if value else None)
+
+
 # How the resume hints of a ``python -m harness`` subprocess start (harness.run.invocation).
 AS_MODULE = f"{shlex.quote(as_found(sys.executable))} -m harness"  # what a subprocess of this interpreter prints
-# ... after the plugins of :func:`harness_env` (harness.run.plugins_prefix)
-RESUMES_WITH = f"HARNESS_PLUGINS=tiny_domain {AS_MODULE}"
+# ... after the data root and the plugins of :func:`harness_env` (harness.run.plugins_prefix)
+RESUMES_WITH = f"{subprocess_data_root()}HARNESS_PLUGINS=tiny_domain {AS_MODULE}"
 
 
 def resume_args(hint: str) -> list[str]:
-    """The arguments of the ``continue with: HARNESS_PLUGINS=... python -m harness ...`` command a subprocess
-    printed (with the plugins of its environment, which :func:`harness` gives again), for :func:`harness`."""
-    assert "continue with: HARNESS_PLUGINS=" in hint and f" {AS_MODULE} " in hint and hint.endswith(" --resume"), hint
+    """The arguments of the ``continue with: [HARNESS_DATA_ROOT=...] HARNESS_PLUGINS=... python -m harness ...``
+    command a subprocess printed (with the data root and the plugins of its environment, which :func:`harness`
+    gives again), for :func:`harness`."""
+    assert f"continue with: {subprocess_data_root()}HARNESS_PLUGINS=" in hint and f" {AS_MODULE} " in hint \
+        and hint.endswith(" --resume"), hint
     return hint.split(f" {AS_MODULE} ", 1)[1].split()
 
 

@@ -78,20 +78,22 @@ def as_found(program: str) -> str:
     return name if found and os.path.abspath(found) == os.path.abspath(program) else os.path.abspath(program)
 
 
-def resume_command(argv: list[str]) -> str:
+def resume_command(argv: list[str], data_root: str | None = None) -> str:
     """The command that continues an interrupted ``harness run``, ``sweep`` or ``bench``: the same arguments with
     ``--resume``, started the way this process was (:func:`invocation`). A ``--force`` stays: ``--force
     --resume`` goes on with the forced rerun, redoing only the seeds it had not redone yet
-    (:func:`harness.run.runner.force_mark`). It starts with this process's plugins (:func:`plugins_prefix`): in a new
-    shell, the command without them names an unknown loss or domain."""
-    return plugins_prefix() + shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
+    (:func:`harness.run.runner.force_mark`). It starts with the data root (``data_root``: ``--data-root``;
+    :func:`data_root_prefix`) and this process's plugins (:func:`plugins_prefix`): in a new shell, the command
+    without them reads other data, or names an unknown loss or domain."""
+    return data_root_prefix(data_root) + plugins_prefix() + \
+        shlex.join([*invocation(), *argv, *([] if "--resume" in argv else ["--resume"])])
 
 
 def plugins_prefix(modules: Iterable[str] | None = None) -> str:
     """What a printed command starts with so that it runs pasted in a new shell: ``HARNESS_PLUGINS=a,b `` naming
     the plugin ``modules`` (by default those that ``HARNESS_PLUGINS`` names in this process), or nothing without
-    any. Every command the harness prints for a user to run again starts with it (:func:`resume_command`,
-    :func:`reproduce_line`, a sweep's ``--dry-run`` jobs)."""
+    any. Every command the harness prints for a user to run again starts with it, after the data root
+    (:func:`data_root_prefix`): :func:`resume_command`, :func:`reproduce_line`, a sweep's ``--dry-run`` jobs."""
     named = ",".join(dict.fromkeys(domains.plugin_modules() if modules is None else modules))
     return f"HARNESS_PLUGINS={shlex.quote(named)} " if named else ""
 
@@ -158,10 +160,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             outcomes = execute(request, on_outcome=functools.partial(_print_outcome, data_root=request.data_root))
     except KeyboardInterrupt:
         # The interrupted seed's checkpoint is in <results>/.work/; completed seeds have their records.
-        print(f"interrupted; continue with: {resume_command(args.argv)}", file=sys.stderr)
+        print(f"interrupted; continue with: {resume_command(args.argv, args.data_root)}", file=sys.stderr)
         return 130
     except RunStopped as stop:
-        print(f"stopped ({stop}) at a checkpoint; continue with: {resume_command(args.argv)}", file=sys.stderr)
+        print(f"stopped ({stop}) at a checkpoint; continue with: {resume_command(args.argv, args.data_root)}",
+              file=sys.stderr)
         return stopping.EXIT_STOPPED
     done = [o.record for o in outcomes if o.status in ("completed", "skipped") and o.record]
     if len(done) > 1:
@@ -177,6 +180,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if busy:
         # Not done yet: a script running `harness run && harness leaderboard` must not publish without them.
         print(f"not finished: {counted(busy, 'seed')} busy in another process; once it is done, continue "
-              f"with: {resume_command(args.argv)}", file=sys.stderr)
+              f"with: {resume_command(args.argv, args.data_root)}", file=sys.stderr)
         return stopping.EXIT_STOPPED
     return 0

@@ -299,11 +299,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             reason = stopping.stop_reason()
     finally:
         stop_file.unlink(missing_ok=True)
-    return _summarize(results, reason, args.argv, len(invalid))
+    return _summarize(results, reason, args.argv, len(invalid), args.data_root)
 
 
-def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str], invalid: int = 0) -> int:
-    """Print the sweep's last line, with the command that goes on where any job is left undone; its exit status
+def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str], invalid: int = 0,
+               data_root: str | None = None) -> int:
+    """Print the sweep's last line, with the command that goes on where any job is left undone (reading the data
+    root ``data_root``, ``--data-root``); its exit status
     (1 also where a combination was invalid: the sweep did not run all it was asked to)."""
     states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
     counts = {s: sum(r["status"] == s for r in results) for s in states}
@@ -312,11 +314,11 @@ def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str
     if invalid:
         summary += f", {counted(invalid, 'invalid combination')} not run (listed above)"
     if reason is not None and (counts["stopped"] or counts["not started"]):
-        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv)}")
+        print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv, data_root)}")
         return stopping.EXIT_STOPPED
     if not (counts["failed"] or counts["busy"] or counts["stopped"] or counts["not started"]):
         print("sweep done: " + summary)
         return 1 if invalid else 0
-    print(f"sweep done: {summary}; continue with: {resume_command(argv)}")
+    print(f"sweep done: {summary}; continue with: {resume_command(argv, data_root)}")
     # A busy job is not done yet either: exit 75 so that a script does not publish the sweep without it.
     return 1 if counts["failed"] or invalid else stopping.EXIT_STOPPED

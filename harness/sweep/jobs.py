@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from domains.errors import RunStopped, UserError
-from harness.run import plugins_prefix, stopping, tracking
+from harness.run import data_root_prefix, plugins_prefix, stopping, tracking
 from harness.run.runner import RunRequest, error_line, execute
 
 POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
@@ -91,8 +91,8 @@ def varying_keys(requests: list[RunRequest]) -> list[str]:
 
 def job_line(request: RunRequest, whole: bool = False) -> str:
     """The ``harness run`` of a job: what it runs; ``whole`` adds where and how (results, device, data root,
-    trackers) and the sweep's plugins (``HARNESS_PLUGINS``), so that the line pasted runs the job as the sweep
-    would."""
+    trackers), after the data root (``HARNESS_DATA_ROOT``, :func:`harness.run.data_root_prefix`) and the sweep's
+    plugins (``HARNESS_PLUGINS``), so that the line pasted in a new shell runs the job as the sweep would."""
     argv = ["harness", "run", "--domain", request.domain, "--dataset", request.dataset, "--method", request.method,
             "--loss", request.loss, "--preset", request.preset, "--seeds", str(request.seeds[0])]
     for key, value in sorted(request.sets.items()):
@@ -103,7 +103,7 @@ def job_line(request: RunRequest, whole: bool = False) -> str:
         argv += ["--save-model"] if request.save_model else []
         for tracker in request.trackers or [tracking.NONE]:
             argv += ["--tracker", tracker]
-        return plugins_prefix() + shlex.join(argv)
+        return data_root_prefix(request.data_root) + plugins_prefix() + shlex.join(argv)
     return shlex.join(argv)
 
 
