@@ -140,7 +140,8 @@ def test_the_authors_objective_trains_where_no_document_has_a_neighbour(tmp_path
 
 def test_the_objective_sits_with_the_loss_on_the_pages():
     """objective=authors and the spec's layout are two objectives around one loss: one setting, so that the page
-    gives the authors' row its Δ against the spec's infonce (harness.groups, Domain.objective_keys)."""
+    shows their rows side by side (harness.groups, Domain.objective_keys). Rows of the baseline loss are each a
+    baseline there: a dcl row takes its Δ against the infonce row of its own objective."""
     text = domains.get("text")
     assert text.objective_keys("quickthought") == text.objective_keys("quickthought-bert") == {"objective"}
     assert text.objective_keys("bow") == frozenset()  # it trains nothing: no objective

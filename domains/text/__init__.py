@@ -66,7 +66,8 @@ class TextDomain(Domain):
     default_method = "quickthought"
     loss_free_methods = frozenset({"bow", "hf"})
     # quick-thought's own objective (objective=authors, S2V's) and the spec's layout are two objectives around a
-    # loss: the pages compare them in one setting, as the loss's hyper-parameters
+    # loss: the pages show them in one setting, as the loss's hyper-parameters (a dcl row's Δ is against the
+    # infonce row of its own objective)
     method_objective_keys = {method: frozenset({"objective"}) for method in TRAINED}
     datasets = {
         "synthetic-topics": DatasetSpec("synthetic-topics", "embedded: documents that each follow one latent topic, "
