@@ -277,7 +277,7 @@ def test_objective_keys_sit_with_the_loss(tmp_path, monkeypatch):
     monkeypatch.setattr(tiny_domain.TinyDomain, "method_objective_keys", {"linear": frozenset({"lr", "noise"})})
     assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
     page = (tmp_path / "lb" / "tiny.md").read_text()
-    assert "Objective: the config keys `lr`, `noise` of the method `linear` weight its objective" in page
+    assert "Objective: the config keys `lr`, `noise` of the method `linear` weight or shape its objective" in page
     # dcl: against the infonce row of its own objective (2 seeds), not the one with 3 seeds.
     assert "| linear | dcl | – | quick, 3 epochs | **86.00 ± 1.00 (3 seeds)** | +35.50† |" in page
     # pucl: one key from either infonce row; the one with more seeds.
