@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from typing_extensions import NotRequired
 
 import losses
+from domains.base import counted
 from domains.checkpoint_extras import CheckpointExtras
 from domains.context import RunContext
 from domains.errors import NonFiniteLossError
@@ -359,8 +360,8 @@ def train(cfg: CurlConfig, task: TaskSpec, task_name: str, loss_fn, ctx: RunCont
                                              "contrastive update): training diverged; try a lower learning rate "
                                              "(--set lr=...)")
                 ctx.check_loss(curl_loss, step, first=f"at the first contrastive update (agent step {step}), "
-                                                      f"after {critic_steps} critic step"
-                                                      f"{'s' if critic_steps > 1 else ''} (its loss finite)")
+                                                      f"after {counted(critic_steps, 'critic step')} (its loss "
+                                                      "finite)")
         t0 = time.perf_counter()
         obs, reward, terminated, truncated, _ = env.step(action)
         env_time += time.perf_counter() - t0
