@@ -31,10 +31,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from domains.base import Domain
+from domains.base import Domain, split_config
 from domains.errors import UserError
 from domains.files import hash_jsonable
-from harness.records import RunRecord, domain_or_none, load_record_files, utc_iso
+from harness.records import RunRecord, domain_or_none, jsonable, load_record_files, utc_iso
 
 
 @dataclass
@@ -64,6 +64,8 @@ class Group:
     # Records of the group's code left out because they read other data than its newest record (one_data=True)
     other_data: list[RunRecord] = field(default_factory=list, repr=False)
     objective_keys: frozenset[str] = frozenset()  # config keys on the loss's side (Domain.objective_keys)
+    # The values of those keys its preset gives (preset_objective); None where today's code does not know it
+    preset_objective: dict[str, Any] | None = None
 
     @property
     def mixed_code(self) -> bool:
@@ -98,6 +100,12 @@ class Group:
     def objective(self) -> dict[str, Any]:
         """The config's values of the objective's keys (empty where the method has none)."""
         return {k: v for k, v in sorted(self.config.items()) if k in self.objective_keys}
+
+    @property
+    def default_objective(self) -> bool | None:
+        """Whether the row runs its preset's objective (an override may set a key to the preset's own value);
+        None where that is not known (the domain or the preset is not known to today's code)."""
+        return None if self.preset_objective is None else self.objective == self.preset_objective
 
     @property
     def mean(self) -> float:
@@ -240,7 +248,20 @@ def group_of(members: list[RunRecord], domains: dict[str, Domain | None], other_
         version=max((r.version for r in members), key=version_key), loss_used=newest.loss_used, records=members,
         other_data=other_data or [], codes={r.code: r.code_label() for r in members},
         objective_keys=dom.objective_keys(newest.method) if dom is not None else frozenset(),
+        preset_objective=preset_objective(dom, newest.preset, newest.method) if dom is not None else None,
     )
+
+
+def preset_objective(dom: Domain, preset: str, method: str) -> dict[str, Any] | None:
+    """The values of ``method``'s objective keys (``Domain.objective_keys``) that ``preset`` runs, as a record's
+    config holds them (its experiment part, JSON values: :func:`domains.base.split_config`); None for a preset
+    today's code does not know. Unresolved: no objective key takes an ``auto`` value, and if one did, a row would
+    only fail to match its preset here (:func:`baseline_for` then keeps the nearest-objective rule)."""
+    if preset not in dom.presets:
+        return None
+    experiment = split_config(dom.config_class(**dom.presets[preset].overrides))[0]
+    keys = dom.objective_keys(method)
+    return {k: v for k, v in sorted(jsonable(experiment).items()) if k in keys}
 
 
 def group_records(records: Iterable[RunRecord], *, key: Callable[[RunRecord], str] = record_key,
@@ -347,10 +368,17 @@ def refuse_unsummable(groups: Iterable[Group]) -> None:
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:
     """The baseline-loss group with the same setting: of several, the one whose objective differs from the
     group's in the fewest keys (none: the same config), then the one with most seeds, then default ordering; none
-    for an evaluation-only group, which trained no loss to compare."""
+    for an evaluation-only group, which trained no loss to compare. A group of the baseline loss that runs another
+    objective than its preset's is measured against the baseline loss's group that runs the preset's (the most
+    seeds, then default ordering), where one ran: nearest, it would be its own baseline, and the change its
+    objective makes would show nowhere on the page."""
     if not group.loss_used:
         return None
     candidates = [g for g in groups if g.setting == group.setting and g.loss == group.baseline_loss and g.loss_used]
+    if group.loss == group.baseline_loss and group.default_objective is False:
+        presets = [g for g in candidates if g.default_objective]
+        if presets:
+            return max(presets, key=lambda g: g.n)
     return max(candidates, key=lambda g: (-objective_distance(g, group), g.n), default=None)
 
 

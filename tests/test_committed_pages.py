@@ -25,6 +25,8 @@ Of each of our rows of a domain page (not *published*):
   rows' records name different sets of code. Where the
   header names a method's objective keys ("Objective: the config keys ..."), the config leaves them out, and of
   several such rows the baseline is the one whose values of them differ in the fewest keys, then the most seeds;
+  a row of the baseline loss whose values of them are not its preset's (the domain's config class built with the
+  preset's overrides) has, where one ran, the baseline loss's row with the preset's values (the most seeds);
 - the secondary columns (the mean over the seeds that report the metric), the runtime (mean ``timings.total_s``),
   the device, the method and loss.
 
@@ -51,6 +53,7 @@ import pytest
 from packaging.version import Version
 from scipy import stats
 
+import domains
 from harness.records import RunRecord, load_record
 
 BOARD = Path(__file__).resolve().parents[1] / "leaderboards"
@@ -95,6 +98,18 @@ class Row:
         """In how many of the objective's keys the two rows' configs differ."""
         return sum(self.first.config.get(k) != other.first.config.get(k) for k in self.objective_keys)
 
+    @property
+    def preset_objective(self) -> bool | None:
+        """Whether the row's values of the objective's keys are those its preset gives; None for a preset its
+        domain does not name. A record leaves out a field added since at that field's default, so a key it lacks
+        reads the config class's default."""
+        domain = domains.get(self.first.domain)
+        if self.first.preset not in domain.presets:
+            return None
+        preset = domain.config_class(**domain.presets[self.first.preset].overrides)
+        default = domain.config_class()
+        return all(self.first.config.get(k, getattr(default, k)) == getattr(preset, k) for k in self.objective_keys)
+
 
 @dataclass
 class Table:
@@ -114,9 +129,13 @@ class Table:
 
     def baseline(self, row: Row) -> Row | None:
         """The row's baseline: the baseline loss's row with the same method and config but the objective keys (of
-        several, the nearest objective, then most seeds)."""
+        several, the nearest objective, then most seeds); for a row of the baseline loss not of its preset's
+        objective, the one of the preset's where one ran (then most seeds)."""
         loss = self.baseline_loss(row)
         rows = [r for r in self.rows if r.first.loss_used and r.first.loss == loss and r.setting == row.setting]
+        presets = [r for r in rows if r.preset_objective]
+        if row.first.loss == loss and row.preset_objective is False and presets:
+            return max(presets, key=lambda r: len(r.values))
         return max(rows, key=lambda r: (-r.objective_distance(row), len(r.values)), default=None) \
             if row.first.loss_used else None
 

@@ -255,7 +255,8 @@ def test_the_index_best_comes_from_a_setting_that_compares_losses(tmp_path):
 def test_objective_keys_sit_with_the_loss(tmp_path, monkeypatch):
     """A method's objective keys (Domain.method_objective_keys, as the biased track's alpha and FairKL weight) are
     the loss's side: rows that differ only in them share a setting, show them as hyper-parameters, and take as
-    baseline the baseline loss's row with the nearest objective, then the one with most seeds."""
+    baseline the baseline loss's row with the nearest objective, then the one with most seeds; a row of the
+    baseline loss with another objective than its preset's, the baseline loss's row with the preset's."""
     def config(lr: float, noise: float) -> dict:
         return {"epochs": 3, "lr": lr, "noise": noise}
 
@@ -282,7 +283,10 @@ def test_objective_keys_sit_with_the_loss(tmp_path, monkeypatch):
     assert "| linear | dcl | – | quick, 3 epochs | **86.00 ± 1.00 (3 seeds)** | +35.50† |" in page
     # pucl: one key from either infonce row; the one with more seeds.
     assert "| linear | pucl | lr=0.5 | quick, 3 epochs | 31.00 ± 1.00 (3 seeds) | +20.00† |" in page
-    assert "| linear | infonce | lr=0.5, noise=0 | quick, 3 epochs | 11.00 ± 1.00 (3 seeds) | baseline |" in page
+    # infonce of another objective: against infonce of the preset's (other seeds: Welch's t-test), which stays
+    assert stats.ttest_ind([10.0, 11.0, 12.0], [50.0, 51.0], equal_var=False).pvalue < 0.05
+    assert "| linear | infonce | lr=0.5, noise=0 | quick, 3 epochs | 11.00 ± 1.00 (3 seeds) | -39.50† |" in page
+    assert "| linear | infonce | – | quick, 3 epochs | 50.50 ± 0.71 (2 seeds) | baseline |" in page
     (blobs,) = _lines((tmp_path / "lb" / "README.md").read_text(), "| [tiny](tiny.md) | blobs |")
     assert "| dcl | – | linear | quick, 3 epochs | 86.00 ± 1.00 (3 seeds) | 50.50 ± 0.71 (2 seeds) (infonce) | " \
            "+35.50† |" in blobs  # marked as on the page

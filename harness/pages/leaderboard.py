@@ -131,7 +131,9 @@ def objective_lines(dom: Domain | None, methods: list[str]) -> list[str]:
                       "weight or shape its objective around the loss (a paper's table compares objectives, a loss "
                       "with its weights or its layout). They count as the loss's hyper-parameters: a row's setting "
                       "leaves them out, the row shows those its command set, and Δ is against the baseline loss's "
-                      "row whose values of them differ in the fewest keys, then with the most seeds.", ""]
+                      "row whose values of them differ in the fewest keys, then with the most seeds; a row of the "
+                      "baseline loss whose values differ from its preset's, against the baseline loss's row with "
+                      "the preset's values where one ran (its Δ is what its objective changes).", ""]
     return lines
 
 
