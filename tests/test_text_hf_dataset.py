@@ -5,7 +5,6 @@ follow ``--quiet``. Every dataset is written by the test; nothing is downloaded.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -150,11 +149,3 @@ def test_datasets_bars_follow_quiet(tmp_path, capfd):
     _load(_parquet(tmp_path / "shown", {"text": SENTENCES}), tmp_path, bars=True)
     assert "Generating train split" in capfd.readouterr().err
 
-
-def test_the_setting_column_gives_a_cap_not_a_count_for_ones_own_corpus():
-    """The text page said "20k sentences" for a run on 300: max_sentences is a cap, and an hf-text corpus may be
-    smaller; books' and the synthetic corpus's setting stays as their committed pages show it."""
-    config = asdict(TextConfig())
-    assert ", at most 20k sentences," in TEXT.setting_note(config, "quickthought", "hf-text")
-    assert ", 20k sentences," in TEXT.setting_note(config, "quickthought", "books")
-    assert ", all sentences," in TEXT.setting_note({**config, "max_sentences": 0}, "quickthought", "hf-text")

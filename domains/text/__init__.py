@@ -37,7 +37,14 @@ from domains.context import RunContext
 from domains.errors import UserError
 from domains.files import hash_files
 from domains.text.config import TASKS, TextConfig
-from domains.text.corpus import Corpus, book_paths, load_corpus, sentence_labels, synthetic_fingerprint
+from domains.text.corpus import (
+    Corpus,
+    book_paths,
+    load_corpus,
+    sentence_labels,
+    synthetic_fingerprint,
+    synthetic_sentences,
+)
 from domains.text.senteval import classifiers_ran
 
 TRAINED = ("quickthought", "quickthought-bert")
@@ -126,16 +133,22 @@ class TextDomain(Domain):
                 "probe_standardize": bool(config.get("probe_standardize", False)) and "torch" in ran}
 
     def setting_note(self, config: dict[str, Any], method: str, dataset: str) -> str:
-        """The budget and model of a trained method, and the evaluation protocol: the classifier that ran, on raw
-        features (SentEval's protocol) or z-scored ones."""
+        """The budget and model of a trained method, with its training sentences (the synthetic corpus's count, which
+        its config gives; on the user's own files the cap, "at most"), and the evaluation protocol: the classifier
+        that ran, on raw features (SentEval's protocol) or z-scored ones."""
         parts = []
         if method in TRAINED:
             steps = f" (at most {config['max_steps']} steps)" if config.get("max_steps") else ""
-            sentences = (f"{config['max_sentences'] / 1000:g}k sentences" if config.get("max_sentences")
-                         else "all sentences")
-            if dataset == "hf-text" and config.get("max_sentences"):
-                # the corpus is the user's, of any size: the cap is no count (a record's info.train_sentences is)
-                sentences = f"at most {sentences}"
+            if dataset == "synthetic-topics":  # its size follows from the config (synthetic_documents resolved)
+                sentences = _sentences(synthetic_sentences(config["synthetic_documents"],
+                                                           config["synthetic_sentences_per_doc"],
+                                                           config["max_sentences"]))
+            elif config.get("max_sentences"):
+                # books and hf-text read the user's files, of any size: the cap is no count (a record's
+                # info.train_sentences is, which this note does not see)
+                sentences = f"at most {_sentences(config['max_sentences'])}"
+            else:
+                sentences = "all sentences"
             model = (f"BERT {config['bert_layers']}x{config['bert_hidden']}" if method == "quickthought-bert"
                      else f"GRU word {config['word_dim']}, hidden {config['hidden_dim']}")
             parts.append(f"{counted(config['epochs'], 'epoch')}{steps}, {sentences}, batch {config['batch_size']}, "
@@ -309,6 +322,11 @@ class TextDomain(Domain):
         from domains.text.bench import benchmark
 
         return benchmark(device, data_root, quick)
+
+
+def _sentences(count: int) -> str:
+    """A count of sentences, short: "4k sentences", "960 sentences"."""
+    return f"{count / 1000:g}k sentences" if count >= 1000 else counted(count, "sentence")
 
 
 def _tokenizer_kind(method: str) -> str:

@@ -58,10 +58,17 @@ def from_documents(names: list[str], documents: list[list[str]], doc_labels: np.
 def keep_prefixes(documents: list[list[str]], max_sentences: int) -> list[list[str]]:
     """At most ``max_sentences`` in all: a contiguous prefix of each document, in proportion to its length,
     so every document (book) stays represented and its sentences stay in order."""
-    total = sum(len(d) for d in documents)
+    lengths = [len(d) for d in documents]
+    kept = kept_lengths(lengths, max_sentences)
+    return documents if kept == lengths else [d[:n] for d, n in zip(documents, kept)]
+
+
+def kept_lengths(lengths: list[int], max_sentences: int) -> list[int]:
+    """How many sentences :func:`keep_prefixes` keeps of documents of these lengths."""
+    total = sum(lengths)
     if not max_sentences or total <= max_sentences:
-        return documents
-    return [d[: len(d) * max_sentences // total] for d in documents]
+        return lengths
+    return [n * max_sentences // total for n in lengths]
 
 
 # ----------------------------------------------------------------------------------------- books
@@ -225,6 +232,13 @@ def synthetic_documents(cfg: TextConfig) -> int:
         return cfg.synthetic_documents
     k = cfg.synthetic_topics
     return -(-max(160, 8 * k) // k) * k
+
+
+def synthetic_sentences(documents: int, per_doc: int, max_sentences: int) -> int:
+    """The training sentences of the synthetic corpus of ``documents`` documents (resolved:
+    :func:`synthetic_documents`) of ``per_doc`` sentences, as :func:`synthetic_corpus` keeps them, without
+    generating it."""
+    return sum(kept_lengths([per_doc] * documents, max_sentences))
 
 
 def sentence_labels(corpus: Corpus) -> np.ndarray:
