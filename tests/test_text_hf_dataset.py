@@ -13,9 +13,10 @@ import torch
 from domains.base import RunSpec
 from domains.context import RunContext
 from domains.errors import UserError
-from domains.text import TextDomain
+from domains.text import TextDomain, hf_text
 from domains.text.config import TextConfig
 from domains.text.corpus import load_hf
+from domains.text.hf_text import resolve
 
 datasets = pytest.importorskip("datasets")
 TEXT = TextDomain()
@@ -36,17 +37,35 @@ def _parquet(folder: Path, columns: dict[str, list]) -> Path:
 
 
 def _load(source: Path | str, root: Path, log=print, bars: bool = False, **fields) -> list[str]:
-    return load_hf(TextConfig(hf_dataset=str(source), **fields), root, log, bars).sentences
+    cfg = TextConfig(hf_dataset=str(source), **fields)
+    return load_hf(cfg, resolve(cfg, root), log, bars).sentences
 
 
-def _fingerprint(source: Path | str, root: Path, method: str = "quickthought") -> dict:
+def _run(source: Path | str, root: Path, method: str = "quickthought") -> tuple[RunSpec, RunContext]:
+    """A run of ``method`` on hf-text ``source``, evaluated on a one-line CR under ``root``."""
     (root / "senteval" / "CR").mkdir(parents=True, exist_ok=True)
     for name in ("custrev.pos", "custrev.neg"):
         (root / "senteval" / "CR" / name).write_text("good .\n")
     spec = RunSpec("text", method, "hf-text", "infonce", {}, "quick", 0,
                    TextConfig(hf_dataset=str(source), senteval_tasks=("CR",)))
-    ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=root, work_dir=root / "work", quiet=True)
-    return TEXT.data_fingerprint(spec, ctx)
+    return spec, RunContext(seed=0, device=torch.device("cpu"), data_root=root, work_dir=root / "work", quiet=True)
+
+
+def _fingerprint(source: Path | str, root: Path, method: str = "quickthought") -> dict:
+    return TEXT.data_fingerprint(*_run(source, root, method))
+
+
+def test_a_trained_run_resolves_its_dataset_once(tmp_path, monkeypatch):
+    """Preparing a run resolved ``hf_dataset`` twice, once for the fingerprint's file hashes and once for the rows
+    (for a hub id, two requests to the hub); one builder now serves both, and the fingerprint is the one
+    data_fingerprint gives alone."""
+    spec, ctx = _run(_parquet(tmp_path / "pq", {"text": SENTENCES}), tmp_path)
+    resolved = []
+    builder_for = hf_text.builder_for
+    monkeypatch.setattr(hf_text, "builder_for", lambda *args: resolved.append(args) or builder_for(*args))
+    prepared = TEXT.prepare(spec, ctx)
+    assert len(resolved) == 1 and prepared.data.sentences == SENTENCES
+    assert prepared.fingerprint == TEXT.data_fingerprint(spec, ctx)
 
 
 def test_the_files_read_are_the_runs_identity(tmp_path):

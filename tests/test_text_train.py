@@ -188,26 +188,26 @@ def test_bert_encoder_builds_from_a_config_and_trains():
 
 
 def test_hf_text_without_datasets_is_a_user_error(monkeypatch, tmp_path):
-    from domains.text.corpus import load_hf
+    from domains.text.hf_text import resolve
 
     monkeypatch.setitem(__import__("sys").modules, "datasets", None)  # as if not installed; never downloads
     with pytest.raises(UserError, match=r"package 'datasets' .*pip install 'contrastive-harness\[text\]'"):
-        load_hf(replace(SMALL, hf_dataset="bookcorpus"), tmp_path, print, bars=False)
+        resolve(replace(SMALL, hf_dataset="bookcorpus"), tmp_path)
     with pytest.raises(UserError, match="hf_dataset"):
-        load_hf(SMALL, tmp_path, print, bars=False)
+        resolve(SMALL, tmp_path)
 
 
 def test_hf_text_without_network_fails_at_once_with_what_to_do(monkeypatch, tmp_path):
     """Where the hub's host does not resolve, datasets retried each request for 25 s before it failed."""
     pytest.importorskip("datasets")
     from domains import hub_network
-    from domains.text.corpus import load_hf
+    from domains.text.hf_text import resolve
 
     monkeypatch.setattr(hub_network, "hub_unreachable", lambda: True)
     with pytest.raises(UserError, match=r"'someone/some-books' from the Hugging Face hub \(no network: .* does not "
                                         r"resolve, so only datasets' cache was read\); without a network, download it"
                                         r" .* --set hf_dataset=<folder>"):
-        load_hf(replace(SMALL, hf_dataset="someone/some-books"), tmp_path, print, bars=False)
+        resolve(replace(SMALL, hf_dataset="someone/some-books"), tmp_path)
 
 
 @pytest.mark.slow

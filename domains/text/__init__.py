@@ -45,6 +45,7 @@ from domains.text.corpus import (
     synthetic_fingerprint,
     synthetic_sentences,
 )
+from domains.text.hf_text import Source, file_hashes, resolve
 from domains.text.senteval import classifiers_ran
 
 TRAINED = ("quickthought", "quickthought-bert")
@@ -223,8 +224,9 @@ class TextDomain(Domain):
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         """The pretraining corpus of a trained method (None for bow and hf, which train nothing) and the
         fingerprint. The evaluation's SentEval files are read by the protocol; the fingerprint hashes them."""
-        corpus = load_corpus(spec.dataset, spec.config, ctx) if spec.method in TRAINED else None
-        return Prepared(corpus, self.data_fingerprint(spec, ctx))
+        source = _hf_source(spec, ctx)  # resolved once: the corpus and the fingerprint read the same files
+        corpus = load_corpus(spec.dataset, spec.config, ctx, source) if spec.method in TRAINED else None
+        return Prepared(corpus, self._fingerprint(spec, ctx, source))
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, corpus: Corpus | None) -> PretrainResult:
         from domains.text.models import HFEncoder, QuickThoughtEncoder, build_model
@@ -295,6 +297,10 @@ class TextDomain(Domain):
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
         """Without parsing the corpus: the generator's parameters, or the hashes of the files; and the word vectors'
         hash, since they are data too (a missing file stops the run here, before it starts, with no record)."""
+        return self._fingerprint(spec, ctx, _hf_source(spec, ctx))
+
+    def _fingerprint(self, spec: RunSpec, ctx: RunContext, source: Source | None) -> dict[str, Any]:
+        """:meth:`data_fingerprint`, with hf-text's ``source`` resolved (:func:`_hf_source`)."""
         cfg: TextConfig = spec.config
         out: dict[str, Any] = {"dataset": spec.dataset}
         if spec.dataset == "synthetic-topics":
@@ -308,10 +314,8 @@ class TextDomain(Domain):
             out.update(books=[p.stem for p in paths], books_sha256=hash_files(paths))
         elif spec.dataset == "hf-text":
             out.update(hf_dataset=cfg.hf_dataset, hf_split=cfg.hf_split)
-            if spec.method in TRAINED:  # bow and hf read no corpus: neither resolved (no hub) nor hashed
-                from domains.text.hf_text import file_hashes
-
-                out["hf_files"] = file_hashes(cfg, ctx.data_root)
+            if source is not None:
+                out["hf_files"] = file_hashes(source)
         if cfg.word_vectors:
             from domains.text.models import word_vectors_file
 
@@ -322,6 +326,14 @@ class TextDomain(Domain):
         from domains.text.bench import benchmark
 
         return benchmark(device, data_root, quick)
+
+
+def _hf_source(spec: RunSpec, ctx: RunContext) -> Source | None:
+    """``hf_dataset`` resolved (:func:`domains.text.hf_text.resolve`: for a hub id, a request to the hub) for a
+    trained run on hf-text; None otherwise: bow and hf read no corpus, so theirs is neither resolved nor hashed."""
+    if spec.dataset != "hf-text" or spec.method not in TRAINED:
+        return None
+    return resolve(spec.config, ctx.data_root)
 
 
 def _sentences(count: int) -> str:

@@ -31,7 +31,7 @@ from domains.errors import DatasetMissingError, UserError
 from domains.files import cache_dir, hash_jsonable, write_atomic
 from domains.text.config import TextConfig
 from domains.text.files import read_bytes, refuse_nul
-from domains.text.hf_text import text_rows
+from domains.text.hf_text import Source, resolve, text_rows
 
 SPLITTER_VERSION = "pysbd-paragraphs-1"  # part of the cache key: bump it when the splitting changes
 
@@ -142,15 +142,16 @@ def load_books(data_root: Path, cfg: TextConfig) -> Corpus:
 # ------------------------------------------------------------------------------- Hugging Face
 
 
-def load_hf(cfg: TextConfig, data_root: Path, log: Callable[[str], None], bars: bool) -> Corpus:
-    """Rows of a Hugging Face dataset in order (BookCorpus: one sentence per row; :mod:`domains.text.hf_text`).
+def load_hf(cfg: TextConfig, source: Source, log: Callable[[str], None], bars: bool) -> Corpus:
+    """Rows of a Hugging Face dataset (``hf_dataset`` resolved: :func:`domains.text.hf_text.resolve`) in order
+    (BookCorpus: one sentence per row; :mod:`domains.text.hf_text`).
     Consecutive rows with the same ``hf_doc_field`` value form a document; without that field the split is one
     document."""
     names: list[str] = []
     documents: list[list[str]] = []
     previous = object()
     count = 0
-    for doc, text in text_rows(cfg, data_root, log, bars):
+    for doc, text in text_rows(cfg, source, log, bars):
         if not documents or doc != previous:
             names.append(str(doc if doc is not None else cfg.hf_dataset))
             documents.append([])
@@ -277,11 +278,13 @@ def synthetic_fingerprint(cfg: TextConfig) -> str:
     return hash_jsonable(values | {"generator": "TopicGrammar-1"})
 
 
-def load_corpus(dataset: str, cfg: TextConfig, ctx: RunContext) -> Corpus:
+def load_corpus(dataset: str, cfg: TextConfig, ctx: RunContext, source: Source | None = None) -> Corpus:
+    """The training corpus of ``dataset``; for hf-text, from ``source`` where the caller resolved it already (the
+    run's fingerprint hashes the same files), else resolved here."""
     if dataset == "synthetic-topics":
         return synthetic_corpus(cfg)
     if dataset == "books":
         return load_books(ctx.data_root, cfg)
     if dataset == "hf-text":
-        return load_hf(cfg, ctx.data_root, ctx.log, bars=not ctx.quiet)
+        return load_hf(cfg, source or resolve(cfg, ctx.data_root), ctx.log, bars=not ctx.quiet)
     raise UserError(f"unknown text dataset '{dataset}'")

@@ -9,6 +9,7 @@ commit), so changed data is a new run."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +34,40 @@ WORDING = Wording("--set", "hf_dataset=", "a local text dataset is a folder (or 
 SAVED_MARKERS = ("state.json", "dataset_dict.json")
 
 
-def source_of(cfg: TextConfig, data_root: Path) -> Path | str:
-    """The folder or file ``hf_dataset`` names (as given, else under the data root), or a hub id."""
+@dataclass(frozen=True)
+class Source:
+    """What ``hf_dataset`` names, resolved once for both the data's identity (:func:`file_hashes`) and its rows
+    (:func:`read_split`): the folder or file (:func:`domains.hub_datasets.locate`), or the hub id; and, but for a
+    ``save_to_disk`` folder, the ``datasets`` builder with its files resolved (for a hub id, one request to the
+    hub), so the hashes are of the very files the rows come from."""
+
+    where: Path | str
+    builder: Any = None
+
+
+def resolve(cfg: TextConfig, data_root: Path) -> Source:
+    """The folder or file ``hf_dataset`` names (as given, else under the data root), or a hub id, with its
+    builder."""
     if not cfg.hf_dataset:
         raise UserError("dataset hf-text needs --set hf_dataset=NAME_OR_PATH (a Hugging Face dataset)")
-    return locate(cfg.hf_dataset, data_root, WORDING, files=True)
+    where = locate(cfg.hf_dataset, data_root, WORDING, files=True)
+    if _is_saved(where):
+        return Source(where)
+    return Source(where, builder_for(require("datasets", "text"), where, WORDING))
 
 
-def _is_saved(source: Path | str) -> bool:
-    return isinstance(source, Path) and any((source / marker).is_file() for marker in SAVED_MARKERS)
+def _is_saved(where: Path | str) -> bool:
+    return isinstance(where, Path) and any((where / marker).is_file() for marker in SAVED_MARKERS)
 
 
-def file_hashes(cfg: TextConfig, data_root: Path) -> dict[str, str]:
-    """What identifies the data ``hf_dataset`` names, without reading its rows: the sha256 of each file
-    ``datasets`` reads (by its path inside the folder; a ``save_to_disk`` folder: every file in it), or each hub
-    file's URL, which names the commit it is pinned to."""
-    source = source_of(cfg, data_root)
-    if _is_saved(source):
-        return {str(p.relative_to(source)): hash_files([p]) for p in sorted(source.rglob("*")) if p.is_file()}
-    return file_identities(builder_for(require("datasets", "text"), source, WORDING), source)
+def file_hashes(source: Source) -> dict[str, str]:
+    """What identifies the data, without reading its rows: the sha256 of each file ``datasets`` reads (by its path
+    inside the folder; a ``save_to_disk`` folder: every file in it), or each hub file's URL, which names the
+    commit it is pinned to."""
+    where = source.where
+    if source.builder is None:
+        return {str(p.relative_to(where)): hash_files([p]) for p in sorted(where.rglob("*")) if p.is_file()}
+    return file_identities(source.builder, where)
 
 
 def _saved_split(datasets: Any, folder: Path, split: str, bars: bool) -> Any:
@@ -72,22 +88,21 @@ def _split(splits: Any, split: str, source: Path | str) -> Any:
     return splits[split]
 
 
-def read_split(cfg: TextConfig, data_root: Path, bars: bool) -> tuple[Any, str]:
-    """The rows of split ``hf_split`` and how messages name the dataset; ``bars``: ``datasets``' own progress bars
-    show (not under ``--quiet``)."""
-    source = source_of(cfg, data_root)
+def read_split(source: Source, split: str, bars: bool) -> tuple[Any, str]:
+    """The rows of ``split`` and how messages name the dataset; ``bars``: ``datasets``' own progress bars show
+    (not under ``--quiet``)."""
     datasets = require("datasets", "text")
-    if _is_saved(source):
-        return _saved_split(datasets, source, cfg.hf_split, bars), display_name(source)
-    builder = builder_for(datasets, source, WORDING)
-    splits = prepare_splits(datasets, builder, source, file_identities(builder, source), bars)
-    return _split(splits, cfg.hf_split, source), display_name(source)
+    where = source.where
+    if source.builder is None:
+        return _saved_split(datasets, where, split, bars), display_name(where)
+    splits = prepare_splits(datasets, source.builder, where, file_identities(source.builder, where), bars)
+    return _split(splits, split, where), display_name(where)
 
 
-def text_rows(cfg: TextConfig, data_root: Path, log: Callable[[str], None], bars: bool) -> Iterator[tuple[Any, str]]:
-    """(document, text) of each row in order, rows without text left out (the log says how many); UserError, before
-    any row is read, where ``hf_text_field`` or ``hf_doc_field`` names no column of the split."""
-    rows, name = read_split(cfg, data_root, bars)
+def text_rows(cfg: TextConfig, source: Source, log: Callable[[str], None], bars: bool) -> Iterator[tuple[Any, str]]:
+    """(document, text) of each row of ``source`` in order, rows without text left out (the log says how many);
+    UserError, before any row is read, where ``hf_text_field`` or ``hf_doc_field`` names no column of the split."""
+    rows, name = read_split(source, cfg.hf_split, bars)
     text_column = find_column(rows.features, cfg.hf_text_field, ("text",), _is_string, "text", "hf_text_field", name)
     doc_column = cfg.hf_doc_field and find_column(rows.features, cfg.hf_doc_field, (), _is_string, "document",
                                                   "hf_doc_field", name)
