@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import functools
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from domains import PACKAGES
@@ -67,20 +68,40 @@ def root_modules(root: Path) -> list[str]:
     return names
 
 
+def with_packages(names: Iterable[str]) -> set[str]:
+    """Each name and the packages above it: importing ``a.b`` runs ``a/__init__.py``."""
+    return {".".join(parts[:k]) for parts in (n.split(".") for n in names) for k in range(1, len(parts) + 1)}
+
+
+def import_closure(modules: dict[str, Path], find: Callable[[str], Path | None]) -> dict[str, Path]:
+    """The modules that ``modules`` (name -> file) import, at any depth, read from their source
+    (:func:`imported_names`), with the packages above each name (:func:`with_packages`): name -> file, outside
+    ``modules``. ``find`` is the caller's filter: a name's file, or None for a name not to follow (not a module, or
+    not code the caller hashes); a name is asked once. A file that is not Python source is followed no further (a
+    compiled module: its bytes alone)."""
+    found: dict[str, Path] = {}
+    seen = set(modules)
+    todo = sorted(modules.items())
+    while todo:
+        name, path = todo.pop()
+        try:
+            names = imported_names(path, name)
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for imported in sorted(with_packages(names) - seen):
+            seen.add(imported)
+            file = find(imported)
+            if file is not None:
+                found[imported] = file
+                todo.append((imported, file))
+    return found
+
+
 @functools.cache
 def run_files(root: Path) -> tuple[Path, ...]:
     """The files of every module a run can execute (the module docstring), in path order."""
-    found: dict[str, Path] = {}
-    todo = root_modules(root)
-    while todo:
-        name = todo.pop()
-        if name in found or name.split(".")[0] not in PACKAGES:
-            continue
-        path = module_file(root, name)
-        if path is None:  # an attribute imported from a module, not a module
-            continue
-        found[name] = path
-        parts = name.split(".")
-        todo += [".".join(parts[:n]) for n in range(1, len(parts))]
-        todo += sorted(imported_names(path, name))
-    return tuple(sorted(found.values()))
+    def find(name: str) -> Path | None:
+        return module_file(root, name) if name.split(".")[0] in PACKAGES else None
+
+    roots = {name: file for name in with_packages(root_modules(root)) if (file := find(name)) is not None}
+    return tuple(sorted({**roots, **import_closure(roots, find)}.values()))

@@ -40,7 +40,7 @@ from typing import Any
 import domains
 from domains import PACKAGES, is_own_code
 from domains.files import hash_jsonable
-from harness.run_code import imported_names, run_files
+from harness.run_code import import_closure, run_files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -179,30 +179,16 @@ def _module_file(name: str) -> Path | None:
 def _local_imports(modules: dict[str, Path], inside: Path) -> dict[str, Path]:
     """The user's own modules (:func:`domains.is_own_code`: not the standard library, not installed, not
     the project's packages) that ``modules`` (name -> file) import, at any depth, outside the file or folder
-    ``inside`` (the plugin's own code): name -> file. An import is read from the source
-    (:func:`harness.run_code.imported_names`), so one inside a function counts too."""
-    found: dict[str, Path] = {}
-    seen = set(modules)
-    todo = sorted(modules.items())
-    while todo:
-        name, path = todo.pop()
-        try:
-            names = imported_names(path, name)
-        except (OSError, SyntaxError, ValueError):  # not Python source (a compiled module): its bytes alone
-            continue
-        # and the packages above each: importing a.b runs a/__init__.py
-        wanted = {".".join(parts[:k]) for parts in (i.split(".") for i in names) for k in range(1, len(parts) + 1)}
-        for imported in sorted(wanted - seen):
-            seen.add(imported)
-            if imported.split(".")[0] in PACKAGES:
-                continue
-            file = _module_file(imported)
-            if (file is None or file.suffix != ".py" or not file.is_file() or file.resolve().is_relative_to(inside)
-                    or not is_own_code(file, ROOT)):
-                continue
-            found[imported] = file
-            todo.append((imported, file))
-    return found
+    ``inside`` (the plugin's own code): name -> file (:func:`harness.run_code.import_closure`: read from the
+    source, so an import inside a function counts too)."""
+    def find(name: str) -> Path | None:
+        file = None if name.split(".")[0] in PACKAGES else _module_file(name)
+        if (file is None or file.suffix != ".py" or not file.is_file() or file.resolve().is_relative_to(inside)
+                or not is_own_code(file, ROOT)):
+            return None
+        return file
+
+    return import_closure(modules, find)
 
 
 @functools.cache
