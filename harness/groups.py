@@ -344,25 +344,44 @@ def completed_groups(results: Path, empty: str | None = None) -> tuple[list[Grou
     return groups, [path for path, _ in files]
 
 
+def group_name(g: Group) -> str:
+    """How a message names a group: its domain, dataset, method, loss, hyper-parameters and setting."""
+    return f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, {g.setting_label()})"
+
+
+def too_large(g: Group, what: str, records: Iterable[RunRecord], computing: str = "a mean") -> str:
+    """The refusal of ``g``'s ``what`` values (a metric, ``timings.total_s``) that are finite but too large to
+    compute ``computing`` with (their sum overflows), naming the ``records`` they came from: the pages'
+    (:func:`refuse_unsummable`) and compare's words for one problem."""
+    ids = sorted({r.run_id for r in records})
+    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return (f"{group_name(g)}: its {what} values are too large to compute {computing} with; check the records' "
+            f"values (records {shown})")
+
+
 def refuse_unsummable(groups: Iterable[Group]) -> None:
-    """UserError, naming the group, its seeds' records and the values, when a group's primary or secondary metric
-    or its runs' ``timings.total_s`` are finite but too large to average (1e308 on every seed: the sum overflows),
-    compare's rule for such values: a page would fail midway on them, after writing some of its files."""
+    """UserError (:func:`too_large`) when a group's primary or secondary metric or its runs' ``timings.total_s``
+    are finite but too large to average (1e308 on every seed: the sum overflows), as compare refuses such values:
+    a page would fail midway on them, after writing some of its files."""
     for g in groups:
         runs = [r.timings["total_s"] for r in g.records if "total_s" in r.timings]
         secondary = [(m, list(v.values())) for m, v in sorted(g.secondary.items())]
         for what, values in [(g.primary_metric, list(g.values.values())), *secondary, ("timings.total_s", runs)]:
-            try:
-                if values:
-                    statistics.fmean(values)
-                if len(values) > 1:
-                    statistics.stdev(values)
-            except OverflowError:
-                ids = sorted({r.run_id for r in g.records})
-                shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
-                raise UserError(f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, "
-                                f"{g.setting_label()}): its {what} values are too large to compute a mean with; check "
-                                f"the records' values (records {shown}); nothing was written") from None
+            if not summable(values):
+                raise UserError(f"{too_large(g, what, g.records)}; nothing was written")
+
+
+def summable(values: list[float]) -> bool:
+    """Whether the mean and the standard deviation of ``values`` can be computed: the sum of finite values too
+    large (1e308 on every seed) overflows."""
+    try:
+        if values:
+            statistics.fmean(values)
+        if len(values) > 1:
+            statistics.stdev(values)
+    except OverflowError:
+        return False
+    return True
 
 
 def baseline_for(group: Group, groups: list[Group]) -> Group | None:

@@ -196,9 +196,20 @@ def test_nan_and_huge_metrics(tmp_path, capsys):
     code, report = _gate(tmp_path, [])
     assert code == 1 and "non-finite accuracy on seed(s) 0" in report
     capsys.readouterr()
-    assert _gate(tmp_path / "huge", _records([1.7e308] * 5))[0] == 2
-    err = capsys.readouterr().err
-    assert "too large to compute" in err and err.count("\n") == 1
+    huge = _records([1.7e308] * 5, version="0.2.0")
+    assert _gate(tmp_path / "huge", huge)[0] == 2
+    [err] = capsys.readouterr().err.splitlines()
+    # the pages' words (harness.groups.too_large), naming the records of the side whose values overflow
+    ids = sorted(r["run_id"] for r in huge)
+    assert err.startswith("error: tiny / blobs / linear / infonce (") and (
+        "): its accuracy values are too large to compute a mean or a test with; check the records' values (records "
+        f"{ids[0]}, {ids[1]}, {ids[2]} and 2 more); wrote ") in err
+    # Each side's mean can be computed, the paired differences' cannot: both sides' records are named.
+    base, cand = _records([-6e307, -6e307]), _records([6e307, 7e307], version="0.2.0")
+    assert _gate(tmp_path / "apart", cand, base=base)[0] == 2
+    [err] = capsys.readouterr().err.splitlines()
+    ids = sorted(r["run_id"] for r in base + cand)
+    assert f"(records {ids[0]}, {ids[1]}, {ids[2]} and 1 more); wrote " in err
 
 
 def test_a_rank_tests_p_never_goes_below_the_smallest_it_can_reach():

@@ -73,14 +73,13 @@ from harness.compare.sides import (
     Side,
     copied,
     folder_and_name,
-    group_name,
     load_side,
     refuse_conflicts,
     refuse_mixed,
     refuse_report_among_records,
     seeds_text,
 )
-from harness.groups import Group, decimals
+from harness.groups import Group, decimals, group_name, summable, too_large
 from harness.pages.generated import refuse_foreign
 from harness.records import RunRecord
 from harness.run.config import tolerance_value
@@ -246,10 +245,10 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
                 row.change = stats.compare_values(b.values, c.values, args.test)
                 means = c.mean - b.mean  # over all seeds: what a paired test's change leaves out
             except OverflowError:
-                raise UserError(
-                    f"{group_name(b)}: its {b.primary_metric} values are too large to compute a mean "
-                    "or a test with; check the records' metrics"
-                ) from None
+                # the records of the side whose values overflow; of both where the test's differences do
+                sides = [g for g in (b, c) if not summable(list(g.values.values()))] or [b, c]
+                records = [r for g in sides for r in g.records]
+                raise UserError(too_large(b, b.primary_metric, records, "a mean or a test")) from None
             unpaired = sorted(set(c.values) - set(b.values)) if row.change.test in stats.PAIRED else []
             if unpaired:
                 row.notes.append(

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness import stats
-from harness.compare.sides import Side, group_name
-from harness.groups import Group, decimals, fmt
+from harness.compare.sides import Side
+from harness.groups import Group, decimals, fmt, group_name
 from harness.tables import bullet, code, escape, markdown
 
 # The first text of every report compare writes (:func:`report`, :func:`error_report`): ``--out`` replaces only a

@@ -21,7 +21,17 @@ from pathlib import Path
 from domains.base import Domain
 from domains.errors import UserError
 from domains.files import hash_jsonable
-from harness.groups import Group, code_class, code_classes, code_order, command_key, fmt, group_of, group_records
+from harness.groups import (
+    Group,
+    code_class,
+    code_classes,
+    code_order,
+    command_key,
+    fmt,
+    group_name,
+    group_of,
+    group_records,
+)
 from harness.records import RunRecord, load_record_files, utc_iso
 from harness.run.model_file import MODELS
 from harness.version import resolve_commit
@@ -315,10 +325,6 @@ def copied(base: Group, cand: Group) -> bool:
     """Whether some of the candidate's records of a group are copies of the baseline's: the same content, times
     included (a rerun of a run, even of the same code on the same seed, was written at other times)."""
     return bool({hash_jsonable(r.to_json()) for r in base.records} & {hash_jsonable(r.to_json()) for r in cand.records})
-
-
-def group_name(g: Group) -> str:
-    return f"{g.domain} / {g.dataset} / {g.method} / {g.loss} ({g.hparams_label()}, {g.setting_label()})"
 
 
 def seeds_text(seeds: Iterable[int]) -> str:

@@ -24,8 +24,19 @@ from pathlib import Path
 from domains.errors import UserError
 from domains.files import write_atomic
 from harness import stats
-from harness.compare.sides import group_name, seeds_text
-from harness.groups import DATA, Group, cell, code_order, command_key, decimals, fmt, group_records, seeds_by
+from harness.compare.sides import seeds_text
+from harness.groups import (
+    DATA,
+    Group,
+    cell,
+    code_order,
+    command_key,
+    decimals,
+    fmt,
+    group_name,
+    group_records,
+    seeds_by,
+)
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
 from harness.tables import Markup, escape, markdown

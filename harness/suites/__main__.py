@@ -42,8 +42,8 @@ import tempfile
 from pathlib import Path
 
 from domains.errors import UserError
-from harness.compare.sides import RUN_FOLDERS, group_name, refuse_report_among_records
-from harness.groups import command_key, group_records
+from harness.compare.sides import RUN_FOLDERS, refuse_report_among_records
+from harness.groups import command_key, group_name, group_records
 from harness.records import load_record_files
 from harness.run.stopping import EXIT_STOPPED, handled
 from harness.suites import Setting, load_suite, suite_path
