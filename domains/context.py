@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 
 from domains.checkpoint_extras import CheckpointExtras, mistyped
-from domains.errors import NonFiniteLossError, RunStopped, UserError
+from domains.errors import NonFiniteLossError, ResumeRefused, RunStopped, UserError
 from domains.files import refuse_link, write_atomic
 
 T = TypeVar("T")
@@ -194,16 +194,16 @@ class RunContext:
         ``counters`` names the extras that count the training done (epoch, step) with the configured total
         each: each must be a whole number from 0 to its total. ``extras`` declares the type of each extra the
         loop reads (:class:`CheckpointExtras`). A state that does not load into the objects or the generators, a
-        counter out of its range or an extra of another type is a damaged checkpoint: a :class:`UserError` saying
-        so, before anything is restored."""
+        counter out of its range or an extra of another type is a damaged checkpoint: a :class:`ResumeRefused`
+        saying so, before anything is restored."""
         state, self._pending = self._pending or self._saved(), None
         if state is None:
             return None
         given = {name: obj for name, obj in objects.items() if obj is not None}
         missing = sorted(set(given) - set(state["objects"]))
         if missing:
-            raise UserError(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
-                            "--resume to start over")
+            raise ResumeRefused(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
+                                "--resume to start over")
         extra = state["extra"]
         for name, total in (counters or {}).items():
             value = extra.get(name)
@@ -221,12 +221,18 @@ class RunContext:
             raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
         return extra
 
+    def check_resume(self) -> None:
+        """Read the checkpoint a resumed run goes on from, as :meth:`saved_extras` does, before the run writes
+        anything (its log, its trackers, its record): a checkpoint refused here (:class:`ResumeRefused`) leaves
+        the results folder as it was. Kept for :meth:`saved_extras` and :meth:`restore_checkpoint`."""
+        self._pending = self._saved()
+
     def saved_extras(self, extras: type[CheckpointExtras] | None = None) -> dict[str, Any] | None:
         """The extras of the checkpoint a resumed run goes on from, restoring nothing: for what the training
         objects are built from (the text domain's vocabulary); None on a fresh start. ``extras``: their types,
         checked as :meth:`restore_checkpoint` checks them. The checkpoint is kept for :meth:`restore_checkpoint`,
         which then does not read the file again."""
-        self._pending = self._saved()
+        self._pending = self._pending or self._saved()
         if self._pending is None:
             return None
         self._check_extras(self._pending["extra"], extras)
@@ -242,7 +248,10 @@ class RunContext:
         path = self.checkpoint_path
         if not self.resume or not (path.exists() or path.is_symlink()):
             return None
-        refuse_link(path, self.work_dir.parent)
+        try:
+            refuse_link(path, self.work_dir.parent)
+        except UserError as exc:
+            raise ResumeRefused(str(exc)) from None
         start_over = "rerun without --resume to start over"
         try:
             with torch.serialization.safe_globals(_checkpoint_globals()):
@@ -252,19 +261,19 @@ class RunContext:
         # elapsed_s: absent from checkpoints written before records timed a resumed run whole
         if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
                 {"objects", "rng", "extra", "run", "elapsed_s"}:
-            raise UserError(f"{path} is not a checkpoint of this version of the harness; {start_over}")
+            raise ResumeRefused(f"{path} is not a checkpoint of this version of the harness; {start_over}")
         if state["run"] != self.run_key:
-            raise UserError(f"the checkpoint {path} was saved by another run (another config, data or code); "
-                            f"{start_over}")
+            raise ResumeRefused(f"the checkpoint {path} was saved by another run (another config, data or code); "
+                                f"{start_over}")
         if problem := _malformed(state):
             raise self._damaged(problem)
         self.earlier_s = float(state.get("elapsed_s", 0.0))
         return state
 
-    def _damaged(self, why: str) -> UserError:
+    def _damaged(self, why: str) -> ResumeRefused:
         """The error for a checkpoint that cannot be used, ``why`` saying what is wrong with it."""
-        return UserError(f"the checkpoint {self.checkpoint_path} cannot be read ({why}: it is damaged or not a "
-                         "checkpoint the harness wrote); rerun without --resume to start over")
+        return ResumeRefused(f"the checkpoint {self.checkpoint_path} cannot be read ({why}: it is damaged or not a "
+                             "checkpoint the harness wrote); rerun without --resume to start over")
 
     def check_loss(self, value: float, step: int, hint: str = "", *, first: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed

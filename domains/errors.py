@@ -1,6 +1,6 @@
 """The errors a domain raises and the harness tells apart: a mistake the user can fix (:class:`UserError`, printed as
-one line), a missing dataset, a file that cannot be written, a diverged loss, and a requested stop (:class:`RunStopped`,
-not a failure)."""
+one line), a missing dataset, a file that cannot be written, a refused ``--resume``, a diverged loss, and a requested
+stop (:class:`RunStopped`, not a failure)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,12 @@ class UnwritableFileError(UserError, OSError):
 
     def __str__(self) -> str:  # OSError's would be "[Errno 28] ...", without what the file there kept
         return str(self.args[0])
+
+
+class ResumeRefused(UserError):
+    """``--resume`` found a checkpoint it cannot go on from (another run's, unreadable, damaged): a mistake about the
+    command, not a result of the run. No record is written for it and the checkpoint stays, for the user to act
+    on; the message says how to start over."""
 
 
 class NonFiniteLossError(UserError):

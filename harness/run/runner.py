@@ -25,7 +25,7 @@ from filelock import FileLock, Timeout
 import domains
 from domains.base import Domain, Prepared, PretrainResult, RunSpec, counted, did_you_mean
 from domains.context import RunContext
-from domains.errors import NonFiniteLossError, RunStopped, UserError
+from domains.errors import NonFiniteLossError, ResumeRefused, RunStopped, UserError
 from domains.files import folder_problem, refuse_link
 from harness import records
 from harness.machine import hardware_info
@@ -362,7 +362,6 @@ def _run_locked(the_plan: Plan, spec: RunSpec, data: PlanData, device: torch.dev
             warnings.warn(f"{rid}: --resume found no checkpoint in {work_dir} (the earlier attempt stopped before "
                           "its first one): starting from the beginning", UserWarning, stacklevel=2)
         work_dir.mkdir(exist_ok=True)
-        records.set_aside_damaged(path)
         outcome = _run_one(the_plan, spec, rid, data, path, work_dir, device, data_root, req, seeds_left)
         if outcome.status == "completed":
             force_mark(results, rid).unlink(missing_ok=True)  # redone: a resumed --force keeps it
@@ -388,8 +387,18 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
              device: torch.device, data_root: Path, req: RunRequest, seeds_left: int,
              write: bool = True) -> Outcome:
     domain = the_plan.domain
+    estimate = write and spec.preset != "quick" and seeds_left > 0 and req.announce
+    ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
+                            resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
+                            run_key=rid, stop_reason=stopping.stop_reason, seeds=seeds_left if estimate else 0)
+    # Before the log, the trackers and the record: a refused --resume (ResumeRefused) is a mistake about the
+    # command, not a result of the run, and leaves the results folder, the checkpoint included, as it was.
+    ctx.check_resume()
+    if write:
+        records.set_aside_damaged(path)
     trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, work_dir,
                                       announce=req.announce) if write else []
+    ctx.trackers = trackers
     handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     LOGGER.addHandler(handler)
@@ -407,11 +416,6 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
         "data_fingerprint": data.fingerprint,
     }
-    estimate = write and spec.preset != "quick" and seeds_left > 0 and req.announce
-    ctx = EstimatingContext(seed=spec.seed, device=device, data_root=data_root, work_dir=work_dir,
-                            resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
-                            run_key=rid, stop_reason=stopping.stop_reason, seeds=seeds_left if estimate else 0,
-                            trackers=trackers)
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome, pretrained = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
@@ -522,6 +526,9 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         saved = f"its checkpoint is {ctx.checkpoint_path}" if ctx.checkpoint_path.exists() else \
             "it had no checkpoint yet and starts over"
         LOGGER.warning("run %s stopped (%s) at a step boundary; %s: rerun with --resume", rid, stop, saved)
+        raise
+    except ResumeRefused as exc:  # found as the domain restores its objects: no result of the run either
+        LOGGER.error("run %s: --resume refused: %s", rid, exc)  # its log, opened by now, says why it stopped
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
         user = isinstance(exc, UserError)

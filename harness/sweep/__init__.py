@@ -302,23 +302,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return _summarize(results, reason, args.argv, len(invalid), args.data_root)
 
 
+def _count_text(state: str, n: int) -> str:
+    """``n`` jobs in ``state`` as the sweep's last line counts them, with why where the state alone does not say."""
+    if state == "busy":
+        return f"{n} busy (another process is running {'it' if n == 1 else 'them'})"
+    if state == "refused":
+        checkpoints = "its checkpoint" if n == 1 else "their checkpoints"
+        return f"{n} refused (--resume cannot go on from {checkpoints}: see above)"
+    return f"{n} {state}"
+
+
 def _summarize(results: list[dict[str, Any]], reason: str | None, argv: list[str], invalid: int = 0,
                data_root: str | None = None) -> int:
     """Print the sweep's last line, with the command that goes on where any job is left undone (reading the data
-    root ``data_root``, ``--data-root``); its exit status
-    (1 also where a combination was invalid: the sweep did not run all it was asked to)."""
-    states = ("completed", "failed", "skipped", "busy", "stopped", "not started")
+    root ``data_root``, ``--data-root``); its exit status (1 also where a combination was invalid: the sweep did not
+    run all it was asked to; 2 where ``--resume`` refused a job's checkpoint, as ``harness run`` exits)."""
+    states = ("completed", "failed", "refused", "skipped", "busy", "stopped", "not started")
     counts = {s: sum(r["status"] == s for r in results) for s in states}
-    summary = ", ".join(f"{n} {s}" + (f" (another process is running {'it' if n == 1 else 'them'})"
-                                       if s == "busy" else "") for s, n in counts.items() if n)
+    summary = ", ".join(_count_text(s, n) for s, n in counts.items() if n)
     if invalid:
         summary += f", {counted(invalid, 'invalid combination')} not run (listed above)"
     if reason is not None and (counts["stopped"] or counts["not started"]):
         print(f"sweep stopped ({reason}): {summary}; continue with: {resume_command(argv, data_root)}")
         return stopping.EXIT_STOPPED
+    # A refused job is the user's to act on (its line says how), as `harness run --resume` refuses it: exit 2,
+    # never 75, which a script would answer with the same --resume.
+    refused = 2 if counts["refused"] else None
     if not (counts["failed"] or counts["busy"] or counts["stopped"] or counts["not started"]):
         print("sweep done: " + summary)
-        return 1 if invalid else 0
+        return refused or (1 if invalid else 0)
     print(f"sweep done: {summary}; continue with: {resume_command(argv, data_root)}")
     # A busy job is not done yet either: exit 75 so that a script does not publish the sweep without it.
-    return 1 if counts["failed"] or invalid else stopping.EXIT_STOPPED
+    return 1 if counts["failed"] or invalid else refused or stopping.EXIT_STOPPED

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from domains.errors import RunStopped, UserError
+from domains.errors import ResumeRefused, RunStopped, UserError
 from harness.run import data_root_prefix, plugins_prefix, stopping, tracking
 from harness.run.runner import RunRequest, error_line, execute
 
@@ -33,6 +33,8 @@ def run_job(request: RunRequest, stop_file: str | None = None, threads: int | No
         torch.set_num_threads(threads)
     try:
         outcomes = execute(request)
+    except ResumeRefused as exc:  # as `harness run --resume` refuses it: no record, the checkpoint kept
+        return [{"run_id": job_name(request), "status": "refused", "error": str(exc)}]
     except UserError as exc:
         return [failed(request, str(exc))]
     except RunStopped as stop:

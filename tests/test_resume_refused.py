@@ -1,0 +1,89 @@
+"""A ``--resume`` that cannot go on from the checkpoint it finds (another run's, unreadable) is a mistake about the
+command, not a result of the run: ``harness run`` exits 2 naming the checkpoint and writes nothing (it wrote a
+failed record), ``harness sweep`` reports the job as refused; the checkpoint and any earlier record stay."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tiny_domain import REPO, harness, harness_env
+
+SETS = ["--set", "epochs=6", "--set", "sleep_s=0.5"]
+RUN = ["run", "--domain", "tiny", "--loss", "infonce", *SETS, "--quiet", "--tracker", "none"]
+
+
+def _killed_mid_run(results: Path, seed: int, *extra: str) -> Path:
+    """The checkpoint that a run killed after its second epoch leaves in .work/<run id>/."""
+    argv = [*RUN, "--seeds", str(seed), "--results", str(results), *extra]
+    results.mkdir(exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv],
+                            cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def logged() -> int:  # an earlier run's log is appended to
+        return "".join(p.read_text() for p in results.glob("*.log")).count("epoch 2:")
+
+    earlier, deadline = logged(), time.time() + 120
+    while time.time() < deadline and logged() == earlier:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [checkpoint] = (results / ".work").glob(f"*-s{seed}/checkpoint.pt")
+    return checkpoint
+
+
+def _folder(results: Path) -> dict[str, bytes]:
+    return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
+
+
+def test_a_refused_resume_writes_no_record_and_keeps_the_checkpoint(tmp_path):
+    results, other = tmp_path / "results", tmp_path / "other"
+    done = harness(*RUN, "--seeds", "0", "--results", str(results))
+    assert done.returncode == 0, done.stderr
+    [record] = results.glob("*.json")
+    # A --force rerun killed mid-run: its checkpoint, beside the completed record it was redoing.
+    checkpoint = _killed_mid_run(results, 0, "--force")
+    foreign = _killed_mid_run(other, 1)
+    kept = shutil.copy(checkpoint, tmp_path / "kept.pt")
+    for plant, problem in ((lambda: shutil.copy(foreign, checkpoint), "was saved by another run"),
+                           (lambda: checkpoint.write_bytes(b"\x80\x02garbage"), "cannot be read")):
+        plant()
+        before = _folder(results)
+        out = harness(*RUN, "--seeds", "0", "--results", str(results), "--force", "--resume")
+        assert out.returncode == 2, out.stderr
+        [line] = out.stderr.splitlines()
+        assert line.startswith(f"error: the checkpoint {checkpoint} ") or line.startswith(f"error: {checkpoint} ")
+        assert problem in line and line.endswith("rerun without --resume to start over")
+        assert _folder(results) == before  # no failed record; the completed one, the log, the checkpoint as they were
+    # The right run's checkpoint, its epoch out of range: refused only as the domain restores it, once the run's
+    # log is open (the log says why); no record either, and the checkpoint stays.
+    shutil.copy(kept, checkpoint)
+    state = torch.load(checkpoint, weights_only=False)
+    state["extra"]["epoch"] = 99
+    torch.save(state, checkpoint)
+    before = _folder(results)
+    out = harness(*RUN, "--seeds", "0", "--results", str(results), "--force", "--resume")
+    assert out.returncode == 2 and "cannot be read (its epoch 99 is not a whole number from 0 to 6" in out.stderr
+    after = _folder(results)
+    [log] = [name for name in after if name.endswith(".log")]
+    assert after.pop(log).endswith(f"--resume refused: {out.stderr.strip().removeprefix('error: ')}\n".encode())
+    assert after == {name: data for name, data in before.items() if name != log}
+
+
+def test_a_sweep_reports_a_refused_resume_as_refused(tmp_path):
+    results = tmp_path / "results"
+    checkpoint = _killed_mid_run(results, 0)
+    checkpoint.write_bytes(b"\x80\x02garbage")
+    before = _folder(results)
+    out = harness("sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", *SETS, "--tracker", "none",
+                  "--results", str(results), "--resume", timeout=300)
+    assert out.returncode == 2, out.stdout + out.stderr
+    [job] = [line for line in out.stdout.splitlines() if line.startswith("[")]
+    assert job.startswith("[refused] tiny/blobs/infonce seed 0: the checkpoint ") and str(checkpoint) in job
+    assert "cannot be read" in job
+    assert out.stdout.splitlines()[-1] == "sweep done: 1 refused (--resume cannot go on from its checkpoint: see above)"
+    assert _folder(results) == before
