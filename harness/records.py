@@ -20,7 +20,8 @@ the git commit, its date, the dirty flag and ``source_digest``, the digest of th
 execute (:mod:`harness.run_code`) that a run's identity hashes. Records written before it have no digest;
 :attr:`RunRecord.code` tells their code apart by commit. A run of a plugin's domain or loss hashes the plugin's
 source into ``source_digest`` too, and its ``software`` names it: ``plugins`` (module -> digest) beside
-``package_digest`` (the packages' own).
+``package_digest`` (the packages' own); so does a run of a dataset that runs the user's code (rl's
+``gym:<module>:<id>``), under ``dataset_code`` (module -> digest): no plugin, which ``HARNESS_PLUGINS`` would load.
 
 A record's names never decide a path: ``run_id`` must be a plain file name and ``domain`` a plain name (a page is
 named after it), checked on load like every other field; its other names hold no control character
@@ -175,26 +176,33 @@ class RunRecord(BaseModel):
 
     def code_parts(self) -> dict[str, str]:
         """The code by its parts: ``packages`` (this project's, as :attr:`code` names them) and, where plugins ran,
-        ``plugin:<module>`` for each. Two rows' code differs where a part both name differs: a plugin loss's own
-        module is its loss, not other code."""
-        plugins, packages = self.software.get("plugins"), self.software.get("package_digest")
-        if isinstance(plugins, dict) and plugins and isinstance(packages, str) and packages:
-            return {"packages": f"src:{packages}", **{f"plugin:{m}": str(d) for m, d in plugins.items()}}
+        ``plugin:<module>`` for each, and ``dataset:<module>`` for each module of the dataset's code. Two rows' code
+        differs where a part both name differs: a plugin loss's own module is its loss, not other code."""
+        packages = self.software.get("package_digest")
+        parts = {f"{kind}:{m}": str(d) for key, kind in (("plugins", "plugin"), ("dataset_code", "dataset"))
+                 for m, d in self._user_code(key).items()}
+        if parts and isinstance(packages, str) and packages:
+            return {"packages": f"src:{packages}", **parts}
         return {"packages": self.code}
+
+    def _user_code(self, key: str) -> dict[str, Any]:
+        """``software[key]`` (``plugins``, ``dataset_code``: module -> digest), or empty where there is none."""
+        value = self.software.get(key)
+        return value if isinstance(value, dict) else {}
 
     def code_label(self) -> str:
         """A short name of the code for pages: the abbreviated commit (``+dirty``, ``~<digest>`` where the
-        sources differed from it), else the version; then each plugin's module and digest, which the commit does
-        not name (an edited plugin in a clean tree is other code)."""
+        sources differed from it), else the version; then each plugin's module and digest and the dataset's code's,
+        which the commit does not name (an edited plugin in a clean tree is other code)."""
         digest = self.software.get("source_digest")
         if self.commit:
             dirty = "+dirty" if self.software.get("git_dirty") else ""
             label = f"{self.commit[:7]}{dirty}" + (f" (src {digest[:7]})" if dirty and digest else "")
         else:
             label = f"src {digest[:7]}" if isinstance(digest, str) and digest else self.version
-        plugins = self.software.get("plugins")
-        if isinstance(plugins, dict) and plugins:
-            label += " (plugins " + ", ".join(f"{m} {str(d)[:7]}" for m, d in sorted(plugins.items())) + ")"
+        for key, name in (("plugins", "plugins"), ("dataset_code", "dataset code")):
+            if modules := self._user_code(key):
+                label += f" ({name} " + ", ".join(f"{m} {str(d)[:7]}" for m, d in sorted(modules.items())) + ")"
         return label
 
     @property

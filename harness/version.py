@@ -7,12 +7,13 @@ published rows), and over the code of the plugins that provide the run's domain 
 packages: the ``HARNESS_PLUGINS`` module or entry point whose import registered it, else the module that defines it;
 its package's files or its own, and the user's own modules that these import: :func:`_plugin_digest`), and
 likewise over the code the run's dataset runs (``Domain.dataset_code``: rl's ``gym:<module>:<id>``, a custom
-environment's module), whose digests the record names. It is part of every run's identity (``records.run_hash``):
-a run of other code is another run, so skipping a completed record and ``--resume`` reuse a result only for the
-same sources, and ``harness compare`` never pools two versions of a plugin. The digest is used rather than the
-commit because it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the project from a
-copied tree) and an installed wheel, and because a commit that changes only records, pages, documentation or the
-commands around runs changes no result. A run of built-in code hashes the packages' run code alone
+environment's module), whose digests the record names (``software.plugins``; ``software.dataset_code``, the
+dataset's, which no ``HARNESS_PLUGINS`` loads: the dataset spec imports it). It is part of every run's identity
+(``records.run_hash``): a run of other code is another run, so skipping a completed record and ``--resume`` reuse a
+result only for the same sources, and ``harness compare`` never pools two versions of a plugin. The digest is used
+rather than the commit because it also holds for a dirty tree, a copy without ``.git`` (the GPU machine runs the
+project from a copied tree) and an installed wheel, and because a commit that changes only records, pages,
+documentation or the commands around runs changes no result. A run of built-in code hashes the packages' run code alone
 (:func:`package_digest`); other plugins loaded beside it change nothing of its identity. Records written before
 2026-11-27 hashed every file of the packages: their digests name that code, and a run of today's code is a new run
 beside them.
@@ -33,6 +34,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -215,44 +217,65 @@ def _plugin_digest(module: str) -> str:
     return digest.hexdigest()
 
 
-def plugin_digests(domain: str | None = None, loss: str | None = None, dataset: str | None = None
-                   ) -> dict[str, str]:
+def plugin_digests(domain: str | None = None, loss: str | None = None) -> dict[str, str]:
     """The modules outside the packages that provide ``domain`` and ``loss`` (:func:`domains.provider`,
-    :func:`domains.loss_provider`: the plugin whose import registered each) and that ``dataset`` runs
-    (``Domain.dataset_code``: a custom Gymnasium environment's module) -> the digest of their code
-    (:func:`_plugin_digest`). Empty where all are built in."""
+    :func:`domains.loss_provider`: the plugin whose import registered each) -> the digest of their code
+    (:func:`_plugin_digest`). Empty where both are built in."""
     providers = [domains.provider(domain)] if domain else []
     providers += [domains.loss_provider(loss)] if loss else []
-    providers += domains.get(domain).dataset_code(dataset) if domain and dataset else []
-    return {module: _plugin_digest(module) for module in dict.fromkeys(providers)
-            if module.split(".")[0] not in PACKAGES}
+    return _digests(providers)
+
+
+def dataset_code_digests(domain: str | None = None, dataset: str | None = None,
+                         plugins: Iterable[str] = ()) -> dict[str, str]:
+    """The modules of the user's that ``dataset`` runs (``Domain.dataset_code``: a custom Gymnasium environment's
+    module, which the dataset spec imports itself: no plugin) -> the digest of their code, as a plugin's
+    (:func:`_plugin_digest`); but those of ``plugins``, which name them already. Empty for any other dataset."""
+    modules, named = domains.get(domain).dataset_code(dataset) if domain and dataset else (), set(plugins)
+    return _digests([m for m in modules if m not in named])
+
+
+def _digests(modules: list[str]) -> dict[str, str]:
+    return {module: _plugin_digest(module) for module in dict.fromkeys(modules) if module.split(".")[0] not in PACKAGES}
+
+
+def _user_code(domain: str | None, loss: str | None, dataset: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """The run's plugins and its dataset's code (:func:`plugin_digests`, :func:`dataset_code_digests`)."""
+    plugins = plugin_digests(domain, loss)
+    return plugins, dataset_code_digests(domain, dataset, plugins)
 
 
 def source_digest(domain: str | None = None, loss: str | None = None, dataset: str | None = None) -> str:
     """The identity of the code a run of ``domain`` with ``loss`` on ``dataset`` runs: :func:`package_digest`
-    where all are built in, else sha256 of it and :func:`plugin_digests`."""
-    return _code_digest(plugin_digests(domain, loss, dataset))
+    where all are built in, else sha256 of it and the digests of the plugins and the dataset's code
+    (:func:`_user_code`)."""
+    return _code_digest(*_user_code(domain, loss, dataset))
 
 
-def _code_digest(plugins: dict[str, str], packages: str | None = None) -> str:
+def _code_digest(plugins: dict[str, str], dataset_code: dict[str, str], packages: str | None = None) -> str:
     packages = packages or package_digest()
-    return hash_jsonable({"packages": packages, "plugins": plugins}) if plugins else packages
+    # One mapping of both, as when the dataset's code was recorded among the plugins: the same digest.
+    user = {**plugins, **dataset_code}
+    return hash_jsonable({"packages": packages, "plugins": user}) if user else packages
 
 
 def software_info(domain: str | None = None, loss: str | None = None, dataset: str | None = None, *,
                   packages: str | None = None) -> dict[str, Any]:
     """What a record (of a run of ``domain`` with ``loss`` on ``dataset``) says of its code: version, git commit,
-    its date and dirty flag (None outside a checkout), and the source digest (always); with plugins, also the
-    packages' digest and each plugin's, by module. ``packages``: the packages' digest, by default
-    :func:`package_digest` (a benchmark gives :func:`tree_digest`: its own modules are no run's)."""
+    its date and dirty flag (None outside a checkout), and the source digest (always); with plugins or the
+    dataset's code, also the packages' digest and each plugin's (``plugins``) and each module of the dataset's
+    (``dataset_code``), by module. ``packages``: the packages' digest, by default :func:`package_digest` (a
+    benchmark gives :func:`tree_digest`: its own modules are no run's)."""
     commit = _git("rev-parse", "HEAD") if _is_checkout() else None
     dirty = None if commit is None else bool(_git("status", "--porcelain", "--untracked-files=no"))
     date = None if commit is None else _git("show", "-s", "--format=%cI", commit)
     packages = packages or package_digest()
-    plugins = plugin_digests(domain, loss, dataset)
-    beside = {"package_digest": packages, "plugins": plugins} if plugins else {}
+    plugins, dataset_code = _user_code(domain, loss, dataset)
+    beside = {"package_digest": packages} if plugins or dataset_code else {}
+    beside |= {"plugins": plugins} if plugins else {}
+    beside |= {"dataset_code": dataset_code} if dataset_code else {}
     return {"contrastive_harness": package_version(), "git_commit": commit, "git_commit_date": date,
-            "git_dirty": dirty, "source_digest": _code_digest(plugins, packages), **beside}
+            "git_dirty": dirty, "source_digest": _code_digest(plugins, dataset_code, packages), **beside}
 
 
 def resolve_commit(name: str) -> str | None:

@@ -247,9 +247,28 @@ def test_a_plugin_loss_row_is_marked_other_code_only_where_the_project_code_diff
     assert ("‖" in row) == marked and "+2.00" in row, row
 
 
+@pytest.mark.parametrize(("env", "marked"), [("e1e1", False), ("e2e2", True)])
+def test_a_row_whose_dataset_code_differs_from_its_baselines_is_marked_other_code(tmp_path, env, marked):
+    """A custom environment's module (``software.dataset_code``) is code both rows ran, unlike a plugin loss's own
+    module: a plugin loss on one version of it against the built-in baseline on another is other code."""
+    built_in = {"source_digest": "aaaa+e1e1", "package_digest": "aaaa", "dataset_code": {"myenv": "e1e1"},
+                "git_commit": "1234567" * 6, "git_dirty": False}
+    plugin = {**_plugin_software("aaaa", "p1p1"), "dataset_code": {"myenv": env}}
+    write_records(tmp_path / "results", [
+        *(synthetic_record("infonce", s, 80.0 + s, software=built_in) for s in range(3)),
+        *(synthetic_record("my_nce", s, 82.0 + s, software=plugin) for s in range(3))])
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "pages")]) == 0
+    [row] = [line for line in (tmp_path / "pages" / "tiny.md").read_text().splitlines()
+             if line.startswith("| linear | my_nce")]
+    assert ("‖" in row) == marked and "+2.00" in row, row
+
+
 def test_the_code_label_names_each_plugin_a_clean_commit_does_not():
     """history.md labelled two versions of a plugin, run from one clean commit, alike."""
     one, two = (records.RunRecord.model_validate(synthetic_record("my_nce", 0, 1.0, software=_plugin_software(
         "aaaa", plugin))) for plugin in ("p1p1p1p1", "p2p2p2p2"))
     assert one.code_label() == "1234567 (plugins my_losses p1p1p1p)"
     assert one.code_label() != two.code_label()
+    env = records.RunRecord.model_validate(synthetic_record("my_nce", 0, 1.0, software={
+        **_plugin_software("aaaa", "p1p1p1p1"), "dataset_code": {"myenv": "e1e1e1e1e1"}}))
+    assert env.code_label() == "1234567 (plugins my_losses p1p1p1p) (dataset code myenv e1e1e1e)"
