@@ -124,6 +124,8 @@ def _paired_change(base: dict[int, float], cand: dict[int, float], test: str) ->
     seeds = sorted(set(base) & set(cand))
     a, b = [base[s] for s in seeds], [cand[s] for s in seeds]
     diffs = [y - x for x, y in zip(a, b)]
+    if not all(math.isfinite(d) for d in diffs):  # finite values a float apart (1e308 - -1e308): statistics breaks
+        raise OverflowError("a per-seed difference is too large for a float")
     change = statistics.fmean(diffs) if diffs else math.nan
     # the Wilcoxon test leaves out the pairs whose difference is 0 (scipy's zero_method "wilcox")
     floor = min_p(test, len(base), len(cand), len(seeds) if test == "paired-t" else sum(d != 0 for d in diffs))

@@ -210,6 +210,11 @@ def test_nan_and_huge_metrics(tmp_path, capsys):
     [err] = capsys.readouterr().err.splitlines()
     ids = sorted(r["run_id"] for r in base + cand)
     assert f"(records {ids[0]}, {ids[1]}, {ids[2]} and 1 more); wrote " in err
+    # A difference itself too large for a float (it was a traceback from the statistics module): the same refusal.
+    base, cand = _records([-9e307, -9e307]), _records([9e307, 9.5e307], version="0.2.0")
+    assert _gate(tmp_path / "inf", cand, base=base)[0] == 2
+    [err] = capsys.readouterr().err.splitlines()
+    assert f"too large to compute a mean or a test with; check the records' values (records {ids[0]}, " in err
 
 
 def test_a_rank_tests_p_never_goes_below_the_smallest_it_can_reach():
