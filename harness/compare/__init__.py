@@ -9,8 +9,8 @@ shows the difference (a changed default). A side must be one result per group: t
 disagree, seeds that ran different code (the commits of records without a source digest, which one version may
 hold) or configs or read different data, or two codes that cannot be ordered in time are refused. The candidate is
 its newest code: a group only an older code of it ran, or one it holds only as the baseline's own records (one
-folder on both sides, or copies in both folders newer than a side's own code of it), is missing, never compared
-with an older code or with itself.
+folder on both sides, or copies in both folders newer than a side's own code of it, or the candidate's newest code
+while it holds other code), is missing, never compared with an older code or with itself.
 
 The rule, per matched group (``harness.stats``): the change of the mean primary metric, candidate - baseline, is
 tested two-sided (by default a paired t-test on the seeds both sides have, else Welch's; a paired test's change
@@ -43,7 +43,8 @@ tolerance well below it: choose the tolerance (and the seeds) from it.
 
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
-untestable drop on their remaining seeds, nor a seed the candidate ran and failed or diverged on); 2 when the gate
+untestable drop on their remaining seeds, nor a seed the candidate ran and failed or diverged on, nor a group a code
+of the candidate ran whose records copies of the baseline's shadow); 2 when the gate
 cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unjudged group (no option lets it pass:
 record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
 through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
@@ -126,19 +127,26 @@ def _missing(base: Group, cand: Group | None, failed: set[int]) -> list[str]:
     return problems
 
 
-def _own(base: Group, cand: Group, shadowed: dict[str, list[str]]) -> str:
+def _own(base: Group, cand: Group, shadowed: dict[str, list[str]], others: list[str]) -> str:
     """Why the candidate's records of a group are the baseline's own, a group compared with itself; "" when they
     are not. One folder on both sides (e.g. the folder against one code in it, whose newest code per group is that
     code), or copies of one side's records in the other's folder that shadow an older code of that side's
     (``shadowed``, per side: a candidate folder seeded with the baseline's records, then run by a code committed
-    before the baseline's; a candidate's records written into the baseline's folder). Copies with no other code
-    beside them are one code on both sides, as a rerun on its machine would be bit for bit: compared."""
+    before the baseline's; a candidate's records written into the baseline's folder), or copies that are the
+    candidate's newest code while it holds other code (``others``: that code, committed before the baseline's,
+    ran other groups, not this one). Copies with no other code beside them are one code on both sides, as a rerun
+    on its machine would be bit for bit: compared."""
     if {id(r) for r in base.records} & {id(r) for r in cand.records}:
         return f"the candidate holds it only as the baseline's own records ({cand.code_label()})"
     older = [f"the {side}'s own code(s) {', '.join(codes)}" for side, codes in shadowed.items() if codes]
-    if older and copied(base, cand):
-        return (f"both sides' newest code of it ({cand.code_label()}) is the same records (copies in both folders), "
-                f"newer than {' and '.join(older)}; name each side's code (FOLDER@NAME)")
+    if not copied(base, cand):
+        return ""
+    copies = f"both sides' newest code of it ({cand.code_label()}) is the same records (copies in both folders)"
+    if older:
+        return f"{copies}, newer than {' and '.join(older)}; name each side's code (FOLDER@NAME)"
+    if others:
+        return (f"{copies}, while the candidate holds other code(s) too ({', '.join(others)}); name each side's "
+                "code (FOLDER@NAME)")
     return ""
 
 
@@ -202,8 +210,11 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
     for key, b in base_groups.items():
         c = cand_groups.get(key)
         shadowed = {"baseline": base.shadowed.get(key, []), "candidate": cand.shadowed.get(key, [])}
-        own = "" if c is None else _own(b, c, shadowed)
+        # (a group only an older code of the candidate ran is missing for that reason, below)
+        own = "" if c is None else _own(b, c, shadowed, [] if key in older else cand.other_codes(c))
         if own:  # compared with itself it would hold whatever its code did
+            # Records of another code of the group in the candidate may be its code's result, unseen: never waived.
+            unseen = shadowed["candidate"]
             rows.append(
                 Row(
                     b,
@@ -211,7 +222,9 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
                     "missing",
                     tolerance=args.tolerances.of(b),
                     own=True,
-                    problems=[f"{own}: the candidate's code did not run it"],
+                    unseen=bool(unseen),
+                    problems=[f"{own}: " + (f"the candidate's code(s) {', '.join(unseen)} ran it, unjudged (never "
+                                            "waived)" if unseen else "the candidate's code did not run it")],
                 )
             )
             continue
@@ -330,8 +343,10 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
     # A seed the candidate's code ran and failed or diverged on (non-finite where the baseline has values) is that
     # code's failure, not an absent seed: --allow-missing never waives it.
     broke = sum(r.verdict == "missing" and r.ran_and_failed for r in rows)
-    waivable = count["missing"] - broke
-    failing = count["regression"] + broke + (0 if args.allow_missing else waivable)
+    # Nor a group the candidate's code ran whose records copies of the baseline's shadow: its result is unseen.
+    unseen = sum(r.verdict == "missing" and r.unseen for r in rows)
+    waivable = count["missing"] - broke - unseen
+    failing = count["regression"] + broke + unseen + (0 if args.allow_missing else waivable)
     # A missing group's seeds may show an unconfirmed drop: --allow-missing waives the seeds, not the drop.
     untestable = sum(r.seen == "untestable" for r in rows)
     undecided = 0 if args.allow_untestable else untestable
@@ -357,7 +372,9 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
         code, verdict = 1, f"FAIL: {count['regression']} regression(s)" + (
             f" ({short} of them also short of the baseline's seeds: see Notes)" if short else "") + (
             f", {count['missing']} missing") + (
-            f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "")
+            f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "") + (
+            f" ({unseen} run by a code of the candidate that copies of the baseline's records shadow: never waived)"
+            if unseen else "")
     elif undecided or count["unjudged"]:  # no option waives a baseline without a value: record one that ran
         unjudged = [group_name(r.base) for r in rows if r.verdict == "unjudged"]
         code, verdict = 2, "CANNOT DECIDE: " + "; ".join(

@@ -39,6 +39,7 @@ class Row:
     notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
     matched: bool = False  # the candidate has the group, completed or only failed
     own: bool = False  # the candidate holds the group only as the baseline's own records
+    unseen: bool = False  # and other code of the candidate ran it, shadowed by those records: never waived
     ran_and_failed: bool = False  # the candidate's code ran a seed of it and failed or diverged: never waived
     config_diff: list[str] = field(default_factory=list)
     tolerance: float = math.nan  # this group's, in metric units

@@ -125,6 +125,11 @@ class Side:
             or (legacy and self.newest_record.commit not in {r.commit for r in members})
         }
 
+    def other_codes(self, group: Group) -> list[str]:
+        """The labels of the side's codes, of any of its groups, other than the code of ``group``'s records."""
+        own = {code_class(r) for r in group.records}
+        return sorted({r.code_label() for r in self.records if code_class(r) not in own})
+
     def newest_label(self) -> str:
         return self.newest_record.code_label()
 

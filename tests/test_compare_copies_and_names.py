@@ -1,0 +1,54 @@
+"""``harness compare`` run as CI runs it (a subprocess): copies of the baseline's records in the candidate's folder
+never stand in for the candidate's code, and a side's name that reads two ways is refused. Each test is a way an
+audit (session 36) got exit 0, or a code it did not name, for a candidate that was 20 points down."""
+
+from __future__ import annotations
+
+from tiny_domain import harness, synthetic_record, write_records
+
+GOOD = [85.9, 82.45, 86.6, 81.2, 80.9]
+BAD = [v - 20 for v in GOOD]
+# The baseline's code, and the candidate's: a branch committed before it (its records are older by commit date).
+BASE = {"source_digest": "b" * 64, "git_commit": "b" * 40, "git_commit_date": "2026-11-26T08:00:00+00:00"}
+CAND = {"source_digest": "c" * 64, "git_commit": "c" * 40, "git_commit_date": "2026-11-20T08:00:00+00:00"}
+
+
+def _records(values: list[float], software: dict, dataset: str = "blobs") -> list[dict]:
+    return [synthetic_record("infonce", s, v, software=software, dataset=dataset) for s, v in enumerate(values)]
+
+
+def _compare(tmp_path, base: list[dict], cand: list[dict], *extra: str) -> tuple[int, str]:
+    """Exit status and stdout and stderr of ``harness compare`` of the folders holding ``base`` and ``cand``."""
+    write_records(tmp_path / "base", base)
+    write_records(tmp_path / "cand", cand)
+    done = harness("compare", "--baseline", str(tmp_path / "base"), "--candidate", str(tmp_path / "cand"), *extra)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_allow_missing_never_waives_a_group_the_candidates_code_ran_behind_copies(tmp_path):
+    """The candidate's folder was seeded with a copy of the baseline's blobs; its code, committed before the
+    baseline's, then ran blobs 20 points down, and rings. The copies are blobs' newest code, so blobs was missing
+    ("held only as the baseline's records") and --allow-missing passed it, the candidate's own result unseen."""
+    base = _records(GOOD, BASE) + _records(GOOD, BASE, "rings")
+    cand = _records(GOOD, BASE) + _records(BAD, CAND) + _records(GOOD, CAND, "rings")
+    code, out = _compare(tmp_path, base, cand, "--allow-missing")
+    assert code == 1 and "PASS" not in out, out
+    assert "the candidate's code(s) ccccccc ran it, unjudged (never waived)" in out
+    assert "1 run by a code of the candidate that copies of the baseline's records shadow: never waived" in out
+    # Named, the candidate's code is judged: blobs regressed.
+    done = harness("compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@cccc")
+    assert done.returncode == 1 and "Regressions (1)" in done.stdout
+
+
+def test_copies_never_stand_for_groups_the_candidates_code_did_not_run(tmp_path):
+    """The candidate's code, committed before the baseline's, ran only a new group (moons) in a folder seeded with
+    the baseline's records: the copies were its newest code, and the gate passed blobs and rings, "compared and
+    held", against themselves."""
+    base = _records(GOOD, BASE) + _records(GOOD, BASE, "rings")
+    cand = [*base, *_records(BAD, CAND, "moons")]
+    code, out = _compare(tmp_path, base, cand)
+    assert code == 2 and "PASS" not in out, out
+    assert "while the candidate holds other code(s) too (ccccccc)" in out
+    # Copies alone are one code on both sides (the candidate's run of the same code reused them): compared.
+    code, out = _compare(tmp_path / "same", base, base)
+    assert code == 0 and "PASS: every baseline group compared and held" in out, out
