@@ -4,7 +4,14 @@ audit (session 36) got exit 0, or a code it did not name, for a candidate that w
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
+import pytest
 from tiny_domain import harness, synthetic_record, write_records
+
+from harness import version
+from harness.cli import main
 
 GOOD = [85.9, 82.45, 86.6, 81.2, 80.9]
 BAD = [v - 20 for v in GOOD]
@@ -52,3 +59,47 @@ def test_copies_never_stand_for_groups_the_candidates_code_did_not_run(tmp_path)
     # Copies alone are one code on both sides (the candidate's run of the same code reused them): compared.
     code, out = _compare(tmp_path / "same", base, base)
     assert code == 0 and "PASS: every baseline group compared and held" in out, out
+
+
+def test_a_commit_prefix_of_two_commits_is_refused_where_records_have_no_source_digest(tmp_path):
+    """Records without a source digest are one code class per version: 'abcd' named two commits of it, and the
+    gate judged both as one baseline, naming only the first."""
+    one = {"git_commit": "abcd1" + "1" * 35, "git_commit_date": "2026-11-20T08:00:00+00:00"}
+    two = {"git_commit": "abcd2" + "2" * 35, "git_commit_date": "2026-11-21T08:00:00+00:00"}
+    cand = {"git_commit": "f" * 40, "git_commit_date": "2026-11-22T08:00:00+00:00"}
+    records = [*_records(GOOD, one), *_records(GOOD, two, "rings"), *_records(GOOD, cand),
+               *_records(GOOD, cand, "rings")]
+    for record in records:  # one version, three commits: run ids apart
+        record["software"]["contrastive_harness"] = "0.0.9"
+        record["run_id"] = record["run_id"].replace("-s", f"-{record['software']['git_commit'][:5]}-s")
+    write_records(tmp_path / "all", records)
+    done = harness("compare", "--results", str(tmp_path / "all"), "--baseline", "abcd", "--candidate", "ffff")
+    assert done.returncode == 2 and "'abcd' is ambiguous" in done.stderr, done.stdout + done.stderr
+    assert "abcd111" in done.stderr and "abcd222" in done.stderr
+    done = harness("compare", "--results", str(tmp_path / "all"), "--baseline", "abcd2", "--candidate", "ffff")
+    assert done.returncode == 0 and "rings" in done.stdout and "blobs" not in done.stdout.split("## Added")[0]
+
+
+def test_a_name_that_is_a_commit_in_git_and_the_first_digits_of_another_codes_digest_is_refused(
+        tmp_path, monkeypatch, capsys):
+    """git resolved the name to a commit, and the gate judged that commit's records (as bad as the candidate: a
+    pass), never seeing the code whose source digest the name began, the baseline meant."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    repo.mkdir()
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "one"], check=True)
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(version, "ROOT", repo)  # the checkout whose refs the gate's names resolve in
+    of_commit = _records(BAD, {"source_digest": "1" * 64, "git_commit": commit})
+    meant = _records(GOOD, {"source_digest": commit[:8] + "9" * 56, "git_commit": "e" * 40})
+    cand = _records(BAD, {"source_digest": "2" * 64, "git_commit": "f" * 40})
+    for record in of_commit + meant + cand:
+        record["run_id"] = record["run_id"].replace("-s", f"-{record['software']['source_digest'][:5]}-s")
+    write_records(tmp_path / "all", of_commit + meant + cand)
+    compare = ["compare", "--results", str(tmp_path / "all"), "--candidate", "2222", "--baseline"]
+    assert main([*compare, commit[:8]]) == 2
+    assert f"'{commit[:8]}' is ambiguous" in capsys.readouterr().err
+    assert main([*compare, commit[:8] + "99"]) == 1  # the digest, named unambiguously: the candidate regressed

@@ -7,7 +7,8 @@ code (the commits of records without a source digest) or configs or read differe
 two codes that cannot be ordered in time (the same commit date, version and last finish time) are refused, never
 averaged into one mean or chosen between by their digests.
 Where a side's text reads two ways (a folder named ``runs@v1`` beside ``runs``; with ``--results``, a folder named
-like a version or tag in it; a tag and a branch of one name), it is refused rather than guessed.
+like a version or tag in it; a tag and a branch of one name; a commit git knows that also begins another code's
+source digest; a prefix of two commits of records without a digest), it is refused rather than guessed.
 """
 
 from __future__ import annotations
@@ -215,14 +216,15 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
     if commit is not None:
         _refuse_ambiguous_ref(name)
         chosen = [r for r in records if r.commit == commit]
-    if not chosen and len(name) >= 4 and all(c in "0123456789abcdef" for c in name.lower()):
-        chosen = [
-            r
-            for r in records
-            if (r.commit or "").startswith(name.lower())
-            or str(r.software.get("source_digest") or "").startswith(name.lower())
-        ]
-    codes = sorted({code_class(r): r for r in chosen}.items())
+    prefixed = [] if chosen and commit is None else _prefixed(records, name)
+    if not chosen:
+        chosen = prefixed
+    elif any(r.commit != commit for r in prefixed):  # git's commit, and the first digits of other records' code
+        chosen = chosen + [r for r in prefixed if r.commit != commit]
+    # Records without a source digest are one code class per version, which several commits may share: there the
+    # commit tells codes apart (a prefix of two commits names two), its clean and edited trees alike.
+    codes = sorted({(code_class(r), None if r.code.startswith("src:") else r.commit): r for r in chosen}.items(),
+                   key=lambda item: (item[0][0], item[0][1] or ""))
     if len(codes) > 1:  # e.g. a commit's own records and an edited tree's: the gate would judge only the newest
         named = "; ".join(
             f"{r.code_label()} (version {r.version}, source digest {str(r.software.get('source_digest') or '-')[:12]})"
@@ -230,7 +232,7 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         )
         raise UserError(
             f"'{name}' is ambiguous in {where}: it names {len(codes)} codes ({named}); name one by a "
-            "prefix of its source digest"
+            "prefix of its source digest (without one, of its commit)"
         )
     if chosen:
         return chosen
@@ -244,6 +246,16 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         f"{' ...' if len(digests) > 12 else ''} (a commit that left the code a run executes as it was runs nothing "
         "new: its runs are the records of that code, named by a prefix of its source digest)"
     )
+
+
+def _prefixed(records: list[RunRecord], name: str) -> list[RunRecord]:
+    """The records whose commit or source digest starts with ``name``, where it can be their first digits (at least
+    4 hex digits); [] otherwise."""
+    prefix = name.lower()
+    if len(prefix) < 4 or any(c not in "0123456789abcdef" for c in prefix):
+        return []
+    return [r for r in records
+            if (r.commit or "").startswith(prefix) or str(r.software.get("source_digest") or "").startswith(prefix)]
 
 
 def _refuse_ambiguous_ref(name: str) -> None:
