@@ -206,13 +206,29 @@ def test_versions_and_commits_by_name_from_one_folder(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option", [["--alpha", "nan"], ["--alpha", "1.5"], ["--tolerance", "-1"],
-                                    ["--tolerance", "inf"], ["--tolerance", "rl=x"], ["--tolerance", "a/b/c=1"],
+                                    ["--tolerance", "inf"], ["--tolerance", "rl=x"], ["--tolerance", "/b=1"],
                                     ["--tolerance", "1", "--tolerance", "2"], ["--tolerance", "=1"], ["--out", "."]])
 def test_every_option_is_validated_before_anything_is_read(tmp_path, option, capsys):
     missing = str(tmp_path / "absent")
     assert main(["compare", "--baseline", missing, "--candidate", missing, *option]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: --") and err.count("\n") == 1
+
+
+def test_a_dataset_whose_name_holds_a_slash_takes_its_own_tolerance(tmp_path):
+    """A dataset may hold "/" (vision's hf:uoft-cs/cifar10): its DOMAIN/DATASET tolerance was refused as a selector
+    of three parts, so the group could only take its domain's or the default."""
+    records = []
+    for side, values in (("a", [85.9, 82.45, 86.6, 81.2, 80.9]), ("b", [82.9, 79.45, 83.6, 78.2, 77.9])):
+        for record in _group("infonce", values, dataset="hf:org/set"):  # 3 points down on every seed
+            record["run_id"] = record["run_id"].replace("/", "_")
+            records.append(record)
+        write_records(tmp_path / side, records[-5:])
+    compare = ("compare", "--baseline", str(tmp_path / "a"), "--candidate", str(tmp_path / "b"), "--tolerance")
+    out = harness(*compare, "tiny/hf:org/set=5")
+    assert out.returncode == 0 and "PASS" in out.stdout, out.stdout + out.stderr
+    out = harness(*compare, "5", "--tolerance", "tiny/hf:org/set=0.5")  # the dataset's, not the default
+    assert out.returncode == 1 and "Regressions (1)" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_bad_choice_exits_2_through_the_cli(tmp_path):

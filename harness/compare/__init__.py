@@ -181,11 +181,13 @@ def parse_tolerances(items: list[str] | None) -> Tolerances:
             raise UserError(f"--tolerance '{item}': the value must be a finite number >= 0 (metric units)")
         if eq and not selector:  # "=3" names no selector: a typo, not the default
             raise UserError(f"--tolerance '{item}': give VALUE, DOMAIN=VALUE or DOMAIN/DATASET=VALUE")
+        # A domain is a plain name, without "/"; a dataset may hold some (vision's hf:uoft-cs/cifar10).
+        domain, slash, dataset = selector.partition("/")
         if not selector:
             if default is not None:
                 raise UserError(f"--tolerance '{item}': the default tolerance is given twice")
             default = value
-        elif selector in by_selector or selector.count("/") > 1 or not all(selector.split("/")):
+        elif selector in by_selector or not domain or (slash and not dataset):
             raise UserError(f"--tolerance '{item}': give DOMAIN=VALUE or DOMAIN/DATASET=VALUE, each once")
         else:
             by_selector[selector] = value
