@@ -41,10 +41,22 @@ def test_allow_missing_never_waives_a_group_the_candidates_code_ran_behind_copie
     code, out = _compare(tmp_path, base, cand, "--allow-missing")
     assert code == 1 and "PASS" not in out, out
     assert "the candidate's code(s) ccccccc ran it, unjudged (never waived)" in out
-    assert "1 run by a code of the candidate that copies of the baseline's records shadow: never waived" in out
+    assert "1 run by a side's code that copies of the other side's records shadow: never waived" in out
     # Named, the candidate's code is judged: blobs regressed.
     done = harness("compare", "--baseline", str(tmp_path / "base"), "--candidate", f"{tmp_path / 'cand'}@cccc")
     assert done.returncode == 1 and "Regressions (1)" in done.stdout
+
+
+def test_allow_missing_never_waives_a_group_whose_candidate_records_were_copied_into_the_baselines_folder(tmp_path):
+    """The candidate's blobs, 20 points down, were copied into the baseline's folder, where they shadow the
+    baseline's own code (committed before the candidate's): blobs was missing, compared with itself, and
+    --allow-missing passed it."""
+    late = {**CAND, "git_commit_date": "2026-11-27T08:00:00+00:00"}
+    bad = _records(BAD, late)
+    code, out = _compare(tmp_path, _records(GOOD, BASE) + _records(GOOD, BASE, "rings") + bad,
+                         bad + _records(GOOD, late, "rings"), "--allow-missing")
+    assert code == 1 and "PASS" not in out, out
+    assert "the baseline's code(s) bbbbbbb ran it, unjudged (never waived)" in out
 
 
 def test_copies_never_stand_for_groups_the_candidates_code_did_not_run(tmp_path):

@@ -44,7 +44,7 @@ tolerance well below it: choose the tolerance (and the seeds) from it.
 Exit status: 2 when no baseline group has a match in the candidate (nothing was compared: most likely the wrong
 folders or names); else 1 when a group regressed or is missing (``--allow-missing`` lets missing ones pass, not an
 untestable drop on their remaining seeds, nor a seed the candidate ran and failed or diverged on, nor a group a code
-of the candidate ran whose records copies of the baseline's shadow); 2 when the gate
+of a side ran whose records copies of the other side's shadow); 2 when the gate
 cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unjudged group (no option lets it pass:
 record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
 through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
@@ -215,8 +215,10 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
         # (a group only an older code of the candidate ran is missing for that reason, below)
         own = "" if c is None else _own(b, c, shadowed, [] if key in older else cand.other_codes(c))
         if own:  # compared with itself it would hold whatever its code did
-            # Records of another code of the group in the candidate may be its code's result, unseen: never waived.
-            unseen = shadowed["candidate"]
+            # A code those records shadow ran it (the candidate's, or the baseline's own where the candidate's
+            # records were copied into its folder): a result the gate did not judge is never waived.
+            unseen = " and ".join(f"the {side}'s code(s) {', '.join(codes)}"
+                                  for side, codes in shadowed.items() if codes)
             rows.append(
                 Row(
                     b,
@@ -225,8 +227,8 @@ def judge(base: Side, cand: Side, args: argparse.Namespace) -> list[Row]:
                     tolerance=args.tolerances.of(b),
                     own=True,
                     unseen=bool(unseen),
-                    problems=[f"{own}: " + (f"the candidate's code(s) {', '.join(unseen)} ran it, unjudged (never "
-                                            "waived)" if unseen else "the candidate's code did not run it")],
+                    problems=[f"{own}: " + (f"{unseen} ran it, unjudged (never waived)" if unseen
+                                            else "the candidate's code did not run it")],
                 )
             )
             continue
@@ -345,7 +347,7 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
     # A seed the candidate's code ran and failed or diverged on (non-finite where the baseline has values) is that
     # code's failure, not an absent seed: --allow-missing never waives it.
     broke = sum(r.verdict == "missing" and r.ran_and_failed for r in rows)
-    # Nor a group the candidate's code ran whose records copies of the baseline's shadow: its result is unseen.
+    # Nor a group a side's code ran whose records copies of the other side's shadow: its result is unseen.
     unseen = sum(r.verdict == "missing" and r.unseen for r in rows)
     waivable = count["missing"] - broke - unseen
     failing = count["regression"] + broke + unseen + (0 if args.allow_missing else waivable)
@@ -375,7 +377,7 @@ def _gate(args: argparse.Namespace) -> tuple[int, str, str]:
             f" ({short} of them also short of the baseline's seeds: see Notes)" if short else "") + (
             f", {count['missing']} missing") + (
             f" ({broke} with seeds the candidate failed or diverged on: never waived)" if broke else "") + (
-            f" ({unseen} run by a code of the candidate that copies of the baseline's records shadow: never waived)"
+            f" ({unseen} run by a side's code that copies of the other side's records shadow: never waived)"
             if unseen else "")
     elif undecided or count["unjudged"]:  # no option waives a baseline without a value: record one that ran
         unjudged = [group_name(r.base) for r in rows if r.verdict == "unjudged"]

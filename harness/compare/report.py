@@ -39,7 +39,7 @@ class Row:
     notes: list[str] = field(default_factory=list)  # what else the reader must know of this row
     matched: bool = False  # the candidate has the group, completed or only failed
     own: bool = False  # the candidate holds the group only as the baseline's own records
-    unseen: bool = False  # and other code of the candidate ran it, shadowed by those records: never waived
+    unseen: bool = False  # and a code those records shadow ran it, a result not judged: never waived
     ran_and_failed: bool = False  # the candidate's code ran a seed of it and failed or diverged: never waived
     config_diff: list[str] = field(default_factory=list)
     tolerance: float = math.nan  # this group's, in metric units
