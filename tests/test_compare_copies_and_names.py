@@ -115,3 +115,18 @@ def test_a_name_that_is_a_commit_in_git_and_the_first_digits_of_another_codes_di
     assert main([*compare, commit[:8]]) == 2
     assert f"'{commit[:8]}' is ambiguous" in capsys.readouterr().err
     assert main([*compare, commit[:8] + "99"]) == 1  # the digest, named unambiguously: the candidate regressed
+
+
+def test_a_version_that_begins_another_codes_source_digest_is_refused(tmp_path):
+    """A version is read before anything else: the records of version 'cafe' were judged, never those whose source
+    digest 'cafe' begins."""
+    versioned = _records(BAD, {"source_digest": "1" * 64})
+    meant = _records(GOOD, {"source_digest": "cafe" + "9" * 60})
+    cand = _records(BAD, {"source_digest": "2" * 64})
+    for record in versioned:
+        record["software"]["contrastive_harness"] = "cafe"
+    for record in versioned + meant + cand:
+        record["run_id"] = record["run_id"].replace("-s", f"-{record['software']['source_digest'][:5]}-s")
+    write_records(tmp_path / "all", versioned + meant + cand)
+    done = harness("compare", "--results", str(tmp_path / "all"), "--baseline", "cafe", "--candidate", "2222")
+    assert done.returncode == 2 and "'cafe' is ambiguous" in done.stderr, done.stdout + done.stderr

@@ -209,18 +209,16 @@ def nested_records(folder: Path) -> list[Path]:
 
 
 def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
-    """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, else a prefix
-    (at least 4 hex digits) of a commit or a source digest. UserError when none or several codes match."""
+    """The records of the code ``name`` names: a version, else a commit, tag or branch git resolves, and the records
+    whose commit or source digest it begins (at least 4 hex digits). UserError when none or several codes match."""
     chosen = [r for r in records if r.version == name]
     commit = None if chosen else resolve_commit(name)
     if commit is not None:
         _refuse_ambiguous_ref(name)
         chosen = [r for r in records if r.commit == commit]
-    prefixed = [] if chosen and commit is None else _prefixed(records, name)
-    if not chosen:
-        chosen = prefixed
-    elif any(r.commit != commit for r in prefixed):  # git's commit, and the first digits of other records' code
-        chosen = chosen + [r for r in prefixed if r.commit != commit]
+    # A version or git's commit that also begins other records' commit or source digest names them too.
+    named = {id(r) for r in chosen}
+    chosen = chosen + [r for r in _prefixed(records, name) if id(r) not in named]
     # Records without a source digest are one code class per version, which several commits may share: there the
     # commit tells codes apart (a prefix of two commits names two), its clean and edited trees alike.
     codes = sorted({(code_class(r), None if r.code.startswith("src:") else r.commit): r for r in chosen}.items(),
