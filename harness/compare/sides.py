@@ -217,8 +217,8 @@ def select(records: list[RunRecord], name: str, where: str) -> list[RunRecord]:
         _refuse_ambiguous_ref(name)
         chosen = [r for r in records if r.commit == commit]
     # A version or git's commit that also begins other records' commit or source digest names them too.
-    named = {id(r) for r in chosen}
-    chosen = chosen + [r for r in _prefixed(records, name) if id(r) not in named]
+    taken = {id(r) for r in chosen}
+    chosen = chosen + [r for r in _prefixed(records, name) if id(r) not in taken]
     # Records without a source digest are one code class per version, which several commits may share: there the
     # commit tells codes apart (a prefix of two commits names two), its clean and edited trees alike.
     codes = sorted({(code_class(r), None if r.code.startswith("src:") else r.commit): r for r in chosen}.items(),
