@@ -9,6 +9,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from domains.errors import UserError
 from harness.run import tracking
@@ -74,9 +75,27 @@ def _add_verbose(p: argparse.ArgumentParser) -> None:
                    help="also show the run's log lines, library warnings and library log lines")
 
 
+class CommandLineRefused(Exception):
+    """argparse's refusal of a command line (a bad value, a missing or unknown option), raised where argparse would
+    print it and exit 2, so that :func:`main` can first give compare's ``--out`` a report of it."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser, self.message = parser, message
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of ``harness`` and of each command (``add_subparsers`` makes them of the same class)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineRefused(self, message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="harness", description="Contrastive losses across domains: runs, "
-                                     "records, leaderboards, reports and regression tracking.")
+    """The ``harness`` parser; a command line it refuses raises :class:`CommandLineRefused` (:func:`main` exits 2
+    on it)."""
+    parser = _Parser(prog="harness", description="Contrastive losses across domains: runs, records, leaderboards, "
+                     "reports and regression tracking.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     _add_run_args(sub.add_parser("run", help="run (domain, method, dataset, loss, seeds) and write records"))
@@ -240,9 +259,32 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_bench(args)
 
 
+def _refused_compare(words: list[str], message: str) -> str:
+    """argparse's message for a compare command line it refused (``words``, after ``compare``), once ``--out``,
+    where given, holds a CANNOT DECIDE report of it: it must not keep an earlier comparison's verdict, which a CI
+    step may publish or grep. Where ``--out`` may not take a report, the message adds why, and nothing is written
+    (:func:`harness.compare.claim_out`)."""
+    from harness.compare import as_given, claim_out, report_error
+    given = as_given(words)
+    if not given.out:
+        return message
+    try:
+        check_out("compare", given.out)
+        claim_out(given)
+    except UserError as exc:
+        return f"{message}; {' '.join(str(exc).split())}"
+    return str(report_error(given, UserError(message)))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint after an interruption
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(words)
+    except CommandLineRefused as refused:
+        # The top-level parser has no option but -h: a compare command line starts with its name.
+        message = _refused_compare(words[1:], refused.message) if words[:1] == ["compare"] else refused.message
+        argparse.ArgumentParser.error(refused.parser, message)  # argparse's usage and error lines, exit 2
+    args.argv = words  # for the --resume hint after an interruption
     settings = output_settings(args.verbose) if args.command in ("run", "sweep") else contextlib.nullcontext()
     try:
         check_out(args.command, getattr(args, "out", None))

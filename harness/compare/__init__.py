@@ -48,10 +48,10 @@ of a side ran whose records copies of the other side's shadow); 2 when the gate
 cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unjudged group (no option lets it pass:
 record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
 through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
-with that verdict; when bad input stops the comparison first, ``--out`` gets a report that says so, never an earlier
-verdict. ``--out`` replaces only a compare report (a file that starts as one): a record or a user's file there is
-refused, and nothing is written; so is a ``.json`` report among a side's records, which later reads would take for
-one.
+with that verdict; when bad input (a command line argparse refused too, ``harness.cli``), an interruption or a crash
+stops the comparison first, ``--out`` gets a report that says so, never an earlier verdict. ``--out`` replaces only
+a compare report (a file that starts as one): a record or a user's file there is refused, and nothing is written;
+so is a ``.json`` report among a side's records, which later reads would take for one (:func:`claim_out`).
 
 The report begins with each side's records read, the code(s) it judged, and what it left out, also warned on
 stderr: records of other codes of its groups (with the ``FOLDER@NAME`` that judges one) and ``*.json`` files in
@@ -409,8 +409,11 @@ def refuse_out_among_records(args: argparse.Namespace) -> None:
     (:func:`refuse_report_among_records`)."""
     folders = []
     for role in ("baseline", "candidate"):
+        text = getattr(args, role)
+        if text is None:  # absent from a command line argparse refused (as_given)
+            continue
         try:
-            folder, _ = folder_and_name(getattr(args, role), args.results, role)
+            folder, _ = folder_and_name(text, args.results, role)
         except UserError:
             continue  # refused, with its reason, when the side is read
         if folder and Path(folder).is_dir():
@@ -423,21 +426,56 @@ def refuse_out_among_records(args: argparse.Namespace) -> None:
 NOTHING_WRITTEN = "; nothing was written"
 
 
+def claim_out(args: argparse.Namespace) -> None:
+    """UserError, before anything is read, when ``--out`` may not take this comparison's report: a record or a
+    user's file there is left as it is; a ``.json`` among a side's records is not written
+    (:func:`refuse_out_among_records`), except that an earlier report of ours there, which every read of the folder
+    already refuses as no record, is replaced by one of this refusal: it must not show an earlier verdict."""
+    out = Path(args.out)
+    refuse_foreign([out], "compare", head=HEAD)
+    try:
+        refuse_out_among_records(args)
+    except UserError as exc:
+        if not out.exists():
+            raise
+        write_atomic(out, error_report(args.baseline, args.candidate, exc))
+        raise UserError(f"{exc}; the earlier compare report there now says so (CANNOT DECIDE): move it out of the "
+                        "folder") from None
+
+
+def report_error(args: argparse.Namespace, error: UserError) -> UserError:
+    """Write ``--out``'s CANNOT DECIDE report of ``error`` (bad input); the error as the command then prints it."""
+    error = UserError(str(error).removesuffix(NOTHING_WRITTEN))
+    write_atomic(Path(args.out), error_report(args.baseline, args.candidate, error))
+    return UserError(f"{error}; wrote {args.out}, a CANNOT DECIDE report")
+
+
+def as_given(words: list[str]) -> argparse.Namespace:
+    """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
+    ``compare``), read as its parser reads them (``--out=R``, ``--ou R``, the last one given); None where absent
+    or left without a value."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    for option in ("--baseline", "--candidate", "--results", "--out"):  # no two begin alike: no abbreviation clash
+        parser.add_argument(option)
+    try:
+        return parser.parse_known_args(words)[0]
+    except argparse.ArgumentError:  # an option without its value, e.g. a last --out
+        return parser.parse_known_args([])[0]
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """0: every baseline group compared and held; 1: a regression or a missing group; 2: cannot decide."""
-    if args.out:  # a record or a user's file at --out is never replaced, not even by a report of an error
-        refuse_foreign([Path(args.out)], "compare", head=HEAD)
-        refuse_out_among_records(args)
-    # --out must not keep an earlier comparison's verdict: it gets a report of the error (bad input: 2; a crash: 1).
+    if args.out:
+        claim_out(args)
+    # --out must not keep an earlier comparison's verdict: it gets a report of the error (bad input: 2; a crash: 1;
+    # an interruption: 130).
     try:
         code, text, verdict = _gate(args)
     except UserError as exc:
         if not args.out:
             raise
-        error = UserError(str(exc).removesuffix(NOTHING_WRITTEN))
-        write_atomic(Path(args.out), error_report(args.baseline, args.candidate, error))
-        raise UserError(f"{error}; wrote {args.out}, a CANNOT DECIDE report") from None
-    except Exception as exc:
+        raise report_error(args, exc) from None
+    except (Exception, KeyboardInterrupt) as exc:
         if args.out:
             write_atomic(Path(args.out), error_report(args.baseline, args.candidate, exc))
         raise

@@ -264,14 +264,18 @@ def _details(rows: list[Row]) -> list[str]:
     return lines
 
 
-def error_report(baseline: str, candidate: str, error: Exception) -> str:
+def error_report(baseline: str | None, candidate: str | None, error: BaseException) -> str:
     """The report of a comparison that stopped before it could judge: ``--out`` must never keep an earlier run's
-    verdict. Bad input (``UserError``) exits 2, cannot decide; anything else is a crash, which exits 1."""
+    verdict. Bad input (``UserError``, or a command line argparse refused, whose sides may be absent) exits 2, cannot
+    decide; an interruption cannot decide either; anything else is a crash, which exits 1."""
     if isinstance(error, UserError):
         verdict, text = "CANNOT DECIDE: the comparison stopped before any group was judged", str(error)
+    elif isinstance(error, KeyboardInterrupt):
+        verdict, text = "CANNOT DECIDE: the comparison was interrupted before its verdict", "interrupted"
     else:
         verdict, text = "FAIL: the comparison crashed", f"{type(error).__name__}: {error}"
     # One line, as the CLI prints it: the message may quote a record's values or a file's name, whose line breaks
     # would forge a verdict line.
     text = escape(" ".join(text.split()))
-    return f"{HEAD}{code(baseline)} vs candidate {code(candidate)}\n\n**{verdict}.** error: {text}\n"
+    sides = [code(side) if side is not None else "(not given)" for side in (baseline, candidate)]
+    return f"{HEAD}{sides[0]} vs candidate {sides[1]}\n\n**{verdict}.** error: {text}\n"
