@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import random
 
-from tiny_domain import synthetic_record, write_records
+from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
 
@@ -67,6 +67,30 @@ def test_records_in_a_subfolder_are_counted_and_warned_about_not_the_runs_own_fo
     assert str(tmp_path / "base" / "sub") in warned[0] and "read from the folder's top level only" in warned[0]
     assert "not read: records are read from the folder's top level only" in out.stdout
     assert "candidate, warning" not in out.stdout
+
+
+def test_a_folder_whose_records_are_all_in_subfolders_names_them(tmp_path, run_main):
+    """It said only "the baseline 'base' has no completed records": the records one level down went unnamed."""
+    base, cand = tmp_path / "base", tmp_path / "cand"
+    write_records(base / "x", _records(GOOD))
+    write_records(base / "y" / "z", _records(GOOD[:2], dataset="rings"))
+    write_records(cand, _records(GOOD, finished_at="2026-01-02T00:00:00+00:00"))
+    done = harness("compare", "--baseline", str(base), "--candidate", str(cand))
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr == (f"error: the baseline '{base}' has no records at the top level of '{base}', the only level "
+                           "read; found 8 *.json file(s) in its subfolders x/ (6), y/z/ (2): name one as the side, "
+                           f"e.g. --baseline {base / 'x'}\n")
+    # as the hint says, it is judged
+    assert harness("compare", "--baseline", str(base / "x"), "--candidate", str(cand)).returncode == 0
+    # by name, in the folder or with --results, the hint keeps the name; the candidate's side alike
+    out = _compare(run_main, f"{base}@0.1.0", cand)
+    assert out.returncode == 2 and f"e.g. --baseline {base / 'x'}@0.1.0\n" in out.stderr
+    out = run_main(main, "compare", "--results", str(base), "--baseline", "0.1.0", "--candidate", "0.1.0")
+    assert out.returncode == 2 and "the baseline '0.1.0' has no records at the top level" in out.stderr
+    assert f"subfolders x/ (6), y/z/ (2): name one as the side, e.g. --baseline {base / 'x'}@0.1.0" in out.stderr
+    out = _compare(run_main, cand, base)
+    assert out.returncode == 2 and f"the candidate '{base}' has no records at the top level" in out.stderr
+    assert f"e.g. --candidate {base / 'x'}\n" in out.stderr
 
 
 def test_out_never_replaces_a_record_or_a_users_file_only_a_compare_report(tmp_path, run_main):

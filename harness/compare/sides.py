@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,6 +302,8 @@ def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[
     path = Path(folder).resolve()  # one folder however it is spelt (relative, '..', a link): never both sides
     if path not in cache:
         cache[path] = [record for _, record in load_record_files(path, completed_only=False)]
+    if not cache[path]:
+        _refuse_only_nested(text, folder, name, path, role)
     chosen = select(cache[path], name, str(path)) if name else cache[path]
     if results and not name and "@" not in text and Path(results).is_dir():
         _refuse_both(text, results, role, cache)
@@ -308,6 +311,23 @@ def load_side(text: str, results: str | None, role: str, cache: dict[Path, list[
     if not any(r.status == "completed" for r in chosen) and (role == "baseline" or not chosen):
         raise UserError(f"the {role} '{text}' has no completed records; nothing to compare")
     return Side(text, chosen, folder, len(cache[path]), _unread(path, folder))
+
+
+def _refuse_only_nested(text: str, folder: str, name: str, path: Path, role: str) -> None:
+    """UserError naming the subfolders that hold a side's ``*.json`` files (:func:`nested_records`), where its
+    folder holds no record at its top level, the only one read: "no completed records" would hide where they are."""
+    nested = nested_records(path)
+    if not nested:
+        return
+    counts = Counter(file.parent.relative_to(path) for file in nested)
+    shown = [f"{sub}/ ({n})" for sub, n in sorted(counts.items())]
+    more = f" and {len(shown) - 5} more" if len(shown) > 5 else ""
+    side = f"{Path(folder) / min(counts)}" + (f"@{name}" if name else "")
+    raise UserError(
+        f"the {role} '{text}' has no records at the top level of '{folder}', the only level read; found "
+        f"{len(nested)} *.json file(s) in its subfolders {', '.join(shown[:5])}{more}: name one as the side, e.g. "
+        f"--{role} {side}"
+    )
 
 
 def _unread(path: Path, folder: str) -> list[str]:
