@@ -5,35 +5,17 @@ failed record), ``harness sweep`` reports the job as refused; the checkpoint and
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import torch
-from tiny_domain import REPO, harness, harness_env
+from tiny_domain import harness, killed_mid_run
 
 SETS = ["--set", "epochs=6", "--set", "sleep_s=0.5"]
 RUN = ["run", "--domain", "tiny", "--loss", "infonce", *SETS, "--quiet", "--tracker", "none"]
 
 
 def _killed_mid_run(results: Path, seed: int, *extra: str) -> Path:
-    """The checkpoint that a run killed after its second epoch leaves in .work/<run id>/."""
-    argv = [*RUN, "--seeds", str(seed), "--results", str(results), *extra]
-    results.mkdir(exist_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv],
-                            cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    def logged() -> int:  # an earlier run's log is appended to
-        return "".join(p.read_text() for p in results.glob("*.log")).count("epoch 2:")
-
-    earlier, deadline = logged(), time.time() + 120
-    while time.time() < deadline and logged() == earlier:
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    [checkpoint] = (results / ".work").glob(f"*-s{seed}/checkpoint.pt")
-    return checkpoint
+    return killed_mid_run([*RUN, "--seeds", str(seed), "--results", str(results), *extra], results, seed)
 
 
 def _folder(results: Path) -> dict[str, bytes]:

@@ -228,6 +228,25 @@ def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)
 
 
+def killed_mid_run(argv: list[str], results: Path, seed: int) -> Path:
+    """The checkpoint that ``harness *argv`` (a tiny run of seed ``seed`` into ``results``, with epochs slow enough
+    to catch: ``sleep_s``), killed after its second epoch, leaves in ``results/.work/<run id>/``."""
+    results.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv],
+                            cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def logged() -> int:  # an earlier run's log is appended to
+        return "".join(p.read_text() for p in results.glob("*.log")).count("epoch 2:")
+
+    earlier, deadline = logged(), time.time() + 120
+    while time.time() < deadline and logged() == earlier:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    [checkpoint] = (results / ".work").glob(f"*-s{seed}/checkpoint.pt")
+    return checkpoint
+
+
 def synthetic_record(loss: str, seed: int, value: float, *, dataset: str = "blobs", method: str = "linear",
                      loss_params: dict | None = None, version: str = "0.1.0", config: dict | None = None,
                      domain: str = "tiny", status: str = "completed", higher_is_better: bool = True,

@@ -8,20 +8,24 @@ sends the plan's records to that folder of the repository (default ``leaderboard
 
     run PLAN     every setting's seeds as ``harness run --device cuda``, ``--jobs`` at a time with ``--threads``
                  each, into the staging folder ``<stage>/<records folder>``, which starts with a copy of the
-                 repository's records of that folder (so a run already recorded is skipped, not run again) and
-                 of any checkpoint carried along. Each run gets ``--time-limit`` = what is left of ``--time``, less
-                 15 s for its start-up (the limit counts from after its imports); one not finished by then stops at
-                 its next checkpoint and exits 75, listed as "not finished yet":
-                 the same command again resumes it (``--resume`` is passed where a checkpoint waits). No run starts
-                 with less than a minute left, and one still going 90 s after ``--time`` is killed (its last
-                 checkpoint stays). ``--dry-run`` prints the commands and the estimated device time: the sum of the
-                 costs (runs that keep the GPU busy share it, so their times add up) and the schedule of
-                 ``--jobs`` workers (perfect overlap, the least it can take). A plan whose least time is over
-                 ``--budget`` (the device time it may use over all its calls, when given) is refused: it cannot
-                 fit. Without ``--budget`` a plan longer than ``--time`` runs in several calls of the same
-                 command, each resuming the last. A setting whose seeds would start side by side and that no
-                 completed record of the repository's folder ran (any code) gets a note: run its first seed alone
-                 first, so that a failure of the setting costs one run.
+                 repository's records of that folder (so a run already recorded is skipped, not run again) and of any
+                 checkpoint carried along. Each run gets ``--time-limit`` = what is left of ``--time``, less 15 s for
+                 its start-up (the limit counts from after its imports); one not finished by then stops at its next
+                 checkpoint and exits 75, listed as "not finished yet": the same command again resumes it
+                 (``--resume`` is passed where a checkpoint waits). No run starts with less than a minute left, and
+                 one still going 90 s after ``--time`` is killed (its last checkpoint stays). A run whose checkpoint
+                 ``--resume`` refuses (another run's, unreadable or damaged: ``harness run`` exits 2 and writes
+                 nothing) is listed as refused and the others go on; its work folder in the stage moves to
+                 ``<stage>/<records folder>/.refused/``, and where the call carried it from the repository, the
+                 summary gives the command that sets it aside there too: until then every call that carries it
+                 refuses it again. ``--dry-run`` prints the commands and the estimated device time: the sum of the
+                 costs (runs that keep the GPU busy share it, so their times add up) and the schedule of ``--jobs``
+                 workers (perfect overlap, the least it can take). A plan whose least time is over ``--budget`` (the
+                 device time it may use over all its calls, when given) is refused: it cannot fit. Without
+                 ``--budget`` a plan longer than ``--time`` runs in several calls of the same command, each resuming
+                 the last. A setting whose seeds would start side by side and that no completed record of the
+                 repository's folder ran (any code) gets a note: run its first seed alone first, so that a failure of
+                 the setting costs one run.
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
@@ -33,7 +37,8 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  device-pack: see :mod:`harness.suites.travel`.
 
 Exit status of ``run``: 0 every run completed; 75 some stopped at a checkpoint or did not start (run it again);
-1 a run crashed or was killed; 2 bad input (the plan, an argument, a run refused as bad input). ``pack`` and
+1 a run crashed or was killed; 2 bad input (the plan, an argument, a run refused as bad input, its ``--resume``
+refused). ``pack`` and
 ``unpack``: 0, or 2 with a one-line error. ``travel``: 0 every part fits, 1 one does not, 2 nothing packed.
 """
 
@@ -42,6 +47,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -152,6 +158,32 @@ def has_checkpoint(staged: Path, setting: Setting, seed: int) -> bool:
     return any((staged / ".work").glob(pattern))
 
 
+def refused_run(output: str) -> str | None:
+    """The run id whose checkpoint ``harness run --resume`` refused, read from its ``error:`` line, which names
+    the checkpoint (or the link in its way) under ``.work/<run id>``; None for any other error (a missing data
+    set, a bad override), which moving the work folder aside would not mend."""
+    errors = [line for line in output.splitlines() if line.startswith("error: ")]
+    found = re.search(r"/\.work/([^/\s]+)", errors[-1]) if errors else None
+    return found[1] if found else None
+
+
+def set_aside(staged: Path, rid: str) -> Path:
+    """Move a refused run's work folder out of the stage's ``.work`` into its ``.refused`` (a folder per refusal),
+    so that the next call on this machine neither resumes it nor packs it; returns where it went."""
+    aside = staged / ".refused" / f"{rid}-{time.strftime('%Y%m%dT%H%M%S')}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staged / ".work" / rid, aside)
+    return aside
+
+
+def set_aside_command(records: Path, rid: str) -> str:
+    """The command that moves a refused run's work folder out of the repository's ``records/.work`` (so that no
+    call carries, stages or resumes it) into ``records/.refused`` (git-ignored), where it stays for a look."""
+    aside = records / ".refused"
+    return f"mkdir -p {shlex.quote(str(aside))} && mv {shlex.quote(str(records / '.work' / rid))} " \
+           f"{shlex.quote(str(aside))}/"
+
+
 def run_time_limit(left_s: float) -> str | None:
     """The ``--time-limit`` of a run started with ``left_s`` seconds of ``--time`` left, less its start-up
     (:data:`STARTUP_S`), so that it stops by the end of ``--time``; None (do not start it) under a minute."""
@@ -232,37 +264,56 @@ def run(args: argparse.Namespace) -> int:
     print(f"staged {seed_stage(repo_records, staged)} records and checkpoints of {repo_records} in {staged}")
     print(summary, flush=True)
     deadline = time.monotonic() + time_s
+    resumed: set[int] = set()
+    refused: dict[int, str] = {}  # the run's index: the line that says how to clear it
 
     def prepare(index: int, command: list[str]) -> list[str] | None:
         limit = run_time_limit(deadline - time.monotonic())
         if limit is None:
             return None
         setting, seed = runs[index]
-        resume = ["--resume"] if has_checkpoint(staged, setting, seed) else []
-        return [*command, "--time-limit", limit, *resume]
+        if has_checkpoint(staged, setting, seed):
+            resumed.add(index)
+        return [*command, "--time-limit", limit, *(["--resume"] if index in resumed else [])]
+
+    def finished(index: int, code: int, output: str) -> None:
+        # 2: harness run's exit status for bad input, a refused --resume among it
+        if code == 2 and index in resumed and (rid := refused_run(output)):
+            aside = set_aside(staged, rid)
+            # The repository here is a copy of the one the call came from: a checkpoint in it was carried, and
+            # every call that carries it again stages it again.
+            refused[index] = f"in the repository the call came from: {set_aside_command(repo_records, rid)}" \
+                if (repo_records / ".work" / rid).exists() else f"it was set aside in {aside}"
 
     try:
-        codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S)
+        codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S, finished=finished)
     except Interrupted as stop:  # Ctrl-C or SIGTERM: the runs stopped at their checkpoints; the log says so
         with open(Path(args.stage) / CAMPAIGN_LOG, "a") as fh:
             fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} campaign: {stop}\n")
         print(f"campaign: {stop}; the same command again resumes them", file=sys.stderr, flush=True)
         return stop.code
-    return report(commands, codes, Path(args.stage) / CAMPAIGN_LOG)
+    return report(commands, codes, refused, Path(args.stage) / CAMPAIGN_LOG)
 
 
-def report(commands: list[tuple[str, list[str]]], codes: list[int | None], log: Path) -> int:
-    """Count the outcomes, append them to the campaign log (it travels in the tarball), and the exit status."""
+def report(commands: list[tuple[str, list[str]]], codes: list[int | None], refused: dict[int, str],
+           log: Path) -> int:
+    """Count the outcomes, say how to clear each refused ``--resume``, append both to the campaign log (it travels
+    in the tarball), and the exit status."""
     counts = {"completed": codes.count(0), "not finished yet (exit 75)": codes.count(EXIT_STOPPED),
               "not started": codes.count(None),
-              "failed": sum(c not in (0, EXIT_STOPPED, None) for c in codes)}
+              "failed": sum(c not in (0, EXIT_STOPPED, None) for c in codes) - len(refused),
+              "refused to resume": len(refused)}
     line = ", ".join(f"{n} {what}" for what, n in counts.items())
-    print(f"campaign: {line}", flush=True)
+    # Each call refuses the same checkpoint again: these lines say so, and what ends it.
+    clear = [f"refused to resume: {commands[index][0]}: each call refuses its checkpoint again until its work "
+             f"folder is set aside ({how}); the same command then starts it over" for index, how in refused.items()]
+    print("\n".join([f"campaign: {line}", *clear]), flush=True)
     with open(log, "a") as fh:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-        for (label, _), code in zip(commands, codes):
-            fh.write(f"{stamp} {'not started' if code is None else f'exit {code}'}: {label}\n")
-        fh.write(f"{stamp} campaign: {line}\n")
+        for index, ((label, _), code) in enumerate(zip(commands, codes)):
+            what = "not started" if code is None else "refused to resume" if index in refused else f"exit {code}"
+            fh.write(f"{stamp} {what}: {label}\n")
+        fh.writelines(f"{stamp} {text}\n" for text in [f"campaign: {line}", *clear])
     if 2 in codes:
         return 2
     if counts["failed"]:

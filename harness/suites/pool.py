@@ -29,6 +29,7 @@ STATUS = {0: "ok", EXIT_STOPPED: "stopped at a checkpoint: not finished yet", KI
 STOP_GRACE_S = 20.0  # how long a stopped run has to reach its checkpoint and exit before it is killed
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as the shell reports Ctrl-C (and as `harness` exits on it)
 Prepare = Callable[[int, list[str]], "list[str] | None"]
+Finished = Callable[[int, int, str], None]  # a finished run's index, exit status and output
 
 
 class Interrupted(Exception):
@@ -123,10 +124,11 @@ def _stop(pool: ThreadPoolExecutor, pending: list[Future], children: Children) -
 
 
 def run_all(commands: list[tuple[str, list[str]]], jobs: int, threads: int = 1, prepare: Prepare | None = None,
-            kill_at: float | None = None) -> list[int | None]:
+            kill_at: float | None = None, finished: Finished | None = None) -> list[int | None]:
     """The runs, ``jobs`` at a time; one line per finished run and the pool's wall and CPU time (the CPU time is
     what a busy machine does not inflate). Returns the exit statuses in the commands' order, None for a run that
-    ``prepare`` did not start. Raises :class:`Interrupted` on SIGINT or SIGTERM (call it from the main thread)."""
+    ``prepare`` did not start; ``finished`` is handed each run that ended, with its whole output (a campaign reads
+    why a run was refused). Raises :class:`Interrupted` on SIGINT or SIGTERM (call it from the main thread)."""
     start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     children = Children()
 
@@ -155,6 +157,8 @@ def run_all(commands: list[tuple[str, list[str]]], jobs: int, threads: int = 1, 
                 print(f"[{STATUS.get(code, f'exit {code}')}] {label} ({seconds:.0f} s)", flush=True)
                 if code not in (0, EXIT_STOPPED):
                     print("\n".join("    " + line for line in output.strip().splitlines()[-15:]), flush=True)
+                if finished:
+                    finished(index, code, output)
         except (KeyboardInterrupt, _Signalled) as exc:
             signum = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
             # Runs queued before the signal but never submitted (it came mid-submission) never started either.

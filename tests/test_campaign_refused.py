@@ -1,0 +1,79 @@
+"""A campaign run whose checkpoint ``harness run --resume`` refuses (damaged, another run's): the call goes on with
+the plan's other runs, its summary counts the run as refused to resume (not failed) and says how to clear it, its
+stage's copy is set aside so that the next call on the machine does not pack or resume it, and every call that
+brings the checkpoint again says so again, until it is set aside where the call came from."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from test_campaign import campaign, write_plan
+from tiny_domain import REPO, killed_mid_run
+
+from harness.suites.campaign import refused_run
+from harness.suites.pack import CAMPAIGN_LOG
+
+LINE = "tiny linear blobs infonce quick 0-1 5 epochs=6 sleep_s=0.5"
+SUMMARY = "campaign: {} completed, 0 not finished yet (exit 75), 0 not started, 0 failed, {} refused to resume"
+
+
+def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_prints(tmp_path):
+    repo, stage = tmp_path / "repo", tmp_path / "stage"
+    records = repo / "leaderboards" / "results"
+    # seed 0's checkpoint, as a killed run left it and a call carries it from the repository; then damaged
+    checkpoint = killed_mid_run(["run", "--domain", "tiny", "--method", "linear", "--dataset", "blobs", "--loss",
+                                 "infonce", "--preset", "quick", "--seeds", "0", "--set", "epochs=6", "--set",
+                                 "sleep_s=0.5", "--device", "cpu", "--results", str(records), "--quiet",
+                                 "--tracker", "none"], records, 0)
+    checkpoint.write_bytes(b"\x80\x02garbage")
+    rid = checkpoint.parent.name
+    plan = write_plan(tmp_path, LINE)
+    call = ["run", str(plan), "--device", "cpu", "--jobs", "1", "--stage", str(stage), "--repo", str(repo)]
+
+    first = campaign(*call)
+    assert first.returncode == 2, first.stdout + first.stderr
+    lines = first.stdout.splitlines()
+    assert SUMMARY.format(1, 1) in lines  # seed 1 still ran after seed 0's refusal, which is no failure
+    staged = stage / "leaderboards" / "results"
+    [record] = staged.glob("*.json")
+    assert json.loads(record.read_text())["seed"] == 1
+    [refused] = [line for line in lines if line.startswith("refused to resume: ")]
+    assert refused.startswith(f"refused to resume: {LINE.split(' 0-1 ')[0]} epochs=6 sleep_s=0.5 seed 0 [line 2, ")
+    assert refused.endswith("; the same command then starts it over")
+    command = refused.split("in the repository the call came from: ", 1)[1].split(")", 1)[0]
+    # The stage's copy went to .refused (not packed, not resumed on this machine); the repository's is as it was.
+    assert not (staged / ".work" / rid).exists()
+    [aside] = (staged / ".refused").glob(f"{rid}-*/checkpoint.pt")
+    assert aside.read_bytes() == checkpoint.read_bytes() == b"\x80\x02garbage"
+    assert f"refused to resume: {refused.split(': ')[1]}" in (stage / CAMPAIGN_LOG).read_text()
+
+    # The next call on the same machine, the repository's checkpoint carried again: refused again, and said again
+    # (seed 1, recorded in the stage, is skipped as done).
+    again = campaign(*call)
+    assert again.returncode == 2 and SUMMARY.format(1, 1) in again.stdout.splitlines(), again.stdout
+    assert refused in again.stdout.splitlines()
+
+    # The printed command, run where the call came from, sets the folder aside; the next call starts seed 0 over.
+    subprocess.run(["bash", "-c", command], check=True)
+    assert (records / ".refused" / rid / "checkpoint.pt").read_bytes() == b"\x80\x02garbage"
+    assert not (records / ".work" / rid).exists()
+    cleared = campaign(*call)
+    assert cleared.returncode == 0 and SUMMARY.format(2, 0) in cleared.stdout.splitlines(), cleared.stdout
+    assert not [line for line in cleared.stdout.splitlines() if line.startswith("refused to resume: ")]
+    done = {(r["seed"], r["status"], r["info"]["start_epoch"]) for r in map(json.loads, map(Path.read_text,
+                                                                                          staged.glob("*.json")))}
+    assert done == {(0, "completed", 0), (1, "completed", 0)}  # seed 0 started over, from its first epoch
+    # where the command puts it, git ignores it: it never travels in a call nor shows as a change
+    assert subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", f"leaderboards/results/.refused/{rid}"]
+                          ).returncode == 0
+
+
+def test_only_an_error_about_a_work_folder_is_a_refused_resume():
+    rid = "tiny-blobs-linear-infonce-0123abcd-s0"
+    work = f"/tmp/campaign/leaderboards/results/.work/{rid}"
+    assert refused_run(f"epoch 1\nerror: the checkpoint {work}/checkpoint.pt cannot be read (x)\n") == rid
+    assert refused_run(f"error: {work} is a symbolic link; the harness does not read") == rid
+    assert refused_run("error: dataset 'blobs' is not under /data/blobs: stage it first") is None
+    assert refused_run("Traceback (most recent call last):\n  RuntimeError: boom") is None
