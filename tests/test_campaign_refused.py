@@ -12,6 +12,7 @@ from pathlib import Path
 from test_campaign import campaign, write_plan
 from tiny_domain import REPO, killed_mid_run
 
+from harness.suites.campaign import main as campaign_main
 from harness.suites.campaign import refused_run
 from harness.suites.pack import CAMPAIGN_LOG
 
@@ -19,14 +20,17 @@ LINE = "tiny linear blobs infonce quick 0-1 5 epochs=6 sleep_s=0.5"
 SUMMARY = "campaign: {} completed, 0 not finished yet (exit 75), 0 not started, 0 failed, {} refused to resume"
 
 
+def _killed(records: Path, seed: int) -> Path:
+    """The checkpoint of the plan's run of ``seed``, as a run killed after its second epoch left it in ``records``."""
+    return killed_mid_run(["run", "--domain", "tiny", "--method", "linear", "--dataset", "blobs", "--loss", "infonce",
+                           "--preset", "quick", "--seeds", str(seed), "--set", "epochs=6", "--set", "sleep_s=0.5",
+                           "--device", "cpu", "--results", str(records), "--quiet", "--tracker", "none"], records, seed)
+
+
 def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_prints(tmp_path):
     repo, stage = tmp_path / "repo", tmp_path / "stage"
     records = repo / "leaderboards" / "results"
-    # seed 0's checkpoint, as a killed run left it and a call carries it from the repository; then damaged
-    checkpoint = killed_mid_run(["run", "--domain", "tiny", "--method", "linear", "--dataset", "blobs", "--loss",
-                                 "infonce", "--preset", "quick", "--seeds", "0", "--set", "epochs=6", "--set",
-                                 "sleep_s=0.5", "--device", "cpu", "--results", str(records), "--quiet",
-                                 "--tracker", "none"], records, 0)
+    checkpoint = _killed(records, 0)  # as a call carries it from the repository; then damaged
     checkpoint.write_bytes(b"\x80\x02garbage")
     rid = checkpoint.parent.name
     plan = write_plan(tmp_path, LINE)
@@ -68,6 +72,34 @@ def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_print
     # where the command puts it, git ignores it: it never travels in a call nor shows as a change
     assert subprocess.run(["git", "-C", str(REPO), "check-ignore", "-q", f"leaderboards/results/.refused/{rid}"]
                           ).returncode == 0
+
+
+def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, run_main):
+    """Before any device call: the dry run reads the checkpoints the call would carry, refuses what --resume would
+    (damaged, another run's) with the command that sets each aside, and passes sound ones."""
+    repo = tmp_path / "repo"
+    records = repo / "leaderboards" / "results"
+    mine, other = _killed(records, 0), _killed(records, 1)
+    plan = write_plan(tmp_path, LINE)
+
+    def dry_run() -> subprocess.CompletedProcess:
+        return run_main(campaign_main, "run", str(plan), "--dry-run", "--repo", str(repo))
+
+    sound = dry_run()
+    assert sound.returncode == 0 and sound.stderr == "", sound.stderr  # two sound checkpoints: nothing to say
+    other.write_bytes(mine.read_bytes())  # seed 0's checkpoint in seed 1's folder
+    mine.write_bytes(mine.read_bytes()[:100])  # truncated
+    out = dry_run()
+    assert out.returncode == 2
+    lines = out.stderr.splitlines()
+    assert [line.split(": ", 2)[1] for line in lines] == [f"{LINE.split(' 0-1 ')[0]} epochs=6 sleep_s=0.5 seed {s}"
+                                                         for s in (0, 1)]
+    assert f"the checkpoint {mine} cannot be read" in lines[0] and f"{other} was saved by another run" in lines[1]
+    for line in lines:
+        subprocess.run(["bash", "-c", line.split("set it aside before a call carries it: ", 1)[1]], check=True)
+    assert sorted(p.name for p in (records / ".refused").iterdir()) == sorted([mine.parent.name, other.parent.name])
+    cleared = dry_run()
+    assert cleared.returncode == 0 and cleared.stderr == ""
 
 
 def test_only_an_error_about_a_work_folder_is_a_refused_resume():

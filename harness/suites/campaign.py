@@ -20,12 +20,15 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  summary gives the command that sets it aside there too: until then every call that carries it
                  refuses it again. ``--dry-run`` prints the commands and the estimated device time: the sum of the
                  costs (runs that keep the GPU busy share it, so their times add up) and the schedule of ``--jobs``
-                 workers (perfect overlap, the least it can take). A plan whose least time is over ``--budget`` (the
-                 device time it may use over all its calls, when given) is refused: it cannot fit. Without
-                 ``--budget`` a plan longer than ``--time`` runs in several calls of the same command, each resuming
-                 the last. A setting whose seeds would start side by side and that no completed record of the
-                 repository's folder ran (any code) gets a note: run its first seed alone first, so that a failure of
-                 the setting costs one run.
+                 workers (perfect overlap, the least it can take). It also reads each checkpoint waiting in the
+                 repository's records folder for a chosen run, as ``--resume`` would without the data: one it would
+                 refuse (unreadable, damaged, another run's) gets a line with the command that sets it aside, and the
+                 dry run exits 2, before a call carries it. A plan whose least time is over ``--budget`` (the device
+                 time it may use over all its calls, when given) is refused: it cannot fit. Without ``--budget`` a
+                 plan longer than ``--time`` runs in several calls of the same command, each resuming the last. A
+                 setting whose seeds would start side by side and that no completed record of the repository's folder
+                 ran (any code) gets a note: run its first seed alone first, so that a failure of the setting costs
+                 one run.
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
@@ -55,7 +58,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from domains.errors import UserError
+import torch
+
+from domains.context import RunContext
+from domains.errors import ResumeRefused, UserError
 from harness.records import read_record
 from harness.run.config import parse_seeds
 from harness.run.stopping import EXIT_STOPPED, parse_duration
@@ -151,11 +157,28 @@ def seed_stage(repo_records: Path, staged: Path) -> int:
     return copied
 
 
-def has_checkpoint(staged: Path, setting: Setting, seed: int) -> bool:
-    """Whether a checkpoint of this setting's method, loss and seed waits in the stage (the run id's hash needs
-    the data; a checkpoint of another run of the same names only starts the run fresh)."""
-    pattern = f"{setting.domain}-*-{setting.method}-{setting.loss}-*-s{seed}/checkpoint.pt"
-    return any((staged / ".work").glob(pattern))
+def waiting_checkpoints(records: Path, setting: Setting, seed: int) -> list[Path]:
+    """The checkpoints of this setting's method, loss and seed in ``records/.work``: the run's own is among them
+    (its id's hash needs the data); resuming with one of another run of the same names only starts the run fresh."""
+    return sorted((records / ".work").glob(f"{setting.domain}-*-{setting.method}-{setting.loss}-*-s{seed}/"
+                                           "checkpoint.pt"))
+
+
+def unresumable(runs: list[tuple[Setting, int]], records: Path) -> list[str]:
+    """A line for each checkpoint waiting in ``records/.work`` for one of ``runs`` that ``harness run --resume``
+    would refuse: unreadable, damaged, or saved by another run than its folder names (the checks that need no
+    data), found here on the CPU before a device call carries it, with the command that sets it aside."""
+    lines = []
+    for setting, seed in runs:
+        for path in waiting_checkpoints(records, setting, seed):
+            folder = path.parent
+            try:
+                RunContext(seed=seed, device=torch.device("cpu"), data_root=Path(), work_dir=folder, resume=True,
+                           run_key=folder.name).check_resume()
+            except ResumeRefused as exc:
+                lines.append(f"refused to resume: {setting.label(seed)}: {' '.join(str(exc).split())}; set it "
+                             f"aside before a call carries it: {set_aside_command(records, folder.name)}")
+    return lines
 
 
 def refused_run(output: str) -> str | None:
@@ -259,7 +282,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the runs may not all finish in --time {args.time}: those still going then stop at a "
               "checkpoint (exit 75); the same command again resumes them", flush=True)
     if args.dry_run:
-        return 0
+        refused = unresumable(runs, repo_records)
+        for line in refused:
+            print(line, file=sys.stderr, flush=True)
+        return 2 if refused else 0
     staged.mkdir(parents=True, exist_ok=True)
     print(f"staged {seed_stage(repo_records, staged)} records and checkpoints of {repo_records} in {staged}")
     print(summary, flush=True)
@@ -272,7 +298,7 @@ def run(args: argparse.Namespace) -> int:
         if limit is None:
             return None
         setting, seed = runs[index]
-        if has_checkpoint(staged, setting, seed):
+        if waiting_checkpoints(staged, setting, seed):
             resumed.add(index)
         return [*command, "--time-limit", limit, *(["--resume"] if index in resumed else [])]
 
