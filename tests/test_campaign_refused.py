@@ -13,7 +13,7 @@ from test_campaign import campaign, write_plan
 from tiny_domain import REPO, killed_mid_run
 
 from harness.suites.campaign import main as campaign_main
-from harness.suites.campaign import refused_run
+from harness.suites.campaign import refused_run, set_aside
 from harness.suites.pack import CAMPAIGN_LOG
 
 LINE = "tiny linear blobs infonce quick 0-1 5 epochs=6 sleep_s=0.5"
@@ -109,3 +109,10 @@ def test_only_an_error_about_a_work_folder_is_a_refused_resume():
     assert refused_run(f"error: {work} is a symbolic link; the harness does not read") == rid
     assert refused_run("error: dataset 'blobs' is not under /data/blobs: stage it first") is None
     assert refused_run("Traceback (most recent call last):\n  RuntimeError: boom") is None
+
+
+def test_a_work_folder_that_cannot_be_set_aside_leaves_the_report_to_go_on(tmp_path):
+    """A refusal whose folder is not in the stage (a link's, gone since) is not moved: None, no OSError that would
+    end the call before it reports the other runs."""
+    assert set_aside(tmp_path, "tiny-blobs-linear-infonce-0123abcd-s0") is None
+    assert not (tmp_path / ".refused").exists() or not list((tmp_path / ".refused").iterdir())

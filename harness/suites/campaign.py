@@ -190,12 +190,16 @@ def refused_run(output: str) -> str | None:
     return found[1] if found else None
 
 
-def set_aside(staged: Path, rid: str) -> Path:
+def set_aside(staged: Path, rid: str) -> Path | None:
     """Move a refused run's work folder out of the stage's ``.work`` into its ``.refused`` (a folder per refusal),
-    so that the next call on this machine neither resumes it nor packs it; returns where it went."""
+    so that the next call on this machine neither resumes it nor packs it; returns where it went, or None when it
+    could not (the other runs' outcomes still need their report)."""
     aside = staged / ".refused" / f"{rid}-{time.strftime('%Y%m%dT%H%M%S')}"
-    aside.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staged / ".work" / rid, aside)
+    try:
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staged / ".work" / rid, aside)
+    except OSError:
+        return None
     return aside
 
 
@@ -309,7 +313,8 @@ def run(args: argparse.Namespace) -> int:
             # The repository here is a copy of the one the call came from: a checkpoint in it was carried, and
             # every call that carries it again stages it again.
             refused[index] = f"in the repository the call came from: {set_aside_command(repo_records, rid)}" \
-                if (repo_records / ".work" / rid).exists() else f"it was set aside in {aside}"
+                if (repo_records / ".work" / rid).exists() else f"it was set aside in {aside}" if aside else \
+                f"on this machine: {set_aside_command(staged, rid)}"
 
     try:
         codes = run_all(commands, args.jobs, args.threads, prepare, kill_at=deadline + GRACE_S, finished=finished)
