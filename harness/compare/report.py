@@ -1,6 +1,7 @@
 """The markdown report of ``harness compare``: the rule, a table per verdict, and what else the reader must know
-(notes, config and data differences, groups an older code stands for, the machines). Each row is a :class:`Row`,
-which ``harness.compare.judge`` fills in; the verdict line and the exit status are the gate's."""
+(notes, among them the machines a group's seeds ran on, config and data differences, groups an older code stands
+for). Each row is a :class:`Row`, which ``harness.compare.judge`` fills in; the verdict line and the exit status are
+the gate's."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from dataclasses import dataclass, field
 from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness import stats
-from harness.compare.sides import Side
+from harness.compare.sides import Side, seeds_text
 from harness.groups import Group, decimals, fmt, group_name
+from harness.pages.tables import NONE, device_label, latest_by_seed
 from harness.tables import bullet, code, escape, markdown
 
 # The first text of every report compare writes (:func:`report`, :func:`error_report`): ``--out`` replaces only a
@@ -190,32 +192,45 @@ def _bullet(name: str, text: str) -> str:
     return bullet(f"{escape(name)}: {escape(text)}")
 
 
-MACHINE = ("device", "device_name", "cpu", "cpu_capability", "torch_threads", "torch", "cuda")
+# What a seed must share besides its device's kind (:func:`device_label`) to rerun bit for bit (harness.machine).
+LIBRARIES = ("cpu", "cpu_capability", "torch_threads", "torch", "cuda")
 
 
-def _machines(rows: list[Row]) -> list[str]:
-    """The machine and library fields (:data:`MACHINE`) whose values differ between the records the two sides
-    compared, among the fields both sides recorded (older records lack ``cpu`` and ``cpu_capability``)."""
-    compared = [r for r in rows if r.change is not None]
-    sides = [[rec for r in compared for rec in r.base.records], [rec for r in compared for rec in r.cand.records]]
-    lines = []
-    for key in MACHINE:
-        base, cand = ({str(rec.hardware[key]) for rec in side if rec.hardware.get(key) is not None} for side in sides)
+def _seeds_by(kinds: dict[int, str]) -> str:
+    """Seeds grouped by their value, in seed order: "CPU (seed(s) 0,1,2) and H200 (seed(s) 3,4)"."""
+    seeds: dict[str, list[int]] = {}
+    for seed, kind in sorted(kinds.items()):
+        seeds.setdefault(kind, []).append(seed)
+    return " and ".join(f"{kind} (seed(s) {seeds_text(s)})" for kind, s in seeds.items())
+
+
+def _machine_note(row: Row) -> str:
+    """Where a compared group's seeds ran, where its change then holds the machines' as well: a side's
+    seeds on more than one device kind (:func:`device_label`); seeds a paired test pairs on different kinds, or,
+    unpaired, sides on different kinds; library fields (:data:`LIBRARIES`) that differ between the sides' seeds,
+    among those both recorded. Per group: pooled over groups, a group's CPU → GPU and another's GPU → CPU cancel
+    out. Information only, never the verdict; "" when none, or nothing was compared."""
+    if row.change is None:
+        return ""
+    records = [latest_by_seed(g) for g in (row.base, row.cand)]
+    kinds = [{seed: kind for seed, r in side.items() if (kind := device_label(r)) != NONE} for side in records]
+    notes = [f"the {role}'s seeds ran on {_seeds_by(side)}"
+             for role, side in zip(("baseline", "candidate"), kinds) if len(set(side.values())) > 1]
+    if row.change.test in stats.PAIRED:
+        crossed = {s: f"{kinds[0][s]} → {kinds[1][s]}" for s in kinds[0].keys() & kinds[1].keys()
+                   if kinds[0][s] != kinds[1][s]}
+        if crossed:
+            notes.append(f"paired seeds ran on different devices: {_seeds_by(crossed)}")
+    else:
+        base, cand = (sorted(set(side.values())) for side in kinds)
         if base and cand and base != cand:
-            lines.append(_bullet(key, f"{', '.join(sorted(base))} → {', '.join(sorted(cand))}"))
-    if not lines:
-        return []
-    return [
-        "## The sides ran on different machines or libraries",
-        "",
-        "A seed reruns bit for bit only on the same machine, libraries and thread count; here they differ, so "
-        "each change holds the machine's as well as the code's (rerun on other CPU kernels alone, the regression "
-        "suite's graph seeds moved like fresh seeds: README, Regression tracking in CI). Compare runs of one "
-        "machine to see the code's change alone.",
-        "",
-        *lines,
-        "",
-    ]
+            notes.append(f"the sides ran on different devices: {', '.join(base)} → {', '.join(cand)}")
+    for key in LIBRARIES:
+        base, cand = ({str(r.hardware[key]) for r in side.values() if r.hardware.get(key) is not None}
+                      for side in records)
+        if base and cand and base != cand:
+            notes.append(f"{key} {', '.join(sorted(base))} → {', '.join(sorted(cand))}")
+    return f"machines (the change holds theirs as well as the code's): {'; '.join(notes)}" if notes else ""
 
 
 def _data_change(r: Row) -> str:
@@ -250,13 +265,15 @@ def _data(rows: list[Row]) -> list[str]:
 
 
 def _details(rows: list[Row]) -> list[str]:
-    """Notes on rows, config and data differences of matched groups, and the machines. (A group only an older
-    code of the candidate ran is missing: its reason says so; a side whose group mixes code is refused.)"""
+    """Notes on rows, each with where its seeds ran (:func:`_machine_note`), and config and data differences of
+    matched groups. (A group only an older code of the candidate ran is missing: its reason says so; a side whose
+    group mixes code is refused.)"""
     lines = []
-    noted = [r for r in rows if r.notes]
+    notes = [(r, [*r.notes, *filter(None, [_machine_note(r)])]) for r in rows]
+    noted = [(r, n) for r, n in notes if n]
     if noted:
-        lines += ["## Notes", "", *[_bullet(group_name(r.base), "; ".join(r.notes)) for r in noted], ""]
-    lines += _machines(rows) + _data(rows)
+        lines += ["## Notes", "", *[_bullet(group_name(r.base), "; ".join(n)) for r, n in noted], ""]
+    lines += _data(rows)
     diffs = [r for r in rows if r.config_diff]
     if diffs:
         lines += ["## Config differences of matched groups", ""]

@@ -163,19 +163,24 @@ def runtime_cell(group: Group) -> str:
     return duration(statistics.fmean(times)) if times else NONE
 
 
+def device_label(record: RunRecord) -> str:
+    """The kind of device a record ran on: "CPU", the GPU's name ("H200"), or NONE where the record does not say."""
+    hw = record.hardware
+    if str(hw.get("device", "")).startswith("cuda"):
+        return str(hw.get("device_name") or "GPU").removeprefix("NVIDIA ")
+    return "CPU" if hw.get("device") else NONE
+
+
 def device_cell(group: Group) -> str:
-    """Where the seeds ran: "CPU", or the GPU's name with the largest peak GPU memory of its seeds where the records
-    hold it (``hardware.peak_gpu_memory_gib``); several, comma-separated, where seeds differ."""
+    """Where the seeds ran (:func:`device_label`), with the largest peak GPU memory of a GPU's seeds where the
+    records hold it (``hardware.peak_gpu_memory_gib``); several, comma-separated, where seeds differ."""
     names = []
     peak: dict[str, float] = {}
     for record in latest_by_seed(group).values():
         hw = record.hardware
-        if str(hw.get("device", "")).startswith("cuda"):
-            name = str(hw.get("device_name") or "GPU").removeprefix("NVIDIA ")
-            if isinstance(hw.get("peak_gpu_memory_gib"), (int, float)):
-                peak[name] = max(peak.get(name, 0.0), float(hw["peak_gpu_memory_gib"]))
-        else:
-            name = "CPU" if hw.get("device") else NONE
+        name = device_label(record)
+        if str(hw.get("device", "")).startswith("cuda") and isinstance(hw.get("peak_gpu_memory_gib"), (int, float)):
+            peak[name] = max(peak.get(name, 0.0), float(hw["peak_gpu_memory_gib"]))
         if name not in names:
             names.append(name)
     return ", ".join(f"{n} ({peak[n]:.1f} GiB peak)" if n in peak else n for n in names) or NONE

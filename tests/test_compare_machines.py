@@ -1,0 +1,76 @@
+"""``harness compare``'s machine note, per group: a side's seeds on several device kinds, and paired seeds (or,
+unpaired, sides) on different kinds, are noted for each group, where pooling the device sets over groups or
+seeds hid them; information only, the exit status is the same as without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tiny_domain import harness, synthetic_record, write_records
+
+CPU = {"device": "cpu", "device_name": "x86_64"}
+H200 = {"device": "cuda:0", "device_name": "NVIDIA H200"}
+VALUES = [85.0, 86.0, 85.5, 84.8, 85.9]
+
+
+def _records(loss: str, devices: list[dict], drop: float = 0.0) -> list[dict]:
+    """One group of ``loss``, seed i on ``devices[i]``."""
+    records = []
+    for seed, device in enumerate(devices):
+        record = synthetic_record(loss, seed, VALUES[seed] - drop + 0.01 * seed * bool(drop))
+        record["hardware"] = dict(device)
+        records.append(record)
+    return records
+
+
+def _compare(tmp_path: Path, base: list[dict], cand: list[dict], *extra: str) -> tuple[int, str]:
+    """``harness compare`` of two fresh folders in a subprocess: its exit status and its report."""
+    folders = [tmp_path / f"run{len(list(tmp_path.iterdir()))}-{side}" for side in ("a", "b")]
+    write_records(folders[0], base)
+    write_records(folders[1], cand)
+    out = harness("compare", "--baseline", str(folders[0]), "--candidate", str(folders[1]), *extra)
+    return out.returncode, out.stdout
+
+
+def _notes(report: str) -> str:
+    return report.split("## Notes")[1].split("\n## ")[0] if "## Notes" in report else ""
+
+
+def test_paired_seeds_that_crossed_devices_are_noted_though_the_sides_used_the_same_devices(tmp_path):
+    crossed = _compare(tmp_path, _records("dcl", [CPU] * 3 + [H200] * 2), _records("dcl", [H200] * 3 + [CPU] * 2))
+    same = _compare(tmp_path, _records("dcl", [CPU] * 5), _records("dcl", [CPU] * 5))
+    assert crossed[0] == same[0] == 0
+    notes = _notes(crossed[1])
+    assert notes.count("\n- ") == 1 and "- tiny / blobs / linear / dcl" in notes
+    assert ("the baseline's seeds ran on CPU (seed(s) 0,1,2) and H200 (seed(s) 3,4); the candidate's seeds ran on "
+            "H200 (seed(s) 0,1,2) and CPU (seed(s) 3,4); paired seeds ran on different devices: CPU → H200 (seed(s) "
+            "0,1,2) and H200 → CPU (seed(s) 3,4)") in notes
+    assert "machines" not in same[1] and "## Notes" not in same[1]
+    # The verdict line is the same with the note as without it.
+    assert crossed[1].strip().splitlines()[-1] == same[1].strip().splitlines()[-1]
+
+
+def test_two_groups_moving_in_opposite_directions_are_each_noted(tmp_path):
+    base = _records("dcl", [CPU] * 3) + _records("infonce", [H200] * 3)
+    cand = _records("dcl", [H200] * 3, drop=5) + _records("infonce", [CPU] * 3)
+    code, report = _compare(tmp_path, base, cand)
+    plain = _compare(tmp_path, _records("dcl", [CPU] * 3) + _records("infonce", [CPU] * 3),
+                     _records("dcl", [CPU] * 3, drop=5) + _records("infonce", [CPU] * 3))
+    assert code == plain[0] == 1 and "## Regressions (1)" in report  # the note leaves the verdict as it was
+    notes = _notes(report)
+    assert "dcl" in notes and "paired seeds ran on different devices: CPU → H200 (seed(s) 0,1,2)" in notes
+    assert "infonce" in notes and "H200 → CPU (seed(s) 0,1,2)" in notes
+    assert "machines" not in _notes(plain[1])
+
+
+def test_an_unpaired_test_notes_sides_on_different_devices_and_one_side_mixing_them(tmp_path):
+    code, report = _compare(tmp_path, _records("dcl", [CPU] * 3), _records("dcl", [H200] * 3), "--test", "welch")
+    assert code == 0 and "machines (the change holds theirs as well as the code's): the sides ran on different " \
+        "devices: CPU → H200" in _notes(report)
+    # One side's seeds on two kinds, the same two on both sides: no crossing to note, but the mix is named.
+    code, report = _compare(tmp_path, _records("dcl", [CPU, H200, CPU]), _records("dcl", [H200, CPU, CPU]),
+                            "--test", "welch")
+    notes = _notes(report)
+    assert code == 0 and "the baseline's seeds ran on CPU (seed(s) 0,2) and H200 (seed(s) 1)" in notes
+    assert "the candidate's seeds ran on H200 (seed(s) 0) and CPU (seed(s) 1,2)" in notes
+    assert "different devices" not in notes
