@@ -136,7 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where sacct cannot say how a job ended (no Slurm accounting), fail a job once it has been "
                         "gone from squeue this long without a result; raise it where the shared file system shows "
                         "result files later (default: 60)")
-    p.add_argument("--ray-address", help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: start one here)")
+    p.add_argument("--ray-address",
+                   help="a running Ray cluster, e.g. 10.0.0.1:6379 (default: $RAY_ADDRESS where set, else a new "
+                        "one started here)")
     p.add_argument("--cpus-per-job", type=int,
                    help="CPUs (torch threads) a Ray or Slurm job asks for (default: OMP_NUM_THREADS where set, else "
                         "this machine's CPUs over --workers)")

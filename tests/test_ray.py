@@ -9,10 +9,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -128,3 +130,23 @@ def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_pat
     assert rerun.returncode == 0, rerun.stderr
     assert "2 runs, 1 with a completed record (skipped), 1 to run" in rerun.stdout
     assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 2
+
+
+def test_a_ray_sweep_without_an_address_starts_its_own_cluster_not_the_dead_one_ray_start_left(tmp_path):
+    # A head killed rather than stopped (as the fixture above ends its own) leaves its address in
+    # <ray temp>/ray/ray_current_cluster; Ray's default joins that address and retries it for minutes on end.
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths under it have a length limit
+    try:
+        (Path(ray_tmp) / "ray").mkdir()
+        (Path(ray_tmp) / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
+        env = {k: v for k, v in harness_env().items() if k != "RAY_ADDRESS"}
+        env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0")
+        sweep = subprocess.run([sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce",
+                                "--seeds", "0", "--set", "epochs=2", "--executor", "ray", "--results", str(tmp_path)],
+                               cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True,
+                               timeout=240)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert sweep.returncode == 0, sweep.stderr
+    assert "sweep done: 1 completed" in sweep.stdout
+    assert [r[0] for r in record_metrics(tmp_path).values()] == ["completed"]

@@ -214,7 +214,11 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     except ImportError:
         raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
     env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
-    ray.init(address=args.ray_address, ignore_reinit_error=True, log_to_driver=args.verbose,
+    # Without an address Ray would join the cluster the last `ray start` on this machine named in its temp folder,
+    # even one long dead (its head killed, not stopped), and retry it for minutes on end: "local" starts one here, as
+    # --ray-address's help says. RAY_ADDRESS, Ray's own way to name a cluster (`ray job submit` sets it), still counts.
+    address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    ray.init(address=address, ignore_reinit_error=True, log_to_driver=args.verbose,
              runtime_env={"env_vars": env} if env else None)
     cpus = _cpus_per_job(args)
     remote = ray.remote(num_cpus=cpus, num_gpus=1 if args.device.startswith("cuda") else 0, max_retries=0)(run_job)
@@ -237,6 +241,6 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
                     results += not_started(queued)
                     queued = []
     finally:
-        if args.ray_address is None:
+        if address == "local":
             ray.shutdown()  # the cluster ray.init started here
     return results
