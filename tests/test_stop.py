@@ -173,6 +173,26 @@ def test_a_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_and_leaves_no
     assert sorted(r["info"]["start_epoch"] > 0 for r in records) == [False, True, True]
 
 
+def test_a_sweep_says_at_once_that_it_is_stopping_not_only_once_its_jobs_have_stopped(tmp_path):
+    """A job stops once the step under way ends (here a 5 s epoch; a real one can take minutes): the sweep says it
+    heard the Ctrl-C while the job is still finishing its epoch, not first when everything has stopped."""
+    proc = _start(["sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set", "epochs=4",
+                   "--set", "sleep_s=5", "--results", str(tmp_path)])
+    _wait_for_epoch(tmp_path, 1)
+    proc.send_signal(signal.SIGINT)
+    said = proc.stdout.readline()
+    while said and not said.startswith("sweep stopping"):
+        said = proc.stdout.readline()
+    [log] = tmp_path.glob("*.log")
+    job_stopped = "at a step boundary; its checkpoint is" in log.read_text()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_STOPPED, stderr
+    assert said.startswith("sweep stopping (SIGINT): each running job stops at its next checkpoint"), stdout
+    assert not job_stopped  # said while the job was still in its epoch
+    assert "at a step boundary; its checkpoint is" in log.read_text()  # the job did stop, at its epoch's end
+    assert "[stopped] tiny/blobs/infonce seed 0: the sweep was stopped; its checkpoint is kept" in stdout
+
+
 @pytest.mark.usefixtures("rendering")
 def test_rl_stops_at_the_end_of_the_episode_under_way_and_resumes_exactly(tmp_path):
     """CURL resumes only at an episode's end (the environment's state is not saved): a stop asked mid-episode

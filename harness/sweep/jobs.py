@@ -74,10 +74,19 @@ def not_started(requests: list[RunRequest]) -> list[dict[str, Any]]:
 
 
 def stopped(stop_file: Path) -> bool:
-    """Whether the sweep is asked to stop; the first time, tell its jobs (the stop file)."""
-    if stopping.stop_reason() is None:
+    """Whether the sweep is asked to stop; the first time, tell its jobs (the stop file) and the user: a job stops
+    only once the step under way ends (a long epoch: minutes), and a sweep silent till then after a Ctrl-C looked
+    hung, asking for a second Ctrl-C (which changes nothing) or a kill that loses the jobs' work since their last
+    checkpoint."""
+    reason = stopping.stop_reason()
+    if reason is None:
         return False
-    stop_file.touch(exist_ok=True)
+    if not stop_file.exists():
+        stop_file.touch()
+        from tqdm.auto import tqdm  # its write() keeps the sweep's progress bar intact
+
+        tqdm.write(f"sweep stopping ({reason}): each running job stops at its next checkpoint, once the step under "
+                   "way ends; no queued job starts")
     return True
 
 
