@@ -110,8 +110,9 @@ class RunContext:
         :attr:`stop_requested` says so."""
         from tqdm.auto import tqdm
 
-        # No bar over nothing (a resumed run whose training had ended): tqdm would show an empty "0it".
-        hidden = self.quiet or total == 0
+        # No bar over nothing (a resumed run whose training had ended): tqdm would show an empty "0it", or a full
+        # bar where the loop starts at its end (``initial``: the steps a resumed run had done, which its bar counts).
+        hidden = self.quiet or total == kw.get("initial", 0)
         return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=hidden, leave=False, **kw))
 
     def _stoppable(self, bar: Any) -> Iterator[T]:

@@ -145,6 +145,30 @@ def test_sigterm_on_graph_resumes_to_the_record_of_an_uninterrupted_run(tmp_path
     assert_resumed_as_uninterrupted(resumed, whole)
 
 
+def test_a_resumed_graph_runs_bar_counts_the_epochs_it_had_done_out_of_all_its_epochs(tmp_path):
+    """Resumed after 3 of 8 epochs, the bar read 0/5 (the epochs left) where the log says "resuming at epoch 4":
+    it now reads 3/8, as the rl domain's bar over environment steps always did."""
+    pytest.importorskip("torch_geometric")
+    args = ["run", "--domain", "graph", "--loss", "dcl", "--seeds", "0", "--set", "epochs=8", "--set", "svm_folds=3",
+            "--set", "svm_inner_folds=2", "--tracker", "none", "--results", str(tmp_path)]
+    proc = _start(args)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((tmp_path / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
+    assert proc.returncode == EXIT_STOPPED, stderr
+    done = _checkpoint_epoch(tmp_path)
+    assert 1 <= done < 8
+    out = harness(*_resume(stderr))
+    assert out.returncode == 0, out.stderr
+    frames = [(int(n), int(total)) for n, total in re.findall(r"epochs:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", out.stderr)]
+    assert frames and frames[0] == (done, 8) and {total for _, total in frames} == {8}, out.stderr
+    assert max(n for n, _ in frames) == 8
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda sig: sig.name)
 def test_a_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_and_leaves_no_process(tmp_path, sig):
     """The signal goes to the sweep's main process only (``kill PID``), as it would from a scheduler."""
@@ -233,6 +257,7 @@ def test_a_loop_with_nothing_left_shows_no_bar(tmp_path, capsys):
     """A resumed run whose training had ended showed an empty '0it' bar; a loop with steps still shows its bar."""
     ctx = RunContext(seed=0, device=torch.device("cpu"), data_root=Path(), work_dir=tmp_path)
     assert list(ctx.progress(range(5, 5), desc="epochs", total=0)) == []
+    assert list(ctx.progress(range(5, 5), desc="epochs", total=5, initial=5)) == []  # counted from the steps done
     assert capsys.readouterr().err == ""
     assert list(ctx.progress(range(2), desc="epochs", total=2)) == [0, 1]
     assert "epochs" in capsys.readouterr().err

@@ -127,7 +127,7 @@ class TinyDomain(Domain):
             start, curve = state["epoch"], state["curve"]
         gen = torch.Generator().manual_seed(ctx.seed)
         t0 = time.perf_counter()
-        for epoch in ctx.progress(range(start, c.epochs), desc="epochs", total=c.epochs - start):
+        for epoch in ctx.progress(range(start, c.epochs), desc="epochs", total=c.epochs, initial=start):
             if c.fail or os.environ.get("TINY_DOMAIN_FAIL"):
                 raise RuntimeError("planted failure")
             v1 = x + c.noise * torch.randn(x.shape, generator=gen)

@@ -92,7 +92,8 @@ def train(spec: RunSpec, ctx: RunContext, data: GraphSet) -> PretrainResult:
             same_class.load_state_dict(state["same_class"])
         ctx.log(f"resuming graph pretraining at epoch {start + 1}")
     seen, train_seconds = 0, 0.0
-    for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs - start, unit="epoch"):
+    for epoch in ctx.progress(range(start, cfg.epochs), desc="epochs", total=cfg.epochs, initial=start,
+                              unit="epoch"):
         model.train()
         tic, total, count = time.perf_counter(), 0.0, 0
         batches = epoch_batches(data.num_graphs, cfg.batch_size, ctx.seed, epoch)

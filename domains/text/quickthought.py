@@ -186,7 +186,7 @@ def train(model: QuickThought, tokenizer: SentenceTokenizer, corpus: Corpus, cfg
     tic = time.perf_counter()
     first_step = step
     order: np.ndarray | None = None
-    for step_index in ctx.progress(range(step, total), desc="quick-thought", total=total - step):
+    for step_index in ctx.progress(range(step, total), desc="quick-thought", total=total, initial=step):
         epoch, within = divmod(step_index, per_epoch)
         if order is None or within == 0:
             order = np.random.default_rng([ctx.seed, epoch]).permutation(per_epoch)

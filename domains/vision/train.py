@@ -266,7 +266,7 @@ def _pretrain(method: Method, data: VisionData, cfg: VisionConfig, ctx: RunConte
     for o in optimizers:  # after the restore, whose groups may say otherwise (a checkpoint of the other kind)
         make_capturable(o, graphed.active and device.type == "cuda")
     method.train()
-    for epoch in ctx.progress(range(start, cfg.epochs), desc=desc, total=cfg.epochs - start, unit="epoch"):
+    for epoch in ctx.progress(range(start, cfg.epochs), desc=desc, total=cfg.epochs, initial=start, unit="epoch"):
         order = torch.randperm(len(pre), generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + epoch))
         if size > 1:
             order = order[: len(order) // size * size][rank::size]
