@@ -115,6 +115,8 @@ def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_r
     hint = stderr.strip().splitlines()[-1]
     assert hint.startswith(f"interrupted; continue with: {RESUMES_WITH} run ") and hint.endswith("--resume")
     assert "--force" in hint  # with --resume it goes on with the forced rerun, keeping the seeds it redid
+    [log] = tmp_path.glob("*-s0.log")  # the log beside the record says how it ended (it stopped mid-run)
+    assert f"interrupted (Ctrl-C); its checkpoint is {tmp_path / '.work'}" in log.read_text().splitlines()[-1]
     out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr
     assert sorted(r["seed"] for r in _records(tmp_path)) == [0, 1]

@@ -522,10 +522,13 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
                                 "throughput": pretrained.throughput, "info": pretrained.info,
                                 "timings": timings(ctx, pretrain_s=t1 - t0, evaluate_s=t2 - t1,
                                                    total_s=t2 - start)}))
-    except RunStopped as stop:
+    except (RunStopped, KeyboardInterrupt) as stop:
+        # The log beside the record says how the run ended: without this line, one of a Ctrl-C ended mid-run and
+        # read as a run still under way, or one that died unseen.
         saved = f"its checkpoint is {ctx.checkpoint_path}" if ctx.checkpoint_path.exists() else \
             "it had no checkpoint yet and starts over"
-        LOGGER.warning("run %s stopped (%s) at a step boundary; %s: rerun with --resume", rid, stop, saved)
+        how = f"stopped ({stop}) at a step boundary" if isinstance(stop, RunStopped) else "interrupted (Ctrl-C)"
+        LOGGER.warning("run %s %s; %s: rerun with --resume", rid, how, saved)
         raise
     except ResumeRefused as exc:  # found as the domain restores its objects: no result of the run either
         LOGGER.error("run %s: --resume refused: %s", rid, exc)  # its log, opened by now, says why it stopped
