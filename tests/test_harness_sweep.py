@@ -6,14 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shlex
+import signal
 from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness
 
 from harness.cli import main
 from harness.run import plugins_prefix
+from harness.run.stopping import EXIT_STOPPED
 from harness.sweep.cluster import import_submitit, run_slurm
 
 
@@ -48,6 +52,24 @@ def test_the_dry_run_lines_start_with_the_data_root_then_the_plugins(tmp_path, c
     monkeypatch.setenv("HARNESS_DATA_ROOT", str(tmp_path / "env"))
     assert line().startswith(f"HARNESS_DATA_ROOT={tmp_path / 'env'} {start}")
     assert line("--data-root", "mine").startswith(f"HARNESS_DATA_ROOT={Path('mine').resolve()} {start}")
+
+
+def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path):
+    """``sweep --resume --dry-run`` printed its jobs without --resume: the line pasted to run one job by hand
+    started it over, dropping the checkpoint the sweep would have gone on from."""
+    config = ["--seeds", "0", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results", str(tmp_path)]
+    proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--quiet", *config])
+    _wait_for_epoch(tmp_path, 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.communicate(timeout=60) and proc.returncode == EXIT_STOPPED
+    plan = harness("sweep", "--domains", "tiny", "--losses", "infonce", *config, "--resume", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    [line] = [x for x in plan.stdout.splitlines() if " harness run " in x]
+    words = shlex.split(line)
+    out = harness(*words[words.index("harness") + 1:])
+    assert out.returncode == 0, out.stderr
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert record["resumed"] and record["info"]["start_epoch"] >= 2
 
 
 def test_without_losses_each_method_runs_the_losses_it_trains(tmp_path, capsys):

@@ -102,8 +102,9 @@ def varying_keys(requests: list[RunRequest]) -> list[str]:
 
 def job_line(request: RunRequest, whole: bool = False) -> str:
     """The ``harness run`` of a job: what it runs; ``whole`` adds where and how (results, device, data root,
-    trackers), after the data root (``HARNESS_DATA_ROOT``, :func:`harness.run.data_root_prefix`) and the sweep's
-    plugins (``HARNESS_PLUGINS``), so that the line pasted in a new shell runs the job as the sweep would."""
+    trackers, ``--force`` and ``--resume``: without it, a pasted job would start over and drop the checkpoint the
+    sweep goes on from), after the data root (``HARNESS_DATA_ROOT``, :func:`harness.run.data_root_prefix`) and the
+    sweep's plugins (``HARNESS_PLUGINS``), so that the line pasted in a new shell runs the job as the sweep would."""
     argv = ["harness", "run", "--domain", request.domain, "--dataset", request.dataset, "--method", request.method,
             "--loss", request.loss, "--preset", request.preset, "--seeds", str(request.seeds[0])]
     for key, value in sorted(request.sets.items()):
@@ -112,6 +113,8 @@ def job_line(request: RunRequest, whole: bool = False) -> str:
         argv += ["--results", request.results, "--device", request.device]
         argv += ["--data-root", request.data_root] if request.data_root else []
         argv += ["--save-model"] if request.save_model else []
+        argv += ["--force"] if request.force else []
+        argv += ["--resume"] if request.resume else []
         for tracker in request.trackers or [tracking.NONE]:
             argv += ["--tracker", tracker]
         return data_root_prefix(request.data_root) + plugins_prefix() + shlex.join(argv)
