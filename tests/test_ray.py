@@ -50,7 +50,9 @@ def ray_head(tmp_path_factory) -> RayHead:
     ray_cli = Path(sys.executable).with_name("ray")
     if not ray_cli.exists():
         pytest.skip(f"no ray command beside {sys.executable}")
-    env = dict(harness_env(), RAY_USAGE_STATS_ENABLED="0")
+    # Ray 2.60's `ray start` turns token authentication on where ~/.ray/auth_token exists (a local ray.init writes
+    # one), and a driver given an explicit address never sends the token: the sweeps below would wait without end.
+    env = dict(harness_env(), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     with open(log, "w") as out:
         head = subprocess.Popen([str(ray_cli), "start", "--head", "--node-ip-address=127.0.0.1",
                                  f"--port={_free_port()}", "--num-cpus=2", "--include-dashboard=false",
@@ -132,6 +134,17 @@ def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_pat
     assert sum(r[0] == "completed" for r in record_metrics(tmp_path).values()) == 2
 
 
+def test_a_ray_address_where_nothing_answers_is_one_error_line_not_an_endless_wait(tmp_path):
+    address = f"127.0.0.1:{_free_port()}"  # a port nobody listens on: a mistyped address, a cluster gone
+    # (the old code retried it without end: the subprocess's timeout fails the test)
+    out = harness("sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--executor", "ray",
+                  "--ray-address", address, "--results", str(tmp_path), timeout=90)
+    assert out.returncode == 2, out.stderr
+    [line] = [x for x in out.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: --ray-address {address}: no Ray cluster answers there (Connection refused)")
+    assert "Traceback" not in out.stderr and not list(tmp_path.glob("*.json"))
+
+
 def test_a_ray_sweep_without_an_address_starts_its_own_cluster_not_the_dead_one_ray_start_left(tmp_path):
     # A head killed rather than stopped (as the fixture above ends its own) leaves its address in
     # <ray temp>/ray/ray_current_cluster; Ray's default joins that address and retries it for minutes on end.
@@ -140,7 +153,8 @@ def test_a_ray_sweep_without_an_address_starts_its_own_cluster_not_the_dead_one_
         (Path(ray_tmp) / "ray").mkdir()
         (Path(ray_tmp) / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{_free_port()}")
         env = {k: v for k, v in harness_env().items() if k != "RAY_ADDRESS"}
-        env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0")
+        # no auth: a new local cluster would write ~/.ray/auth_token, which turns auth on for the fixture's head
+        env.update(RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
         sweep = subprocess.run([sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce",
                                 "--seeds", "0", "--set", "epochs=2", "--executor", "ray", "--results", str(tmp_path)],
                                cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True,

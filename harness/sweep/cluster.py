@@ -9,6 +9,7 @@ import importlib
 import itertools
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -204,6 +205,21 @@ def _raised(failed: Exception) -> str | None:
     return " ".join(text.split()) or None
 
 
+def _answers(address: str, given_by: str) -> None:
+    """UserError where nothing listens at the Ray ``address`` (``host:port``, or ``ray://host:port``; another form,
+    such as ``auto``, is Ray's to resolve): Ray would retry it without end, printing warnings, and a sweep waiting
+    there is deaf to Ctrl-C and SIGTERM (its stop handlers only note them), so that only a kill -9 ended it."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as exc:
+        raise UserError(f"{given_by} {address}: no Ray cluster answers there ({exc.strerror or exc}); start one "
+                        "with ray start --head and give the address it prints, or leave out --ray-address (and "
+                        "RAY_ADDRESS) to start one for the sweep") from None
+
+
 def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
             varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
@@ -218,6 +234,8 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     # even one long dead (its head killed, not stopped), and retry it for minutes on end: "local" starts one here, as
     # --ray-address's help says. RAY_ADDRESS, Ray's own way to name a cluster (`ray job submit` sets it), still counts.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    if address != "local":
+        _answers(address, "--ray-address" if args.ray_address else "RAY_ADDRESS")
     ray.init(address=address, ignore_reinit_error=True, log_to_driver=args.verbose,
              runtime_env={"env_vars": env} if env else None)
     cpus = _cpus_per_job(args)
