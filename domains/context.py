@@ -8,6 +8,7 @@ import logging
 import math
 import numbers
 import random
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,16 @@ from domains.errors import NonFiniteLossError, ResumeRefused, RunStopped, UserEr
 from domains.files import refuse_link, write_atomic
 
 T = TypeVar("T")
+
+# Seconds between a progress bar's refreshes where standard error is no terminal (a log file, a sweep's or a batch
+# job's captured output): each refresh there is one more frame kept in the file, not a redraw, and tqdm's 0.1 s
+# default writes several a second for hours.
+LOG_REFRESH_S = 30.0
+
+
+def bar_refresh_s() -> float:
+    """tqdm's ``mininterval`` for a bar on standard error: its default on a terminal, LOG_REFRESH_S elsewhere."""
+    return 0.1 if sys.stderr.isatty() else LOG_REFRESH_S
 
 
 def _checkpoint_globals() -> list[Any]:
@@ -113,7 +124,8 @@ class RunContext:
         # No bar over nothing (a resumed run whose training had ended): tqdm would show an empty "0it", or a full
         # bar where the loop starts at its end (``initial``: the steps a resumed run had done, which its bar counts).
         hidden = self.quiet or total == kw.get("initial", 0)
-        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=hidden, leave=False, **kw))
+        return self._stoppable(tqdm(iterable, desc=desc, total=total, disable=hidden, leave=False,
+                                    mininterval=bar_refresh_s(), **kw))
 
     def _stoppable(self, bar: Any) -> Iterator[T]:
         resumable = True

@@ -34,7 +34,7 @@ from typing_extensions import NotRequired
 
 from domains.base import PretrainResult
 from domains.checkpoint_extras import CheckpointExtras, SameClassCounts
-from domains.context import RunContext, rng_state, set_rng_state
+from domains.context import RunContext, bar_refresh_s, rng_state, set_rng_state
 from domains.errors import UserError
 from domains.graphed import Backend, GraphedStep, learning_rates, make_capturable
 from domains.vision import augment as aug
@@ -173,7 +173,7 @@ def epoch_steps(inputs: Iterator[T], steps: int, epoch: int, quiet: bool) -> Ite
     from tqdm.auto import tqdm
 
     yield from tqdm(inputs, desc=f"epoch {epoch + 1}", total=steps, unit="step", leave=False, disable=quiet,
-                    delay=STEP_BAR_AFTER_S)
+                    delay=STEP_BAR_AFTER_S, mininterval=bar_refresh_s())
 
 
 def monitor(method: Method, data: VisionData, cfg: VisionConfig, device: torch.device, epoch: int) -> dict:
