@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
+import os
 import random
 import sys
 import time
@@ -30,7 +31,10 @@ LOG_REFRESH_S = 30.0
 
 
 def bar_refresh_s() -> float:
-    """tqdm's ``mininterval`` for a bar on standard error: its default on a terminal, LOG_REFRESH_S elsewhere."""
+    """tqdm's ``mininterval`` for a bar on standard error: its default on a terminal, LOG_REFRESH_S elsewhere;
+    tqdm's own ``TQDM_MININTERVAL``, where set, on both."""
+    if "TQDM_MININTERVAL" in os.environ:
+        return float(os.environ["TQDM_MININTERVAL"])
     return 0.1 if sys.stderr.isatty() else LOG_REFRESH_S
 
 

@@ -120,6 +120,21 @@ def test_a_bad_time_limit_is_a_user_error_before_any_work(tmp_path):
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
+def _stopped_after_a_checkpoint(args: list[str], results: Path) -> str:
+    """The standard error of ``harness *args`` (writing into ``results``) stopped by SIGTERM once it has saved its
+    first checkpoint; skips where the run finished before the signal arrived."""
+    proc = _start(args)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((results / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
+    assert proc.returncode == EXIT_STOPPED, stderr
+    return stderr
+
+
 def test_sigterm_on_graph_resumes_to_the_record_of_an_uninterrupted_run(tmp_path, monkeypatch):
     pytest.importorskip("torch_geometric")
     graph_exact_env(monkeypatch)
@@ -127,15 +142,7 @@ def test_sigterm_on_graph_resumes_to_the_record_of_an_uninterrupted_run(tmp_path
             "--set", "svm_folds=3", "--set", "svm_inner_folds=2"]
     assert harness(*args, "--results", str(tmp_path / "whole")).returncode == 0
     cut = tmp_path / "cut"
-    proc = _start([*args, "--results", str(cut)])
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((cut / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
-    assert proc.returncode == EXIT_STOPPED, stderr
+    stderr = _stopped_after_a_checkpoint([*args, "--results", str(cut)], cut)
     assert stderr.strip().splitlines()[-1].startswith("stopped (SIGTERM) at a checkpoint; continue with: ")
     assert not _records(cut)
     out = harness(*_resume(stderr))
@@ -151,18 +158,10 @@ def test_a_resumed_graph_runs_bar_counts_the_epochs_it_had_done_out_of_all_its_e
     pytest.importorskip("torch_geometric")
     args = ["run", "--domain", "graph", "--loss", "dcl", "--seeds", "0", "--set", "epochs=8", "--set", "svm_folds=3",
             "--set", "svm_inner_folds=2", "--tracker", "none", "--results", str(tmp_path)]
-    proc = _start(args)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    if proc.returncode == 0:
-        pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
-    assert proc.returncode == EXIT_STOPPED, stderr
+    stderr = _stopped_after_a_checkpoint(args, tmp_path)
     done = _checkpoint_epoch(tmp_path)
     assert 1 <= done < 8
-    out = harness(*_resume(stderr))
+    out = harness(*_resume(stderr), env={"TQDM_MININTERVAL": "0"})  # every frame, though standard error is a pipe
     assert out.returncode == 0, out.stderr
     frames = [(int(n), int(total)) for n, total in re.findall(r"epochs:\s+\d+%\|[^|]*\|\s*(\d+)/(\d+)", out.stderr)]
     assert frames and frames[0] == (done, 8) and {total for _, total in frames} == {8}, out.stderr

@@ -222,9 +222,10 @@ def resume_args(hint: str) -> list[str]:
     return hint.split(f" {AS_MODULE} ", 1)[1].split()
 
 
-def harness(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the ``harness`` CLI in a subprocess (cwd = repo root), capturing its output."""
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
+def harness(*args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the ``harness`` CLI in a subprocess (cwd = repo root), capturing its output; ``env``: variables set
+    besides :func:`harness_env`'s."""
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env={**harness_env(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
 
