@@ -6,11 +6,14 @@ run-code digest computed here."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import signal
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import torch
 
 from domains.context import RunContext
@@ -94,3 +97,18 @@ def run_code_digest(root: Path) -> str:
     for path in run_files(root):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def git_repo(path: Path) -> Callable[..., str]:
+    """A new git repository at ``path`` (the test skips where git is missing) and a runner of git commands in it
+    that returns their output, stripped."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    path.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(path)]
+
+    def run(*args: str) -> str:
+        return subprocess.run([*git, *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    run("init", "-q")
+    return run

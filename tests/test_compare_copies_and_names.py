@@ -4,10 +4,7 @@ audit (session 36) got exit 0, or a code it did not name, for a candidate that w
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
-import pytest
+from support import git_repo
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness import version
@@ -96,15 +93,10 @@ def test_a_name_that_is_a_commit_in_git_and_the_first_digits_of_another_codes_di
         tmp_path, monkeypatch, capsys):
     """git resolved the name to a commit, and the gate judged that commit's records (as bad as the candidate: a
     pass), never seeing the code whose source digest the name began, the baseline meant."""
-    if shutil.which("git") is None:
-        pytest.skip("no git")
-    repo = tmp_path / "repo"
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    repo.mkdir()
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "one"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
-    monkeypatch.setattr(version, "ROOT", repo)  # the checkout whose refs the gate's names resolve in
+    git = git_repo(tmp_path / "repo")
+    git("commit", "-q", "--allow-empty", "-m", "one")
+    commit = git("rev-parse", "HEAD")
+    monkeypatch.setattr(version, "ROOT", tmp_path / "repo")  # the checkout whose refs the gate's names resolve in
     of_commit = _records(BAD, {"source_digest": "1" * 64, "git_commit": commit})
     meant = _records(GOOD, {"source_digest": commit[:8] + "9" * 56, "git_commit": "e" * 40})
     cand = _records(BAD, {"source_digest": "2" * 64, "git_commit": "f" * 40})

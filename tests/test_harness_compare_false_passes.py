@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 
-import pytest
+from support import git_repo
 from tiny_domain import synthetic_record, write_records
 
 from harness import version
@@ -248,20 +246,14 @@ def test_copies_of_the_baselines_records_never_stand_in_for_the_candidates_own_c
 def test_a_tag_and_a_branch_of_one_name_are_refused_not_read_as_the_tag(tmp_path, monkeypatch, capsys):
     """git reads a name that is a tag and a branch as the tag (its warning is quiet under --verify --quiet): the
     gate judged the tag's good commit while the branch, the code meant, was 20 points down."""
-    if shutil.which("git") is None:
-        pytest.skip("no git")
-    repo = tmp_path / "repo"
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    repo.mkdir()
-    subprocess.run([*git, "init", "-q"], check=True)
+    git = git_repo(tmp_path / "repo")
     commits = []
     for step in ("one", "two"):
-        subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", step], check=True)
-        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
-                                      text=True).stdout.strip())
-    subprocess.run([*git, "tag", "rel", commits[0]], check=True)
-    subprocess.run([*git, "branch", "rel", commits[1]], check=True)
-    monkeypatch.setattr(version, "ROOT", repo)  # the checkout whose refs the gate's names resolve in
+        git("commit", "-q", "--allow-empty", "-m", step)
+        commits.append(git("rev-parse", "HEAD"))
+    git("tag", "rel", commits[0])
+    git("branch", "rel", commits[1])
+    monkeypatch.setattr(version, "ROOT", tmp_path / "repo")  # the checkout whose refs the gate's names resolve in
     tagged = _records(GOOD, version="0.2.0", software={"git_commit": commits[0]})
     branch = _records([v - 20 for v in GOOD], version="0.3.0", software={"git_commit": commits[1]})
     write_records(tmp_path / "all", _records(GOOD) + tagged + branch)
