@@ -36,6 +36,8 @@ def test_a_command_line_argparse_refuses_replaces_an_earlier_pass_at_out(tmp_pat
         "argument --alpha: invalid float value: 'abc'": [*sides, "--alpha", "abc", "--out", str(report)],
         "argument --test: invalid choice: 'foo'": [*sides, "--test", "foo", "--out", str(report)],
         "the following arguments are required: --candidate": [*sides[:2], "--out", str(report)],
+        # another option without its value: --out is still read
+        "argument --baseline: expected one argument": [*sides[2:], "--out", str(report), "--baseline"],
         # an unknown option is refused by the top-level parser; --out abbreviated, as argparse takes it
         "unrecognized arguments: --bogus 1": [*sides, f"--ou={report}", "--bogus", "1"],
     }

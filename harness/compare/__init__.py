@@ -453,14 +453,12 @@ def report_error(args: argparse.Namespace, error: UserError) -> UserError:
 def as_given(words: list[str]) -> argparse.Namespace:
     """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
     ``compare``), read as its parser reads them (``--out=R``, ``--ou R``, the last one given); None where absent
-    or left without a value."""
-    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    or left without a value (``nargs="?"``: ``--baseline`` without one, argparse's refusal, still leaves ``--out``
+    read)."""
+    parser = argparse.ArgumentParser(add_help=False)
     for option in ("--baseline", "--candidate", "--results", "--out"):  # no two begin alike: no abbreviation clash
-        parser.add_argument(option)
-    try:
-        return parser.parse_known_args(words)[0]
-    except argparse.ArgumentError:  # an option without its value, e.g. a last --out
-        return parser.parse_known_args([])[0]
+        parser.add_argument(option, nargs="?")
+    return parser.parse_known_args(words)[0]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
