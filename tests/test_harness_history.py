@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scipy import stats
-from tiny_domain import synthetic_record, write_records
+from tiny_domain import harness, synthetic_record, write_records
 
 from harness.cli import main
 
@@ -105,3 +105,21 @@ def test_the_header_counts_the_changes_holms_correction_is_over(tmp_path):
     assert "Holm's correction over the 1 of the 2 changes of this page that have one" in page
     p = stats.ttest_rel([75.1, 75.6, 74.7], [85.2, 85.1, 84.9]).pvalue
     assert [line.split(" | ")[4] for line in page.splitlines() if line.startswith("| ")][1:] == ["–", "–", f"{p:.3g}"]
+
+
+def test_values_too_large_to_compute_with_are_refused_naming_their_records(tmp_path):
+    """Each version's seeds have a mean, but the paired step from one to the next (-9e307 after 9e307: a seed's
+    difference overflows) ended in a traceback from the test; a version whose own mean overflows (1e308 on every
+    seed) too."""
+    cases = {"steps": ([9e307, 8e307], [-9e307, -8e307], "a test"),
+             "means": ([1e308, 1e308, 1e308], [85.0, 85.1, 85.2], "a mean")}
+    for name, (first, second, computing) in cases.items():
+        records = (_version("dcl", first, "a", "2026-01-01T00:00:00+00:00")
+                   + _version("dcl", second, "b", "2026-02-01T00:00:00+00:00"))
+        write_records(tmp_path / name, records)
+        out = harness("history", "--results", str(tmp_path / name), "--out", str(tmp_path / f"{name}-out"))
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        [line] = out.stderr.splitlines()
+        assert f"its accuracy values are too large to compute {computing} with" in line, line
+        assert line.endswith("; nothing was written") and "(records tiny-blobs-linear-dcl-" in line
+        assert not (tmp_path / f"{name}-out").exists()

@@ -35,7 +35,9 @@ from harness.groups import (
     fmt,
     group_name,
     group_records,
+    refuse_unsummable,
     seeds_by,
+    too_large,
 )
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
@@ -103,7 +105,12 @@ def test_steps(history: list[list[Point]]) -> None:
         for before, point in zip(points, points[1:]):
             if not (before.group.values and point.group.values):  # a diverged version has no mean to compare
                 continue
-            point.change = stats.compare_values(before.group.values, point.group.values)
+            try:
+                point.change = stats.compare_values(before.group.values, point.group.values)
+            except OverflowError:  # each version's values average, their differences do not (9e307, -9e307)
+                records = [*before.group.records, *point.group.records]
+                raise UserError(f"{too_large(point.group, point.group.primary_metric, records, 'a test')}; nothing "
+                                "was written") from None
             if not math.isnan(point.change.p):
                 tested.append(point)
     for point, p in zip(tested, stats.adjust([pt.change.p for pt in tested], "holm")):
@@ -164,6 +171,7 @@ def write_history(results: Path, out: Path) -> list[Path]:
     if not history:
         raise UserError(f"no setting in '{results}' was run by more than one version of the code; there is no "
                         "history to show, nothing was written")
+    refuse_unsummable(pt.group for points in history for pt in points)  # before a page is half written
     test_steps(history)
     path = out / "history.md"
     figure = out / FIGURE
