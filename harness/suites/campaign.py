@@ -370,7 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "it is refused (default: no limit; a plan longer than --time goes on in the next call)")
     r.add_argument("--stage", default=STAGE, help=f"staging folder, outside the working tree (default: {STAGE})")
     r.add_argument("--repo", default=".", help="the repository whose records are copied in first (default: .)")
-    r.add_argument("--dry-run", action="store_true", help="print the commands and the estimate, run nothing")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the commands and the estimate, and read the checkpoints a call would carry (exit 2 on "
+                        "one --resume would refuse); run nothing")
     k = sub.add_parser("pack", help="pack the new records, logs, bench files (and checkpoints) into one tarball")
     k.add_argument("--out", required=True, help="folder of the tarball (on the GPU machine: $OUT)")
     k.add_argument("--stage", default=STAGE, help=f"the campaign's staging folder (default: {STAGE})")
