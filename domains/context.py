@@ -23,6 +23,8 @@ from domains.errors import NonFiniteLossError, ResumeRefused, RunStopped, UserEr
 from domains.files import refuse_link, write_atomic
 
 T = TypeVar("T")
+# How every refusal of a checkpoint (ResumeRefused) ends but a link's: tools/campaign tells a refusal by it.
+START_OVER = "rerun without --resume to start over"
 
 # Seconds between a progress bar's refreshes where standard error is no terminal (a log file, a sweep's or a batch
 # job's captured output): each refresh there is one more frame kept in the file, not a redraw, and tqdm's 0.1 s
@@ -219,8 +221,7 @@ class RunContext:
         given = {name: obj for name, obj in objects.items() if obj is not None}
         missing = sorted(set(given) - set(state["objects"]))
         if missing:
-            raise ResumeRefused(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; rerun without "
-                                "--resume to start over")
+            raise ResumeRefused(f"the checkpoint {self.checkpoint_path} holds no {', '.join(missing)}; {START_OVER}")
         extra = state["extra"]
         for name, total in (counters or {}).items():
             value = extra.get(name)
@@ -269,7 +270,6 @@ class RunContext:
             refuse_link(path, self.work_dir.parent)
         except UserError as exc:
             raise ResumeRefused(str(exc)) from None
-        start_over = "rerun without --resume to start over"
         try:
             with torch.serialization.safe_globals(_checkpoint_globals()):
                 state = torch.load(path, map_location="cpu", weights_only=True)
@@ -278,10 +278,10 @@ class RunContext:
         # elapsed_s: absent from checkpoints written before records timed a resumed run whole
         if not isinstance(state, dict) or not {"objects", "rng", "extra", "run"} <= set(state) <= \
                 {"objects", "rng", "extra", "run", "elapsed_s"}:
-            raise ResumeRefused(f"{path} is not a checkpoint of this version of the harness; {start_over}")
+            raise ResumeRefused(f"{path} is not a checkpoint of this version of the harness; {START_OVER}")
         if state["run"] != self.run_key:
             raise ResumeRefused(f"the checkpoint {path} was saved by another run (another config, data or code); "
-                                f"{start_over}")
+                                f"{START_OVER}")
         if problem := _malformed(state):
             raise self._damaged(problem)
         self.earlier_s = float(state.get("elapsed_s", 0.0))
@@ -290,7 +290,7 @@ class RunContext:
     def _damaged(self, why: str) -> ResumeRefused:
         """The error for a checkpoint that cannot be used, ``why`` saying what is wrong with it."""
         return ResumeRefused(f"the checkpoint {self.checkpoint_path} cannot be read ({why}: it is damaged or not a "
-                             "checkpoint the harness wrote); rerun without --resume to start over")
+                             f"checkpoint the harness wrote); {START_OVER}")
 
     def check_loss(self, value: float, step: int, hint: str = "", *, first: str = "") -> None:
         """Stop at once on a NaN or infinite loss, naming the step and the value; the harness writes a failed

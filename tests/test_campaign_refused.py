@@ -12,6 +12,7 @@ from pathlib import Path
 from test_campaign import campaign, write_plan
 from tiny_domain import REPO, killed_mid_run
 
+from domains.context import START_OVER
 from harness.suites.campaign import main as campaign_main
 from harness.suites.campaign import refused_run, set_aside
 from harness.suites.pack import CAMPAIGN_LOG
@@ -105,10 +106,17 @@ def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, ru
 def test_only_an_error_about_a_work_folder_is_a_refused_resume():
     rid = "tiny-blobs-linear-infonce-0123abcd-s0"
     work = f"/tmp/campaign/leaderboards/results/.work/{rid}"
-    assert refused_run(f"epoch 1\nerror: the checkpoint {work}/checkpoint.pt cannot be read (x)\n") == rid
+    assert refused_run(f"epoch 1\nerror: the checkpoint {work}/checkpoint.pt cannot be read (x); {START_OVER}\n") == rid
     assert refused_run(f"error: {work} is a symbolic link; the harness does not read") == rid
     assert refused_run("error: dataset 'blobs' is not under /data/blobs: stage it first") is None
     assert refused_run("Traceback (most recent call last):\n  RuntimeError: boom") is None
+    # A resumed run that could not write its next checkpoint or its record (a full disk): its work folder holds the
+    # sound checkpoint that the next call resumes, which setting it aside would lose.
+    assert refused_run(f"error: cannot write {work}/checkpoint.pt: No space left on device; the file there, if any, "
+                       f"is unchanged (log: {work.replace('/.work', '')}.log)") is None
+    assert refused_run(f"error: cannot write the record {work.replace('/.work', '')}.json: No space left on device; "
+                       f"the run's checkpoint is kept in {work}: free the space or fix the permission, then rerun "
+                       "with --resume") is None
 
 
 def test_a_work_folder_that_cannot_be_set_aside_leaves_the_report_to_go_on(tmp_path):

@@ -60,7 +60,7 @@ from pathlib import Path, PurePosixPath
 
 import torch
 
-from domains.context import RunContext
+from domains.context import START_OVER, RunContext
 from domains.errors import ResumeRefused, UserError
 from harness.records import read_record
 from harness.run.config import parse_seeds
@@ -183,10 +183,14 @@ def unresumable(runs: list[tuple[Setting, int]], records: Path) -> list[str]:
 
 def refused_run(output: str) -> str | None:
     """The run id whose checkpoint ``harness run --resume`` refused, read from its ``error:`` line, which names
-    the checkpoint (or the link in its way) under ``.work/<run id>``; None for any other error (a missing data
-    set, a bad override), which moving the work folder aside would not mend."""
+    the checkpoint (or the link in its way) under ``.work/<run id>`` and ends as a refusal does
+    (:data:`domains.context.START_OVER`); None for any other error: a missing data set or a bad override, which
+    moving the work folder aside would not mend, or a checkpoint or record that could not be written (a full
+    disk), whose work folder holds the sound checkpoint the next call resumes."""
     errors = [line for line in output.splitlines() if line.startswith("error: ")]
-    found = re.search(r"/\.work/([^/\s]+)", errors[-1]) if errors else None
+    if not errors or not (errors[-1].endswith(START_OVER) or " is a symbolic link" in errors[-1]):
+        return None
+    found = re.search(r"/\.work/([^/\s]+)", errors[-1])
     return found[1] if found else None
 
 
