@@ -133,8 +133,8 @@ def _own(base: Group, cand: Group, shadowed: dict[str, list[str]], others: list[
     code), or copies of one side's records in the other's folder that shadow an older code of that side's
     (``shadowed``, per side: a candidate folder seeded with the baseline's records, then run by a code committed
     before the baseline's; a candidate's records written into the baseline's folder), or copies that are the
-    candidate's newest code while it holds other code (``others``: that code, committed before the baseline's,
-    ran other groups, not this one). Copies with no other code beside them are one code on both sides, as a rerun
+    candidate's newest code of the group while it holds other code (``others``: the labels of its other codes,
+    whatever their dates, which ran other groups, not this one). Copies with no other code beside them are one code on both sides, as a rerun
     on its machine would be bit for bit: compared."""
     if {id(r) for r in base.records} & {id(r) for r in cand.records}:
         return f"the candidate holds it only as the baseline's own records ({cand.code_label()})"
