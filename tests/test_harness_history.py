@@ -110,9 +110,11 @@ def test_the_header_counts_the_changes_holms_correction_is_over(tmp_path):
 def test_values_too_large_to_compute_with_are_refused_naming_their_records(tmp_path):
     """Each version's seeds have a mean, but the paired step from one to the next (-9e307 after 9e307: a seed's
     difference overflows) ended in a traceback from the test; a version whose own mean overflows (1e308 on every
-    seed) too."""
+    seed) too, and a figure whose means span more than a float holds."""
     cases = {"steps": ([9e307, 8e307], [-9e307, -8e307], "a test"),
-             "means": ([1e308, 1e308, 1e308], [85.0, 85.1, 85.2], "a mean")}
+             "means": ([1e308, 1e308, 1e308], [85.0, 85.1, 85.2], "a mean"),
+             # one seed a version: no test, no sum, but the figure's axis would span 1.8e308
+             "figure": ([9e307], [-9e307], "a figure")}
     for name, (first, second, computing) in cases.items():
         records = (_version("dcl", first, "a", "2026-01-01T00:00:00+00:00")
                    + _version("dcl", second, "b", "2026-02-01T00:00:00+00:00"))

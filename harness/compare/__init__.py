@@ -134,8 +134,8 @@ def _own(base: Group, cand: Group, shadowed: dict[str, list[str]], others: list[
     (``shadowed``, per side: a candidate folder seeded with the baseline's records, then run by a code committed
     before the baseline's; a candidate's records written into the baseline's folder), or copies that are the
     candidate's newest code of the group while it holds other code (``others``: the labels of its other codes,
-    whatever their dates, which ran other groups, not this one). Copies with no other code beside them are one code on both sides, as a rerun
-    on its machine would be bit for bit: compared."""
+    whatever their dates, which ran other groups, not this one). Copies with no other code beside them are one
+    code on both sides, as a rerun on its machine would be bit for bit: compared."""
     if {id(r) for r in base.records} & {id(r) for r in cand.records}:
         return f"the candidate holds it only as the baseline's own records ({cand.code_label()})"
     older = [f"the {side}'s own code(s) {', '.join(codes)}" for side, codes in shadowed.items() if codes]

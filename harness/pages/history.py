@@ -98,6 +98,18 @@ def settings(records: list[RunRecord]) -> list[list[Point]]:
     return out
 
 
+def refuse_unplottable(history: list[list[Point]]) -> None:
+    """UserError (:func:`harness.groups.too_large`) when a setting's means ± std span more than a float holds (9e307
+    then -9e307, one seed each): its axis has no finite length, where matplotlib stopped with a traceback."""
+    for points in history:
+        ends = [pt.group.mean + side * (pt.group.std if pt.group.n > 1 else 0.0)
+                for pt in points if pt.group.values for side in (-1, 1)]
+        if ends and not math.isfinite(max(ends) - min(ends)):
+            group = points[-1].group
+            records = [r for pt in points for r in pt.group.records]
+            raise UserError(f"{too_large(group, group.primary_metric, records, 'a figure')}; nothing was written")
+
+
 def test_steps(history: list[list[Point]]) -> None:
     """Each version against the one before it; Holm's correction over every step of the page."""
     tested = []
@@ -173,6 +185,7 @@ def write_history(results: Path, out: Path) -> list[Path]:
                         "history to show, nothing was written")
     refuse_unsummable(pt.group for points in history for pt in points)  # before a page is half written
     test_steps(history)
+    refuse_unplottable(history)
     path = out / "history.md"
     figure = out / FIGURE
     generated.refuse_foreign([path], "history")
