@@ -55,6 +55,16 @@ def _start(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
+def signal_at_first_checkpoint(args: list[str], results: Path, sig: signal.Signals) -> subprocess.Popen:
+    """``harness *args`` (writing into ``results``) started, and sent ``sig`` once it has saved a checkpoint."""
+    proc = _start(args)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((results / ".work").glob("*/checkpoint.pt")):
+        time.sleep(0.02)
+    proc.send_signal(sig)
+    return proc
+
+
 def _wait_for_epoch(results: Path, epoch: int, timeout: float = 60) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline and f"epoch {epoch}:" not in "".join(p.read_text() for p in results.glob("*.log")):
@@ -90,12 +100,7 @@ def test_kill_9_then_resume_gives_the_record_of_an_uninterrupted_run(tmp_path, m
     args = ["run", "--domain", "graph", "--loss", "pucl", "--seeds", "0", "--quiet", "--set", "epochs=4",
             "--set", "svm_folds=3", "--set", "svm_inner_folds=2"]
     assert harness(*args, "--results", str(tmp_path / "whole")).returncode == 0
-    proc = _start([*args, "--results", str(tmp_path / "cut")])
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((tmp_path / "cut" / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    signal_at_first_checkpoint([*args, "--results", str(tmp_path / "cut")], tmp_path / "cut", signal.SIGKILL).wait()
     assert not _records(tmp_path / "cut")  # nothing half-written, only the checkpoint
     out = harness(*args, "--results", str(tmp_path / "cut"), "--resume")
     assert out.returncode == 0, out.stderr

@@ -16,7 +16,13 @@ import psutil
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
-from test_faults import _start, _wait_for_epoch, assert_resumed_as_uninterrupted, graph_exact_env
+from test_faults import (
+    _start,
+    _wait_for_epoch,
+    assert_resumed_as_uninterrupted,
+    graph_exact_env,
+    signal_at_first_checkpoint,
+)
 from tiny_domain import harness, resume_args
 
 from domains.context import RunContext
@@ -123,11 +129,7 @@ def test_a_bad_time_limit_is_a_user_error_before_any_work(tmp_path):
 def _stopped_after_a_checkpoint(args: list[str], results: Path) -> str:
     """The standard error of ``harness *args`` (writing into ``results``) stopped by SIGTERM once it has saved its
     first checkpoint; skips where the run finished before the signal arrived."""
-    proc = _start(args)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((results / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGTERM)
+    proc = signal_at_first_checkpoint(args, results, signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
     if proc.returncode == 0:
         pytest.skip("the run finished before the signal arrived (a machine this fast needs more epochs)")
