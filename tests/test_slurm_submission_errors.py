@@ -48,6 +48,8 @@ def test_a_failed_submission_is_one_error_line(case, tmp_path, monkeypatch, caps
     err = capsys.readouterr().err
     [line] = [x for x in err.splitlines() if x.startswith("error:")]
     assert SAYS[case] in line and "Traceback" not in err
+    if case == "refuses":  # submitit printed sbatch's stderr before it raised: now only the error line gives it
+        assert err.count("Invalid partition name") == 1, err
     assert not list(results.glob("*.json")) and not list((results / ".work").glob("*.stop"))
     assert os.environ["PATH"] == str(bin_dir)
 

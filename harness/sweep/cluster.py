@@ -4,8 +4,10 @@ No scheduler of our own."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
+import io
 import itertools
 import logging
 import os
@@ -88,8 +90,10 @@ def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace
     requests = [_absolute(r) for r in requests]
     utils = submitit.core.utils
     try:
-        jobs = executor.map_array(SlurmJob(), requests, [str(stop_file) if stop_file else None] * len(requests),
-                                  [cpus] * len(requests))
+        # submitit prints a refusing sbatch's stderr before it raises; the error line below gives it once
+        with contextlib.redirect_stderr(io.StringIO()):
+            jobs = executor.map_array(SlurmJob(), requests, [str(stop_file) if stop_file else None] * len(requests),
+                                      [cpus] * len(requests))
     except (OSError, utils.FailedJobError, utils.FailedSubmissionError) as exc:
         raise UserError(_submission_error(exc, Path(args.results) / ".submitit")) from None
     print(f"submitted {counted(len(jobs), 'job')} as Slurm array {jobs[0].job_id.split('_')[0]}")
