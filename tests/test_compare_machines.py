@@ -1,6 +1,8 @@
 """``harness compare``'s machine note, per group: a side's seeds on several device kinds, and paired seeds (or,
 unpaired, sides) on different kinds, are noted for each group, where pooling the device sets over groups or
-seeds hid them; information only, the exit status is the same as without it."""
+seeds hid them, and so are library fields (torch, CUDA, the CPU, threads), seed s of the baseline against seed s of
+the candidate; seeds whose records name no device are named, not dropped. Information only: the exit status is the
+same as without it."""
 
 from __future__ import annotations
 
@@ -74,3 +76,42 @@ def test_an_unpaired_test_notes_sides_on_different_devices_and_one_side_mixing_t
     assert code == 0 and "the baseline's seeds ran on CPU (seed(s) 0,2) and H200 (seed(s) 1)" in notes
     assert "the candidate's seeds ran on H200 (seed(s) 0) and CPU (seed(s) 1,2)" in notes
     assert "different devices" not in notes
+
+
+def test_library_fields_are_compared_per_paired_seed_where_the_sides_sets_are_the_same(tmp_path):
+    """torch 2.1 on seeds 0-2 and 2.2 on 3-4 against the reverse: both sides used {2.1, 2.2}, so a comparison of
+    the sides' sets saw nothing; seed s of the baseline against seed s of the candidate crossed on every seed."""
+    def on(versions: list[str]) -> list[dict]:
+        records = _records("dcl", [CPU] * len(versions))
+        for record, version in zip(records, versions):
+            record["hardware"]["torch"] = version
+        return records
+    crossed = _compare(tmp_path, on(["2.1"] * 3 + ["2.2"] * 2), on(["2.2"] * 3 + ["2.1"] * 2))
+    same = _compare(tmp_path, on(["2.1"] * 5), on(["2.1"] * 5))
+    notes = _notes(crossed[1])
+    assert ("paired seeds ran on different torch: 2.1 → 2.2 (seed(s) 0,1,2) and 2.2 → 2.1 (seed(s) 3,4)"
+            in notes), notes
+    assert "the baseline's seeds ran on torch 2.1 (seed(s) 0,1,2) and 2.2 (seed(s) 3,4)" in notes
+    assert "machines" not in same[1]
+    # Information only: the exit status and the verdict line are those of one library on every seed.
+    assert crossed[0] == same[0] == 0
+    assert crossed[1].strip().splitlines()[-1] == same[1].strip().splitlines()[-1]
+    # Unpaired, the sides' sets are what compares: the same sets, nothing crossed to note.
+    code, report = _compare(tmp_path, on(["2.1"] * 3 + ["2.2"] * 2), on(["2.2"] * 3 + ["2.1"] * 2),
+                            "--test", "welch")
+    assert code == 0 and "different torch" not in _notes(report)
+
+
+def test_seeds_that_record_no_device_are_named_not_dropped_from_the_device_comparison(tmp_path):
+    none: dict = {}
+    code, report = _compare(tmp_path, _records("dcl", [CPU, none, none, CPU, CPU]), _records("dcl", [H200] * 5))
+    notes = _notes(report)
+    assert "seed(s) 1,2 of the baseline record no device" in notes, notes
+    assert "paired seeds ran on different devices: CPU → H200 (seed(s) 0,3,4)" in notes
+    assert "of the candidate record no device" not in notes
+    # One side without any device against one with: the whole side is named; the verdict is as without the note.
+    code2, report = _compare(tmp_path, _records("dcl", [none] * 5), _records("dcl", [CPU] * 5))
+    assert code == code2 == 0 and "seed(s) 0,1,2,3,4 of the baseline record no device" in _notes(report)
+    # Where no record of the group names a device there is no device comparison to leave seeds out of.
+    code, report = _compare(tmp_path, _records("dcl", [none] * 5), _records("dcl", [none] * 5))
+    assert code == 0 and "machines" not in report

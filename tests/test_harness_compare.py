@@ -159,8 +159,8 @@ def test_the_report_says_when_the_sides_ran_on_different_machines(tmp_path):
     code, report = _compare(tmp_path, base, on(_group("dcl", [85.0, 86.0, 85.5]), cpu_capability="DEFAULT",
                                                cpu="AMD EPYC"))
     machines = _section(report, "Notes")
-    assert code == 0 and "machines (the change holds theirs as well as the code's): cpu_capability AVX512 → DEFAULT" \
-        in machines
+    assert code == 0 and "machines (the change holds theirs as well as the code's): paired seeds ran on different " \
+        "cpu_capability: AVX512 → DEFAULT (seed(s) 0,1,2)" in machines
     assert "torch" not in machines and "EPYC" not in machines  # the same, or one side lacks it
 
 

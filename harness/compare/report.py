@@ -204,32 +204,46 @@ def _seeds_by(kinds: dict[int, str]) -> str:
     return " and ".join(f"{kind} (seed(s) {seeds_text(s)})" for kind, s in seeds.items())
 
 
+def _differences(values: list[dict[int, str]], paired: bool, name: str, prefix: str = "") -> list[str]:
+    """How one field of the machines a group's seeds ran on differs (``values``: per side, seed -> the field's
+    value; ``name`` names the field in a note, "devices" or "torch"; ``prefix`` goes before a side's values): a
+    side's seeds on more than one value (which seeds ran where); for a paired test, paired seeds (seed s of the
+    baseline against seed s of the candidate) on different values; unpaired, sides on different values. Seeds
+    without the value are left out here."""
+    notes = [f"the {role}'s seeds ran on {prefix}{_seeds_by(side)}"
+             for role, side in zip(("baseline", "candidate"), values) if len(set(side.values())) > 1]
+    if paired:
+        crossed = {s: f"{values[0][s]} → {values[1][s]}" for s in values[0].keys() & values[1].keys()
+                   if values[0][s] != values[1][s]}
+        if crossed:
+            notes.append(f"paired seeds ran on different {name}: {_seeds_by(crossed)}")
+    else:
+        base, cand = (sorted(set(side.values())) for side in values)
+        if base and cand and base != cand:
+            notes.append(f"the sides ran on different {name}: {', '.join(base)} → {', '.join(cand)}")
+    return notes
+
+
 def _machine_note(row: Row) -> str:
-    """Where a compared group's seeds ran, where its change then holds the machines' as well: a side's
-    seeds on more than one device kind (:func:`device_label`); seeds a paired test pairs on different kinds, or,
-    unpaired, sides on different kinds; library fields (:data:`LIBRARIES`) that differ between the sides' seeds,
-    among those both recorded. Per group: pooled over groups, a group's CPU → GPU and another's GPU → CPU cancel
+    """Where a compared group's seeds ran, where its change then holds the machines' as well: their device kinds
+    (:func:`device_label`) and library fields (:data:`LIBRARIES`), each by :func:`_differences`, and the seeds
+    whose records name no device, where others of the group do (left out of the device comparison, not silently).
+    Per group and per paired seed: pooled over groups or seeds, a group's CPU → GPU and another's GPU → CPU cancel
     out. Information only, never the verdict; "" when none, or nothing was compared."""
     if row.change is None:
         return ""
     records = [latest_by_seed(g) for g in (row.base, row.cand)]
+    paired = row.change.test in stats.PAIRED
     kinds = [{seed: kind for seed, r in side.items() if (kind := device_label(r)) != NONE} for side in records]
-    notes = [f"the {role}'s seeds ran on {_seeds_by(side)}"
-             for role, side in zip(("baseline", "candidate"), kinds) if len(set(side.values())) > 1]
-    if row.change.test in stats.PAIRED:
-        crossed = {s: f"{kinds[0][s]} → {kinds[1][s]}" for s in kinds[0].keys() & kinds[1].keys()
-                   if kinds[0][s] != kinds[1][s]}
-        if crossed:
-            notes.append(f"paired seeds ran on different devices: {_seeds_by(crossed)}")
-    else:
-        base, cand = (sorted(set(side.values())) for side in kinds)
-        if base and cand and base != cand:
-            notes.append(f"the sides ran on different devices: {', '.join(base)} → {', '.join(cand)}")
+    notes = _differences(kinds, paired, "devices")
+    if any(kinds):
+        notes += [f"seed(s) {seeds_text(unknown)} of the {role} record no device"
+                  for role, side, known in zip(("baseline", "candidate"), records, kinds)
+                  if (unknown := side.keys() - known.keys())]
     for key in LIBRARIES:
-        base, cand = ({str(r.hardware[key]) for r in side.values() if r.hardware.get(key) is not None}
-                      for side in records)
-        if base and cand and base != cand:
-            notes.append(f"{key} {', '.join(sorted(base))} → {', '.join(sorted(cand))}")
+        values = [{seed: str(r.hardware[key]) for seed, r in side.items() if r.hardware.get(key) is not None}
+                  for side in records]
+        notes += _differences(values, paired, key, f"{key} ")
     return f"machines (the change holds theirs as well as the code's): {'; '.join(notes)}" if notes else ""
 
 
