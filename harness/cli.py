@@ -9,7 +9,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from domains.errors import UserError
 from harness.run import tracking
@@ -73,6 +73,33 @@ def _add_time_limit(p: argparse.ArgumentParser, where: str) -> None:
 def _add_verbose(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true",
                    help="also show the run's log lines, library warnings and library log lines")
+
+
+def _add_compare_args(p: argparse.ArgumentParser) -> None:
+    """compare's options, for its parser and for :class:`_Reader`'s reading of a command line argparse refused."""
+    side = ("a results folder, FOLDER@NAME, or with --results a NAME: a version, a commit (or its first digits), "
+            "a tag or a branch")
+    p.add_argument("--baseline", required=True, help=side)
+    p.add_argument("--candidate", required=True, help=side)
+    p.add_argument("--results", help="the folder that holds the records of both names (default: none; each side is "
+                   "then a folder or FOLDER@NAME)")
+    p.add_argument("--tolerance", action="append", metavar="[DOMAIN[/DATASET]=]VALUE",
+                   help="metric units a change must exceed to count (default: 1); repeat with DOMAIN=VALUE or "
+                   "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
+    p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
+                   help="auto (default): paired t-test on the seeds both sides have (>= 2) when the candidate has no "
+                   "other, else Welch's t-test")
+    p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
+                   help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default: 0.05)")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="pass although baseline groups are absent or short of seeds there (never a seed the candidate "
+                   "ran and failed or diverged on; an unconfirmed drop on the seeds they have still needs "
+                   "--allow-untestable)")
+    p.add_argument("--allow-untestable", action="store_true",
+                   help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
+                   "or too much spread)")
+    p.add_argument("--out", help="also write the markdown report to this file (default: none; it is always printed)")
 
 
 class CommandLineRefused(Exception):
@@ -170,29 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="regression gate between two result sets: exit 0 held, 1 regression or "
                        "missing, 2 cannot decide (a drop too few seeds can test, or a baseline that failed "
                        "on every seed: unjudged)")
-    side = ("a results folder, FOLDER@NAME, or with --results a NAME: a version, a commit (or its first digits), "
-            "a tag or a branch")
-    p.add_argument("--baseline", required=True, help=side)
-    p.add_argument("--candidate", required=True, help=side)
-    p.add_argument("--results", help="the folder that holds the records of both names (default: none; each side is "
-                   "then a folder or FOLDER@NAME)")
-    p.add_argument("--tolerance", action="append", metavar="[DOMAIN[/DATASET]=]VALUE",
-                   help="metric units a change must exceed to count (default: 1); repeat with DOMAIN=VALUE or "
-                   "DOMAIN/DATASET=VALUE for groups whose metric or spread differs (e.g. --tolerance rl=25)")
-    p.add_argument("--test", default="auto", choices=["auto", "paired-t", "wilcoxon", "welch", "mannwhitney"],
-                   help="auto (default): paired t-test on the seeds both sides have (>= 2) when the candidate has no "
-                   "other, else Welch's t-test")
-    p.add_argument("--correction", default="holm", choices=["holm", "bh", "none"],
-                   help="correction for the number of groups: holm (default), bh (Benjamini-Hochberg) or none")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level, after the correction (default: 0.05)")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="pass although baseline groups are absent or short of seeds there (never a seed the candidate "
-                   "ran and failed or diverged on; an unconfirmed drop on the seeds they have still needs "
-                   "--allow-untestable)")
-    p.add_argument("--allow-untestable", action="store_true",
-                   help="pass although a drop beyond the tolerance was not confirmed by the test (too few seeds "
-                   "or too much spread)")
-    p.add_argument("--out", help="also write the markdown report to this file (default: none; it is always printed)")
+    _add_compare_args(p)
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
@@ -261,12 +266,46 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_bench(args)
 
 
+class _Reader(argparse.ArgumentParser):
+    """A parser that reads a command line's words as argparse reads them (its option strings and their
+    abbreviations, ``--opt=value``, the last one given) and checks nothing else: no option is required, typed or
+    limited to choices, a value may be absent (``nargs="?"``), and ``--help`` is a flag, not a printout and an exit."""
+
+    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
+        if kwargs.get("action") in ("store_true", "help"):
+            return super().add_argument(*names, action="store_true")
+        return super().add_argument(*names, dest=kwargs.get("dest"), nargs="?")
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineRefused(self, message)
+
+
+def as_given(words: list[str]) -> argparse.Namespace:
+    """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
+    ``compare``), read by compare's own options (:func:`_add_compare_args`) as argparse reads them: ``--ou R`` is
+    ``--out``, ``--c X`` none (``--candidate`` or ``--correction``: argparse calls it ambiguous); None where absent or
+    left without a value (``--baseline`` without one, argparse's refusal, still leaves ``--out`` read). A word
+    argparse itself refuses alone (an ambiguous abbreviation, ``--allow-missing=1``) is read as nothing, the rest
+    as they stand."""
+    reader = _Reader(prog="harness compare")
+    _add_compare_args(reader)
+
+    def readable(word: str) -> bool:
+        try:
+            reader.parse_known_args([word])
+        except CommandLineRefused:
+            return False
+        return True
+
+    return reader.parse_known_args([word for word in words if readable(word)])[0]
+
+
 def _refused_compare(words: list[str], message: str) -> str:
     """argparse's message for a compare command line it refused (``words``, after ``compare``), once ``--out``,
     where given, holds a CANNOT DECIDE report of it: it must not keep an earlier comparison's verdict, which a CI
     step may publish or grep. Where ``--out`` may not take a report, the message adds why, and nothing is written
     (:func:`harness.compare.claim_out`)."""
-    from harness.compare import as_given, claim_out, report_error
+    from harness.compare import claim_out, report_error
     given = as_given(words)
     if not given.out:
         return message

@@ -7,16 +7,20 @@ found a CI step that greps ``report.md`` reading the previous run's PASS after `
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import shutil
 
 import pytest
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness import compare
-from harness.cli import main
+from harness.cli import CommandLineRefused, as_given, build_parser, main
 
 GOOD = [85.9, 82.45, 86.6, 81.2, 80.9]
 USAGE = "usage: harness compare [-h] --baseline BASELINE --candidate CANDIDATE"
+FOUR = ("baseline", "candidate", "results", "out")  # what the report of a refused command line reads
 
 
 def _sides(tmp_path) -> list[str]:
@@ -53,6 +57,47 @@ def test_a_command_line_argparse_refuses_replaces_an_earlier_pass_at_out(tmp_pat
     report.write_bytes(earlier)
     harness("compare", *sides[:2], "--out", str(report))
     assert report.read_text().startswith(f"# Comparison: baseline `{tmp_path / 'base'}` vs candidate (not given)")
+
+
+def test_an_ambiguous_abbreviation_names_no_side_in_the_report(tmp_path):
+    """``--c X`` could be ``--candidate`` or ``--correction``, and argparse refuses it as ambiguous; the report of
+    the refusal named X the candidate all the same (its reader knew only the sides, --results and --out)."""
+    sides = _sides(tmp_path)
+    report = tmp_path / "report.md"
+    done = harness("compare", *sides[:2], "--c", sides[3], "--ou", str(report))
+    assert done.returncode == 2 and "ambiguous option: --c could match --candidate, --correction" in done.stderr
+    assert report.read_text().startswith(f"# Comparison: baseline `{sides[1]}` vs candidate (not given)\n")
+    # an abbreviation argparse reads as one option is read as it: --ca is --candidate
+    harness("compare", *sides[:2], "--ca", sides[3], "--alpha", "abc", "--ou", str(report))
+    assert report.read_text().startswith(f"# Comparison: baseline `{sides[1]}` vs candidate `{sides[3]}`\n")
+
+
+def _reads(words: list[str]) -> dict[str, str | None] | None:
+    """The sides, --results and --out compare's own parser reads from ``words``; None where it refuses them."""
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # an abbreviation of --help prints the help and exits
+            args = vars(build_parser().parse_args(["compare", *words]))
+    except (CommandLineRefused, SystemExit):
+        return None
+    return {k: args[k] for k in FOUR}
+
+
+def test_every_abbreviation_of_compares_options_is_read_as_argparse_reads_it():
+    """Each prefix of each of compare's option strings, ``--p X`` and ``--p=X``, after a line that gives the sides,
+    --results and --out: where argparse accepts the line, the reader of a refused line reads the four as it does;
+    where argparse refuses it (ambiguous, a bad value, an explicit value to a flag, the help), as the line without
+    that option, never X."""
+    [compare] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    names = [o for a in compare.choices["compare"]._actions for o in a.option_strings if o.startswith("--")]
+    line = ["--baseline", "B", "--candidate", "C", "--results", "R", "--out", "O"]
+    checked = set()
+    for prefix in {name[:n] for name in names for n in range(3, len(name) + 1)}:
+        for option in ([prefix, "X"], [f"{prefix}=X"]):
+            given = vars(as_given([*line, *option]))
+            expected = _reads([*line, *option]) or dict(zip(FOUR, "BCRO"))
+            assert {k: given[k] for k in FOUR} == expected, option
+            checked.add(prefix)
+    assert {"--c", "--t", "--al", "--ca", "--o"} <= checked  # among them the ambiguous --c, --t and --al
 
 
 def test_a_refused_command_line_leaves_a_users_file_or_a_folder_at_out_and_says_why(tmp_path, run_main):

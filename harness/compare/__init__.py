@@ -410,7 +410,7 @@ def refuse_out_among_records(args: argparse.Namespace) -> None:
     folders = []
     for role in ("baseline", "candidate"):
         text = getattr(args, role)
-        if text is None:  # absent from a command line argparse refused (as_given)
+        if text is None:  # absent from a command line argparse refused (harness.cli.as_given)
             continue
         try:
             folder, _ = folder_and_name(text, args.results, role)
@@ -448,17 +448,6 @@ def report_error(args: argparse.Namespace, error: UserError) -> UserError:
     error = UserError(str(error).removesuffix(NOTHING_WRITTEN))
     write_atomic(Path(args.out), error_report(args.baseline, args.candidate, error))
     return UserError(f"{error}; wrote {args.out}, a CANNOT DECIDE report")
-
-
-def as_given(words: list[str]) -> argparse.Namespace:
-    """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
-    ``compare``), read as its parser reads them (``--out=R``, ``--ou R``, the last one given); None where absent
-    or left without a value (``nargs="?"``: ``--baseline`` without one, argparse's refusal, still leaves ``--out``
-    read)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    for option in ("--baseline", "--candidate", "--results", "--out"):  # no two begin alike: no abbreviation clash
-        parser.add_argument(option, nargs="?")
-    return parser.parse_known_args(words)[0]
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
