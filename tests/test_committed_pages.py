@@ -403,13 +403,22 @@ class Task:
     means: dict[str, float] = field(default_factory=dict)
     rows: dict[str, tuple[Row, Table]] = field(default_factory=dict)  # loss -> the row it enters with
 
+    def base(self, loss: str) -> Row | None:
+        """The baseline row ``loss`` is compared with (the report's header): the one its page takes the Δ of the
+        row it enters with against (:meth:`Table.baseline`), not the baseline loss's best; none for the baseline
+        loss itself."""
+        if loss == self.baseline:
+            return None
+        row, table = self.rows[loss]
+        return table.baseline(row)
+
     def marks(self, loss: str) -> str:
-        """What weakens the comparison of ``loss`` with the baseline row it enters with (its best, which need not
-        be the row its page compares with): ‖ where their records name different code, ‡ where the page marks
-        either mean, and fewer than 3 seeds in either row (the report's °)."""
-        if loss == self.baseline or self.baseline not in self.rows:
+        """What weakens the comparison of ``loss`` with its baseline row (:meth:`base`): ‖ where their records name
+        different code, ‡ where the page marks either mean, and fewer than 3 seeds in either row (the report's °)."""
+        base = self.base(loss)
+        if base is None:
             return ""
-        (row, table), (base, _) = self.rows[loss], self.rows[self.baseline]
+        row, table = self.rows[loss]
         metric = table.columns[4]
         found = {"‖": {r.code for r in row.records} != {r.code for r in base.records},
                  "‡": "‡" in row.cells[metric] + base.cells[metric],
@@ -420,10 +429,10 @@ class Task:
         return dict(zip(losses, stats.rankdata([-self.sign * self.means[loss] for loss in losses])))
 
     def relative(self, loss: str) -> float | None:
-        base = self.means.get(self.baseline)
-        if loss == self.baseline or not base:
+        base = self.base(loss)
+        if base is None or not base.values or not base.mean:
             return None
-        return 100 * self.sign * (self.means[loss] - base) / abs(base)
+        return 100 * self.sign * (self.means[loss] - base.mean) / abs(base.mean)
 
 
 def report_tasks(tables: list[Table]) -> list[Task]:

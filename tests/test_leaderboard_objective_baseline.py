@@ -1,7 +1,8 @@
 """Δ of a row of the baseline loss that runs another objective than its preset's (``Domain.method_objective_keys``,
 as text's ``objective=authors`` beside the spec's infonce): measured against the baseline loss's row with the
 preset's objective in the same setting, with the page's † test (paired where both ran the same seeds, else
-Welch's), where it had been its own baseline; the rows of the other losses keep the nearest objective's row."""
+Welch's), where it had been its own baseline; the rows of the other losses keep the nearest objective's row, on
+the pages and in report.md, whose relative improvement is against the same row as the page's Δ."""
 
 from __future__ import annotations
 
@@ -85,3 +86,22 @@ def test_without_a_row_of_the_presets_objective_each_is_its_own_baseline(tmp_pat
     assert [r.split("|")[6].strip() for r in rows] == ["baseline"] * 3
     rows, _ = page(tmp_path / "beside the preset's", gone + runs("infonce", [40.0, 42.0], PRESET, {}))
     assert row(rows, "| linear | infonce | lr=0.1 |")[5] == "baseline"
+
+
+def test_the_report_compares_a_loss_with_the_row_its_page_takes_its_delta_against(tmp_path, objective_keys):
+    """report.md's relative improvement and win followed the baseline loss's best row (here another objective than
+    the preset's, 81 on average) where the domain page takes dcl's Δ against the preset objective's row (61): the
+    report lost a loss the page shows ahead. Both now use the page's row."""
+    plain, preset, dcl = [80.0, 81.0, 82.0], [60.0, 61.0, 62.0], [66.0, 67.0, 68.0]
+    records = (runs("infonce", plain, PLAIN, {"lr": 0.5, "noise": 0.0}) + runs("infonce", preset, PRESET, {})
+               + runs("dcl", dcl, PRESET, {}, loss_params=DCL))
+    rows, _ = page(tmp_path, records)
+    assert row(rows, "| linear | dcl | tau_plus=0.1 |")[5] == f"{statistics.mean(dcl) - statistics.mean(preset):+.2f}†"
+    assert main(["report", "--results", str(tmp_path / "results"), "--out", str(tmp_path / "lb")]) == 0
+    report = (tmp_path / "lb" / "report.md").read_text()
+    gain = 100 * (statistics.mean(dcl) - statistics.mean(preset)) / statistics.mean(preset)
+    overall = report.split("## Overall")[1].split("## Per domain")[0]
+    (line,) = [x for x in overall.splitlines() if x.startswith("| dcl |")]
+    assert [c.strip() for c in line.strip("|").split("|")][3:5] == ["100% (1)", f"{gain:+.2f}%"], line
+    # infonce enters the ranking with its best row; the task list names the row dcl is compared with
+    assert "- tiny/blobs/linear/quick: dcl (3 seeds, against infonce (–)), infonce (baseline, 3 seeds)" in report

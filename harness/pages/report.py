@@ -1,16 +1,18 @@
 """``harness report``: the cross-modality comparison of losses.
 
-A *task* is one (domain, dataset, method, setting) with at least two losses; each loss enters a task with its
-best hyper-parameter setting there. Per loss, per domain and overall: the mean rank (1 = best, ties averaged),
-the win rate against the task's baseline loss, and the mean relative improvement over it,
-``sign · (loss − baseline) / |baseline|`` in percent. A Friedman test (scipy.stats.friedmanchisquare) over a
-set of ≥3 losses sharing ≥2 tasks (found greedily: not always the largest), decided by Iman and Davenport's F from
-its χ² (Demšar 2006: the χ² test is conservative at few tasks), with the Nemenyi critical difference drawn as a CD
-diagram; the page and the diagram name the domains and datasets that block covers, which may be fewer than the
-report's. A figure of the relative improvement per domain (a panel each, the seed
-spread as error bars, a symmetric-log axis so a run at chance does not hide the others); written to ``report.md``
-with the PNG figures beside it. A loss that diverged on every seed of a task (a non-finite primary metric) ranks
-last there and loses to the baseline rather than vanish from it; the page lists the rows with non-finite seeds.
+A *task* is one (domain, dataset, method, setting) with at least two losses; each loss enters a task with its best
+hyper-parameter setting there. Per loss, per domain and overall: the mean rank (1 = best, ties averaged), the win
+rate against the task's baseline loss, and the mean relative improvement over it, ``sign · (loss − baseline) /
+|baseline|`` in percent, where the baseline is the baseline loss's row the domain pages take the loss's row's Δ
+against (``harness.groups.baseline_for``: of several, the nearest objective). A Friedman test
+(scipy.stats.friedmanchisquare) over a set of ≥3 losses sharing ≥2 tasks (found greedily: not always the largest),
+decided by Iman and Davenport's F from its χ² (Demšar 2006: the χ² test is conservative at few tasks), with the
+Nemenyi critical difference drawn as a CD diagram; the page and the diagram name the domains and datasets that block
+covers, which may be fewer than the report's. A figure of the relative improvement per domain (a panel each, the
+seed spread as error bars, a symmetric-log axis so a run at chance does not hide the others); written to
+``report.md`` with the PNG figures beside it. A loss that diverged on every seed of a task (a non-finite primary
+metric) ranks last there and loses to the baseline rather than vanish from it; the page lists the rows with
+non-finite seeds.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from scipy import stats
 from domains.base import counted
 from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
-from harness.groups import Group, completed_groups
+from harness.groups import Group, baseline_for, completed_groups
 from harness.pages import figures, generated
 from harness.pages.tables import MIXED, MIXED_WHY, OTHER_CODE, code_note, other_code
 from harness.stats import p_text
@@ -54,6 +56,9 @@ class Task:
     seeds: dict[str, dict[int, float]] = field(default_factory=dict)  # loss -> its per-seed values there
     diverged: set[str] = field(default_factory=set)  # losses that ran here but diverged on every seed
     rows: dict[str, Group] = field(default_factory=dict, repr=False)  # loss -> the row it enters with
+    # loss (not the baseline loss) -> the baseline loss's row its row is compared with, as on the domain pages
+    # (harness.groups.baseline_for): of several, not always the one the baseline loss enters with
+    bases: dict[str, Group] = field(default_factory=dict, repr=False)
 
     @property
     def losses(self) -> list[str]:
@@ -72,20 +77,24 @@ class Task:
 
     def beats_baseline(self, loss: str) -> bool | None:
         """Whether ``loss`` did better than the task's baseline: by its relative improvement where both are
-        finite; a loss that diverged loses, and one that did not beats a baseline that diverged. None where there
-        is nothing to compare (no baseline, the baseline itself, or a baseline mean of 0)."""
+        finite; a loss that diverged loses, and one that did not beats a baseline row (``bases``) that diverged.
+        None where there is nothing to compare (no baseline, the baseline itself, or a baseline mean of 0)."""
         if loss == self.baseline_loss or self.baseline_loss not in self.losses or loss not in self.losses:
             return None
-        if loss in self.diverged or self.baseline_loss in self.diverged:
-            return loss not in self.diverged
+        if loss in self.diverged:
+            return False
+        base = self.bases.get(loss)
+        if base is not None and not base.values:
+            return True
         relative = self.relative(loss)
         return None if relative is None else relative > 0
 
     def relative(self, loss: str) -> float | None:
-        base = self.values.get(self.baseline_loss)
-        if loss == self.baseline_loss or base is None or base == 0 or loss not in self.values:
+        """100 · sign · (loss − baseline) / |baseline|, the baseline being the mean of the row ``bases`` holds."""
+        base = self.bases.get(loss)
+        if base is None or not base.values or base.mean == 0 or loss not in self.values:
             return None
-        return 100.0 * self.sign * (self.values[loss] - base) / abs(base)
+        return 100.0 * self.sign * (self.values[loss] - base.mean) / abs(base.mean)
 
     def seed_spread(self, loss: str) -> float | None:
         """The std over seeds of the per-seed relative improvement, 100 · sign · (value_s − baseline) / |baseline|
@@ -93,14 +102,14 @@ class Task:
         values = list(self.seeds.get(loss, {}).values())
         if self.relative(loss) is None or len(values) < 2:
             return None
-        base = abs(self.values[self.baseline_loss])
+        base = abs(self.bases[loss].mean)
         return statistics.stdev(100.0 * self.sign * v / base for v in values)
 
     def marks(self, loss: str) -> str:
         """What weakens the comparison of ``loss`` with the baseline, as the domain pages mark it: rows of other
         code (‖), a row pooled from several commits (‡), a row of fewer than :data:`MIN_SEEDS` seeds (°)."""
-        row, base = self.rows.get(loss), self.rows.get(self.baseline_loss)
-        if row is None or base is None or row is base:
+        row, base = self.rows.get(loss), self.bases.get(loss)
+        if row is None or base is None or not base.values:
             return ""
         found = {OTHER_CODE: other_code(row, base), MIXED: row.mixed_code or base.mixed_code,
                  FEW_SEEDS: min(row.n, base.n) < MIN_SEEDS}
@@ -121,6 +130,10 @@ def build_tasks(groups: list[Group]) -> list[Task]:
             task.rows[g.loss] = g
     for task in tasks.values():  # a loss with a finite setting of its hyper-parameters enters with it
         task.diverged -= set(task.values)
+        # Its row is compared with the baseline loss's row its domain page takes its Δ against: the baseline
+        # loss's best row may run another objective (text's objective=authors, vision's fairkl_lambda).
+        task.bases = {loss: base for loss, row in task.rows.items()
+                      if loss != task.baseline_loss and (base := baseline_for(row, groups)) is not None}
     # A task with one loss compares nothing; it would only hand that loss a rank of 1.
     return sorted((t for t in tasks.values() if len(t.losses) >= 2), key=lambda t: t.label)
 
@@ -223,14 +236,18 @@ def marks_legend(tasks: list[Task]) -> list[str]:
 
 
 def task_losses(task: Task) -> list[str]:
-    """Each loss of ``task`` with its seeds and, against the baseline, the marks of :meth:`Task.marks`."""
+    """Each loss of ``task`` with its seeds and, against the baseline, the marks of :meth:`Task.marks`; the
+    baseline loss's row it is compared with where that is not the row the baseline loss enters with."""
     out = []
     for name in task.losses:
         if name in task.diverged:
             out.append(f"{name} (diverged)")
             continue
         role = "baseline, " if name == task.baseline_loss else ""
-        out.append(f"{name} ({role}{counted(task.rows[name].n, 'seed')}{task.marks(name)})")
+        base = task.bases.get(name)
+        other = base is not None and base is not task.rows.get(task.baseline_loss)
+        against = f", against {base.loss} ({base.hparams_label()})" if other else ""
+        out.append(f"{name} ({role}{counted(task.rows[name].n, 'seed')}{task.marks(name)}{against})")
     return out
 
 
@@ -313,8 +330,10 @@ def write_report(results: Path, out: Path) -> Path:
         "(ties averaged); a task of k losses ranks them 1 to k, so a mean rank over tasks of other sizes does not "
         "compare losses that ran on different tasks (the Friedman test below compares them on tasks they share). "
         "Win rate and relative improvement are against the baseline loss in the same task (the "
-        "method's own where it has one, else the domain's); a tie with the baseline is no win; relative "
-        "improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
+        "method's own where it has one, else the domain's), its row that the loss's row takes its Δ against on "
+        "the domain's page (where a method's objective has keys beyond the loss, the row nearest in them; the "
+        "task list names it where it is not the row the baseline loss enters with); a tie with the baseline is no "
+        "win; relative improvement = (loss − baseline) / |baseline| in the better direction, in percent.", "",
         *nonfinite_lines(groups),
         *data_lines(groups, tasks),
     ]
