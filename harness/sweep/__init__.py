@@ -41,7 +41,7 @@ from harness.run.runner import (
     resolve_device,
     results_folder,
 )
-from harness.sweep.cluster import run_ray, run_slurm
+from harness.sweep.cluster import executor_library, run_ray, run_slurm
 from harness.sweep.jobs import job_line, varying_keys
 from harness.sweep.local import run_local, threads
 
@@ -273,6 +273,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
               "train again and save it")
     if not todo and not done and invalid:
         raise UserError("every combination of the sweep is invalid")
+    if todo:  # what running them needs, a dry run too: it would show a plan that the sweep then refuses
+        tracking.check(todo[0].trackers)
+        executor_library(args.executor)
     if args.dry_run:
         for request in todo:
             print(job_line(request, whole=True))
@@ -281,7 +284,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("sweep done: nothing to run, every job has its completed record"
               + (f"; {counted(len(invalid), 'invalid combination')} not run (listed above)" if invalid else ""))
         return 1 if invalid else 0
-    tracking.check(todo[0].trackers)
     for name in todo[0].trackers:  # once for the sweep: its jobs open their trackers quietly, in other processes
         hint = tracking.view_hint(name, Path(args.results))
         if hint:

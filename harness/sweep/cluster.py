@@ -70,6 +70,19 @@ def import_submitit() -> Any:
     return submitit
 
 
+def executor_library(executor: str) -> Any:
+    """The library ``--executor`` runs its jobs with (None for ``local``), imported: a missing one is a UserError
+    naming the install command, which a dry run gives as the sweep itself would."""
+    if executor == "slurm":
+        return import_submitit()
+    if executor == "ray":
+        try:
+            return importlib.import_module("ray")
+        except ImportError:
+            raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
+    return None
+
+
 def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace, varying: list[str],
               stop_file: Path | None = None) -> list[dict[str, Any]] | None:
     """Slurm job arrays through submitit; None when submitit detects no Slurm here. ``varying``: as
@@ -229,10 +242,7 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
     cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
     on from its checkpoint); the others go on. ``varying``: as :func:`harness.sweep.local.run_local`'s."""
-    try:
-        ray = importlib.import_module("ray")
-    except ImportError:
-        raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
+    ray = executor_library("ray")
     env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
     # Without an address Ray would join the cluster the last `ray start` on this machine named in its temp folder,
     # even one long dead (its head killed, not stopped), and retry it for minutes on end: "local" starts one here, as
