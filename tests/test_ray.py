@@ -6,6 +6,7 @@ there; it is started in its own process group and that group alone is ended afte
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,16 +45,12 @@ class RayHead(NamedTuple):
     pid: int  # `ray start`: its descendants are this head's gcs, raylet and workers, none of another session's
 
 
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory) -> RayHead:
-    """A Ray head with 2 CPUs, its environment the harness's with the tiny domain plugged in."""
-    log = tmp_path_factory.mktemp("ray") / "head.log"
+@contextlib.contextmanager
+def _head(env: dict[str, str], log: Path) -> Iterator[RayHead]:
+    """A Ray head with 2 CPUs started by ``ray start`` in ``env``, its process group ended on leaving."""
     ray_cli = Path(sys.executable).with_name("ray")
     if not ray_cli.exists():
         pytest.skip(f"no ray command beside {sys.executable}")
-    # Ray 2.60's `ray start` turns token authentication on where ~/.ray/auth_token exists (a local ray.init writes
-    # one), and a driver given an explicit address never sends the token: the sweeps below would wait without end.
-    env = dict(harness_env(), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     with open(log, "w") as out:
         head = subprocess.Popen([str(ray_cli), "start", "--head", "--node-ip-address=127.0.0.1",
                                  f"--port={_free_port()}", "--num-cpus=2", "--include-dashboard=false",
@@ -78,6 +76,16 @@ def ray_head(tmp_path_factory) -> RayHead:
             while time.time() < deadline and _group(head.pid):
                 time.sleep(0.2)
         head.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory) -> Iterator[RayHead]:
+    """A Ray head, its environment the harness's with the tiny domain plugged in."""
+    # Ray 2.60's `ray start` turns token authentication on where ~/.ray/auth_token exists (a local ray.init writes
+    # one), and a driver given an address sends it only with RAY_AUTH_MODE=token: the sweeps below run without.
+    env = dict(harness_env(), RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
+    with _head(env, tmp_path_factory.mktemp("ray") / "head.log") as head:
+        yield head
 
 
 def _group(pgid: int) -> list[psutil.Process]:
@@ -164,3 +172,37 @@ def test_a_ray_sweep_without_an_address_starts_its_own_cluster_not_the_dead_one_
     assert sweep.returncode == 0, sweep.stderr
     assert "sweep done: 1 completed" in sweep.stdout
     assert [r[0] for r in record_metrics(tmp_path).values()] == ["completed"]
+
+
+@pytest.mark.slow  # about 45 s: a head of its own, and Ray's 20 s of attempts before it gives up
+def test_a_cluster_that_wants_a_token_is_one_error_line_that_names_ray_auth_mode(tmp_path):
+    """``ray start --head`` where ``~/.ray/auth_token`` exists (here a HOME of the test's own) turns Ray's token
+    authentication on, and a driver given the address sends no token without ``RAY_AUTH_MODE=token``: the sweep
+    ended in Ray's traceback (exit 1) after 20 lines of warnings. It is one error line, exit 2, naming the fix,
+    which then works."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths under it have a length limit
+    env = {k: v for k, v in harness_env().items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    env.update(HOME=str(tmp_path / "home"), RAY_TMPDIR=ray_tmp, RAY_USAGE_STATS_ENABLED="0")
+    # the token a first local Ray instance leaves in ~/.ray (Ray's own command writes it)
+    subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"], env=env,
+                   capture_output=True, check=True, timeout=120)
+    sweep = [sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0",
+             "--set", "epochs=2", "--executor", "ray", "--cpus-per-job", "1", "--results", str(tmp_path / "out")]
+    try:
+        with _head(env, tmp_path / "head.log") as head:
+            assert "Token authentication is enabled" in (tmp_path / "head.log").read_text()
+            run = [*sweep, "--ray-address", head.address]
+            refused = subprocess.run(run, cwd=Path(__file__).parent.parent, env=env, capture_output=True, text=True,
+                                     timeout=240)
+            assert refused.returncode == 2, refused.stderr
+            assert [x for x in refused.stderr.splitlines() if x.startswith("error:") or "Traceback" in x] == [
+                f"error: --ray-address {head.address}: the Ray cluster there requires token authentication and this "
+                "sweep sent no token (RAY_AUTH_MODE is not set); run it with RAY_AUTH_MODE=token and the cluster's "
+                "token in ~/.ray/auth_token (or RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH)"]
+            assert not list((tmp_path / "out").glob("*.json"))
+            done = subprocess.run(run, cwd=Path(__file__).parent.parent, env=dict(env, RAY_AUTH_MODE="token"),
+                                  capture_output=True, text=True, timeout=240)
+            assert done.returncode == 0, done.stderr
+            assert "sweep done: 1 completed" in done.stdout
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -28,6 +28,7 @@ from harness.sweep.local import threads
 
 # What a job on another machine (Ray) needs of this environment to import the harness and find the data.
 FORWARDED_ENV = ("PYTHONPATH", "HARNESS_PLUGINS", "HARNESS_DATA_ROOT", "HARNESS_CACHE_DIR")
+RAY_AUTH_MODE = "RAY_AUTH_MODE"  # Ray's: "token" makes a driver send its token (:func:`refused_token`)
 SUBMITIT_LOG_LEVEL = "SUBMITIT_LOG_LEVEL"  # read once, when submitit is imported (:func:`import_submitit`)
 
 
@@ -237,6 +238,36 @@ def _answers(address: str, given_by: str) -> None:
                         "RAY_ADDRESS) to start one for the sweep") from None
 
 
+def refused_token(exc: BaseException, refusal: type[BaseException], address: str, given_by: str) -> str | None:
+    """The error line for a ``ray.init`` at ``address`` (named by ``given_by``) that Ray's token authentication
+    failed: the cluster there wants a token and did not get its own, or ``RAY_AUTH_MODE=token`` found none here;
+    None for any other failure.
+
+    Ray's ``ray start`` turns token authentication on where ``RAY_AUTH_MODE`` is unset and a token exists
+    (``~/.ray/auth_token``, which Ray writes the first time it starts an instance of its own), but a driver given an
+    address sends a token only with ``RAY_AUTH_MODE=token`` (``ray._private.worker.init``). The driver cannot tell
+    beforehand how the cluster was started (``RAY_AUTH_MODE=disabled`` turns it off there), so this reads the
+    failure: Ray raises ``refusal`` (``ray.exceptions.AuthenticationError``) at once where ``RAY_AUTH_MODE=token``
+    finds no token here; where the cluster refuses the token sent, or its absence, it retries for about 20 s and
+    raises a ConnectionError whose cause holds the last attempt's traceback only as text
+    (``ray._private.node.Node._init_gcs_client``), which names that class."""
+    named = f"{refusal.__module__}.{refusal.__qualname__}:"
+    chain: BaseException | None = exc
+    while chain is not None and not (isinstance(chain, refusal) or named in str(chain)):
+        chain = chain.__cause__ or chain.__context__
+    if chain is None:
+        return None
+    mode = os.environ.get(RAY_AUTH_MODE)
+    if (mode or "").lower() != "token":
+        said = "is not set" if mode is None else f"is '{mode}'"
+        return (f"{given_by} {address}: the Ray cluster there requires token authentication and this sweep sent no "
+                f"token ({RAY_AUTH_MODE} {said}); run it with {RAY_AUTH_MODE}=token and the cluster's token in "
+                "~/.ray/auth_token (or RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH)")
+    return (f"{given_by} {address}: Ray's token authentication ({RAY_AUTH_MODE}=token) failed: no token here, or "
+            "not the cluster's; put the cluster's own token (ray get-auth-token on its head prints it) in "
+            "~/.ray/auth_token, RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names")
+
+
 def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
             varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
@@ -248,10 +279,19 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     # even one long dead (its head killed, not stopped), and retry it for minutes on end: "local" starts one here, as
     # --ray-address's help says. RAY_ADDRESS, Ray's own way to name a cluster (`ray job submit` sets it), still counts.
     address = args.ray_address or os.environ.get("RAY_ADDRESS") or "local"
+    given_by = "--ray-address" if args.ray_address else "RAY_ADDRESS"
     if address != "local":
-        _answers(address, "--ray-address" if args.ray_address else "RAY_ADDRESS")
-    ray.init(address=address, ignore_reinit_error=True, log_to_driver=args.verbose,
-             runtime_env={"env_vars": env} if env else None)
+        _answers(address, given_by)
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=args.verbose,
+                 runtime_env={"env_vars": env} if env else None)
+    except Exception as exc:
+        # a Ray release older than its token authentication has no AuthenticationError, and no such refusal
+        refusal = getattr(ray.exceptions, "AuthenticationError", None)
+        line = refused_token(exc, refusal, address, given_by) if refusal and address != "local" else None
+        if line is None:
+            raise
+        raise UserError(line) from None
     cpus = _cpus_per_job(args)
     remote = ray.remote(num_cpus=cpus, num_gpus=1 if args.device.startswith("cuda") else 0, max_retries=0)(run_job)
     queued, running, results = [_absolute(r) for r in requests], {}, []
