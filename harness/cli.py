@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from domains.errors import UserError
-from harness.run import tracking
+from harness.run import stopping, tracking
 from harness.run.output import output_settings
 
 RESULTS = "leaderboards/results"
@@ -318,7 +318,21 @@ def _refused_compare(words: list[str], message: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
+    """The ``harness`` command on ``argv``; without it, on this process's command line, which is then the process's
+    own command: once its work is over, a stop signal ends the process with its exit status, never killed by the
+    signal (:func:`harness.run.stopping.own_process`)."""
+    if argv is not None:
+        return _command(list(argv))
+    stopping.own_process()
+    status = None
+    try:
+        status = _command(sys.argv[1:])
+        return status
+    finally:
+        stopping.exit_with(status)
+
+
+def _command(words: list[str]) -> int:
     try:
         args = build_parser().parse_args(words)
     except CommandLineRefused as refused:
