@@ -426,12 +426,18 @@ def decimals(value: float) -> int:
     return 1 if magnitude >= 1000 else 2 if magnitude >= 1 else 4
 
 
+def mean_std(mean: float, std: float) -> str:
+    """``mean ± std``, both to the mean's decimals (:func:`decimals`): the std is read against the mean, so it
+    stops at the same place (``87.00 ± 0.35``, not ``87 ± 0.3515``). An std that is not finite is ``–``."""
+    digits = decimals(mean)
+    return f"{fmt(mean, digits)} ± {fmt(std, digits)}"
+
+
 def cell(group: Group) -> str:
     """``mean ± std (n seeds)``; where seeds diverged (a non-finite primary metric), how many of them ran:
     ``mean ± std (1 of 3 seeds; 2 non-finite)``, or ``diverged on 3 of 3 seeds`` where none is finite."""
     ran = "1 seed" if group.runs == 1 else f"{group.runs} seeds"
     if not group.values:
         return f"diverged on {group.runs} of {ran}"
-    digits = decimals(group.mean)
     seeds = f"{group.n} of {ran}; {len(group.nonfinite)} non-finite" if group.nonfinite else ran
-    return f"{fmt(group.mean, digits)} ± {fmt(group.std, digits)} ({seeds})"
+    return f"{mean_std(group.mean, group.std)} ({seeds})"

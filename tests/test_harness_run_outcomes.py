@@ -15,6 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
+from harness.groups import mean_std
 from harness.run import as_found, data_root_prefix
 from harness.run.stopping import EXIT_STOPPED
 
@@ -79,7 +80,9 @@ def test_the_summary_takes_the_finite_seeds_and_counts_the_others(tmp_path, caps
     assert records[1]["metrics"]["accuracy"] is None  # NaN, written as null
     finite = [records[s]["metrics"]["accuracy"] for s in (0, 2)]
     assert all(math.isfinite(v) for v in finite)
-    line = f"accuracy: {statistics.mean(finite):.4g} ± {statistics.stdev(finite):.4g} over 2 of 3 seeds; " \
+    # as the pages print a mean ± std: both to the mean's decimals, which are 2 for a mean from 1 to 1000
+    assert all(1 <= v <= 100 for v in finite)
+    line = f"accuracy: {statistics.mean(finite):.2f} ± {statistics.stdev(finite):.2f} over 2 of 3 seeds; " \
            "1 non-finite (null in the record)"
     out = capsys.readouterr().out
     assert line in out.splitlines() and "accuracy=null (non-finite)" in out
@@ -133,3 +136,14 @@ def test_the_printed_commands_name_this_installation_where_the_shell_would_not_f
     assert as_found(str(venv / "harness")) == str(venv / "harness")
     monkeypatch.setenv("PATH", f"{venv}:{system}")  # the venv activated
     assert as_found(str(venv / "python")) == "python" and as_found(str(venv / "harness")) == "harness"
+
+
+def test_mean_std_gives_the_std_to_the_means_decimals():
+    """The one mean ± std of the run summary and the pages (harness.groups.mean_std): 4 decimals below 1, 2 from
+    1 to 1000, 1 above, for the mean and its std alike."""
+    assert mean_std(87.0, 0.3515) == "87.00 ± 0.35"  # the run summary printed 87 ± 0.3515
+    assert mean_std(97.13333, 1.677) == "97.13 ± 1.68"
+    assert mean_std(0.8712, 0.01234) == "0.8712 ± 0.0123"
+    assert mean_std(1234.56, 12.34) == "1234.6 ± 12.3"
+    assert mean_std(-0.5, 0.25) == "-0.5000 ± 0.2500"
+    assert mean_std(5.0, math.nan) == "5.00 ± –"

@@ -32,9 +32,9 @@ from harness.groups import (
     code_order,
     command_key,
     decimals,
-    fmt,
     group_name,
     group_records,
+    mean_std,
     refuse_unsummable,
     seeds_by,
     too_large,
@@ -141,7 +141,7 @@ def version_row(point: Point) -> list[str]:
     digits = decimals(g.mean)
     change = "–" if point.change is None else f"{point.change.change:+.{digits}f}"
     p = stats.p_text(point.p_adjusted, ALPHA)
-    return [version_label(g), str(g.n), f"{fmt(g.mean, digits)} ± {fmt(g.std, digits)}", change, p,
+    return [version_label(g), str(g.n), mean_std(g.mean, g.std), change, p,
             Markup("**step**") if point.step else ""]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from scipy import stats
 
 from domains.base import Domain, Reference
-from harness.groups import Group, decimals, fmt
+from harness.groups import Group, decimals, fmt, mean_std
 from harness.records import RunRecord
 from harness.tables import Markup
 
@@ -207,10 +207,10 @@ def protocol_marks(refs: Iterable[Reference]) -> dict[str, str]:
 def reference_row(ref: Reference, marks: dict[str, str], width: int) -> list[str]:
     """A published row: its label (with its protocol mark), its source (``(unchecked)`` where the number was not
     checked against the source's text) and value; ``width`` cells in all."""
-    std = f" ± {fmt(ref.std, decimals(ref.value))}" if ref.std is not None else ""
     label = f"{ref.label} {marks[ref.protocol]}" if ref.protocol else ref.label
     source = ref.source if ref.checked else f"{ref.source} {UNCHECKED}"
-    cells: list[str] = [Markup("*published*"), label, NONE, source, f"{fmt(ref.value)}{std}"]
+    value = fmt(ref.value) if ref.std is None else mean_std(ref.value, ref.std)
+    cells: list[str] = [Markup("*published*"), label, NONE, source, value]
     return cells + [""] * (width - len(cells))
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import domains
 from domains.base import counted
 from domains.errors import RunStopped
+from harness.groups import fmt, mean_std
 from harness.machine import omp_threads
 from harness.records import RunRecord
 from harness.run import config as cfg
@@ -135,14 +136,14 @@ def time_limit(args: argparse.Namespace) -> float | None:
 
 
 def _metric_summary(done: list[RunRecord]) -> str:
-    """The primary metric's mean ± std over the seeds where it is finite, and how many are not (the record writer
-    stores NaN and infinity as null)."""
+    """The primary metric's mean ± std over the seeds where it is finite, as the pages print it (:func:`mean_std`),
+    and how many are not (the record writer stores NaN and infinity as null)."""
     primary = done[0].primary_metric
     values = [r.metrics.get(primary) for r in done]
     finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not finite:
         return f"{primary}: non-finite on all {len(values)} seeds (null in the records)"
-    stat = f"{statistics.mean(finite):.4g} ± {statistics.stdev(finite):.4g}" if len(finite) > 1 else f"{finite[0]:.4g}"
+    stat = mean_std(statistics.mean(finite), statistics.stdev(finite)) if len(finite) > 1 else fmt(finite[0])
     bad = len(values) - len(finite)
     if not bad:
         return f"{primary}: {stat} over {len(values)} seeds"
