@@ -10,6 +10,7 @@ import signal
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -245,15 +246,24 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
 
 
-def _stopped_then_resumed(results: Path, tracker: str) -> tuple[dict, int, str]:
-    """A tiny run of 6 epochs stopped (SIGTERM) at a checkpoint after epoch 2 or later, then resumed with the command it
-    printed (``--tracker`` included): the record, the epoch the first attempt stopped at, the resumed run's stderr."""
+def _stopped(results: Path, tracker: str, sig: signal.Signals = signal.SIGTERM) -> str:
+    """A tiny run of 6 epochs, stopped by ``sig`` after epoch 2 or later (SIGTERM: at a checkpoint, exit 75; SIGINT:
+    Ctrl-C, at once, exit 130): its stderr."""
     proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set",
                    "sleep_s=0.3", "--results", str(results), "--tracker", tracker])
     _wait_for_epoch(results, 2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == EXIT_STOPPED, stderr
+    assert proc.returncode == (130 if sig == signal.SIGINT else EXIT_STOPPED), stderr
+    return stderr
+
+
+def _stopped_then_resumed(results: Path, tracker: str,
+                          check_stopped: Callable[[], None] = lambda: None) -> tuple[dict, int, str]:
+    """:func:`_stopped` (SIGTERM), then ``check_stopped()``, then resumed with the command it printed (``--tracker``
+    included): the record, the epoch the first attempt stopped at, the resumed run's stderr."""
+    stderr = _stopped(results, tracker)
+    check_stopped()
     hint = stderr.strip().splitlines()[-1]
     out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr
@@ -277,7 +287,9 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(tmp_path, 
     history = [_items(r.history.item) for found in attempts for r in found if r.HasField("history")]
     assert [(row["_step"], row["loss"]) for row in history] == [
         (p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
-    assert [[r.exit.exit_code for r in found if r.HasField("exit")] for found in attempts] == [[1], [0]]
+    # the stopped attempt ends as W&B's preempted run, with the harness's exit status; not failed (exit code 1)
+    assert [[r.exit.exit_code for r in found if r.HasField("exit")] for found in attempts] == [[EXIT_STOPPED], [0]]
+    assert [any(r.HasField("preempting") for r in found) for found in attempts] == [True, False]
     summary = {k: v for r in attempts[1] if r.HasField("summary") for k, v in _items(r.summary.update).items()}
     assert summary["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
 
@@ -286,16 +298,34 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(tmp_path, 
 def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    record, _, _ = _stopped_then_resumed(tmp_path, "mlflow")
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
+    record, _, _ = _stopped_then_resumed(tmp_path, "mlflow", lambda: _mlflow_statuses(client, ["KILLED"]))
     [run] = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
     assert run.info.run_name == record["run_id"] and run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
     assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, "final/accuracy")] == [
         (6, pytest.approx(record["metrics"]["accuracy"]))]
+
+
+def _mlflow_statuses(client, expected: list[str]) -> None:
+    """The statuses of the runs in the harness's MLflow experiment are ``expected`` (sorted)."""
+    runs = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
+    assert sorted(r.info.status for r in runs) == expected
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
+def test_mlflow_marks_a_run_stopped_by_ctrl_c_killed_not_failed(tmp_path, monkeypatch):
+    """Ctrl-C ends a run at once, with its checkpoint kept for --resume, as a stop signal does at a checkpoint
+    (the resumed test above): MLflow's status for a run stopped on purpose is KILLED; FAILED is a failure's."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    _stopped(tmp_path, "mlflow", signal.SIGINT)
+    _mlflow_statuses(MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}"), ["KILLED"])
 
 
 def _crashed_then_resumed(kind: type, results: Path, work: Path) -> None:
@@ -308,7 +338,7 @@ def _crashed_then_resumed(kind: type, results: Path, work: Path) -> None:
     resumed = kind(results, "r-s0", _spec(), True, work)
     for step in range(3, 6):
         resumed.log(step, {"loss": 2.0})
-    resumed.close({"accuracy": 0.5})
+    resumed.close(tracking.FINISHED, {"accuracy": 0.5})
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")

@@ -20,7 +20,8 @@ def test_a_resumed_run_with_nothing_left_to_train_keeps_its_curve_and_logs_the_s
         first.log(step, {"loss": float(step)})
     first.close()  # trained to the end (its last checkpoint), then killed in the evaluation
     resumed = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=True, work_dir=tmp_path)
-    resumed.close({"accuracy": 90.0})  # nothing left to train: no step logged, only the evaluation's metrics
+    # nothing left to train: no step logged, only the evaluation's metrics
+    resumed.close(tracking.FINISHED, {"accuracy": 90.0})
     logged = _scalars(tmp_path / "tb" / "r-s0")
     assert logged["loss"] == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]  # not purged from step 0
     assert logged["final/accuracy"] == [(4, 90.0)]  # at the end of training, not at step 0
@@ -33,7 +34,7 @@ def test_a_resumed_run_that_trains_still_purges_from_where_it_goes_on(tmp_path):
     first.close()
     resumed = tracking.TensorBoardTracker(tmp_path, "r-s0", _spec(), resume=True, work_dir=tmp_path)
     resumed.log(3, {"loss": 2.0})
-    resumed.close({"accuracy": 90.0})
+    resumed.close(tracking.FINISHED, {"accuracy": 90.0})
     logged = _scalars(tmp_path / "tb" / "r-s0")
     assert logged["loss"] == [(1, 1.0), (2, 1.0), (3, 2.0)] and logged["final/accuracy"] == [(3, 90.0)]
 
@@ -65,13 +66,13 @@ def test_each_tensorboard_run_says_what_it_is_so_a_sweeps_grid_points_can_be_tol
         spec = dataclasses.replace(_spec(), loss="pucl", loss_params={"alpha": alpha, "mode": "a|b"})
         tracker = tracking.TensorBoardTracker(tmp_path, rid, spec, resume=False, work_dir=tmp_path)
         tracker.log(1, {"loss": 1.0})
-        tracker.close({"accuracy": 90.0})
+        tracker.close(tracking.FINISHED, {"accuracy": 90.0})
         [(step, text)] = _texts(tmp_path / "tb" / rid)[f"{tracking.IDENTITY}/text_summary"]
         assert step == 0 and f"| loss.alpha | {alpha} |" in text and "| loss | pucl |" in text
         assert "| loss.mode | a\\|b |" in text  # a pipe would split the table's cell
     resumed = tracking.TensorBoardTracker(tmp_path, "pucl-aaaa-s0", _spec(), resume=True, work_dir=tmp_path)
     resumed.log(1, {"loss": 2.0})
-    resumed.close({"accuracy": 91.0})
+    resumed.close(tracking.FINISHED, {"accuracy": 91.0})
     assert len(_texts(tmp_path / "tb" / "pucl-aaaa-s0")[f"{tracking.IDENTITY}/text_summary"]) == 1
 
 

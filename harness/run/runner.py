@@ -448,8 +448,11 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                 staged = path.parent / "tb" / (rid + tracking.RERUN)
                 warnings.warn(f"{rid}: its record is written, but its TensorBoard log could not replace the earlier "
                               f"run's ({exc.strerror or exc}); it stays in {staged}", UserWarning, stacklevel=2)
+    except (RunStopped, KeyboardInterrupt):
+        tracking.close(trackers, tracking.STOPPED)  # at a checkpoint, which --resume goes on from: no failure
+        raise
     finally:
-        tracking.close(trackers)  # after an interruption too: what was logged stays readable
+        tracking.close(trackers)  # after a crash too (failed): what was logged stays readable
         LOGGER.removeHandler(handler)
         handler.close()
     if outcome.status == "completed" and write:

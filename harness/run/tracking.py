@@ -20,6 +20,9 @@ in ``<results>/tb/<run id>.rerun/``, which takes the place of ``<run id>/`` once
 (:func:`publish`): a rerun that fails, or stops, leaves the earlier run's curve as it was, beside its record, and
 never mixes the two (``--force --resume`` goes on in the rerun's folder). W&B and MLflow keep each run apart.
 
+Each tracker is told how its run ended (:data:`Ending`): MLflow's run status is FINISHED, KILLED (stopped at a
+checkpoint, to be resumed) or FAILED; W&B's run ends with exit code 0, 75 after ``mark_preempting`` (stopped) or 1.
+
 Each library is imported when its tracker is checked or opened; a missing one is a :class:`UserError` naming the
 install command, raised by :func:`check` before any run starts. W&B and MLflow are optional extras.
 """
@@ -34,12 +37,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from domains.base import RunSpec, require
 from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
 from harness.records import is_completed
+from harness.run.stopping import EXIT_STOPPED
 from harness.tables import markdown
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
@@ -50,6 +54,12 @@ FINAL = "final/"  # the prefix of the evaluation's metrics, logged once at the r
 IDENTITY = "run/identity"  # TensorBoard's text of the run's identity (domain, dataset, loss and its params, config)
 STATE = "trackers.json"  # in the run's work folder: the W&B and MLflow run ids that a resumed run reopens
 RERUN = ".rerun"  # TensorBoard's folder of a rerun, beside the log of the completed record it is to replace
+# How a run ended, as its trackers are told: evaluated; stopped at a checkpoint (a signal, --time-limit, Ctrl-C),
+# which --resume goes on from in the same log; or failed (an error, a crash)
+Ending = Literal["finished", "stopped", "failed"]
+FINISHED: Ending = "finished"
+STOPPED: Ending = "stopped"
+FAILED: Ending = "failed"
 
 
 def _saved(work_dir: Path, name: str) -> dict[str, Any] | None:
@@ -75,9 +85,9 @@ class Tracker(Protocol):
     def log(self, step: int, scalars: dict[str, float]) -> None:
         """Log ``scalars`` (plain floats) at training ``step``."""
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
-        """Log ``summary`` (the evaluation's metrics; None: the run failed or was interrupted) and close; a second
-        call does nothing."""
+    def close(self, ending: Ending = FAILED, summary: dict[str, float] | None = None) -> None:
+        """Log ``summary`` (a finished run's evaluation metrics) and close, telling the library how the run ended
+        (``ending``); a second call does nothing."""
 
     def publish(self) -> None:
         """Once the run's record is written (after :meth:`close`): make the log the one of that record."""
@@ -173,15 +183,15 @@ class _SummaryAtLastStep:
     def _write(self, step: int, scalars: dict[str, float]) -> None:
         raise NotImplementedError
 
-    def _end(self, failed: bool) -> None:
+    def _end(self, ending: Ending) -> None:
         raise NotImplementedError
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
+    def close(self, ending: Ending = FAILED, summary: dict[str, float] | None = None) -> None:
         if self._closed:
             return
         if summary:
             self._write(self._step, {FINAL + k: v for k, v in summary.items()})
-        self._end(failed=summary is None)
+        self._end(ending)
         self._closed = True
 
 
@@ -221,15 +231,15 @@ class TensorBoardTracker(_SummaryAtLastStep):
         for key, value in scalars.items():
             self._writer.add_scalar(key, value, step)
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
+    def close(self, ending: Ending = FAILED, summary: dict[str, float] | None = None) -> None:
         if summary and self._resume and self._writer is None and not self._closed:
             # Resumed with no step left to train (stopped at the last checkpoint, or killed in the evaluation):
             # the summary goes at the last step the earlier attempts logged, and nothing is purged (a purge from
             # step 0 would drop the whole curve).
             self._step, self._resume = last_step(self.folder), False
-        super().close(summary)
+        super().close(ending, summary)
 
-    def _end(self, failed: bool) -> None:
+    def _end(self, ending: Ending) -> None:  # TensorBoard keeps no run status
         if self._writer is not None:
             self._writer.close()
 
@@ -245,6 +255,13 @@ class TensorBoardTracker(_SummaryAtLastStep):
         if self.folder.exists():  # a rerun that logged nothing leaves no log: the earlier one goes all the same
             os.replace(self.folder, self._published)
         shutil.rmtree(replaced, ignore_errors=True)
+
+
+# W&B's exit code of each ending: its run state is finished for 0, failed for any other unless the run was marked
+# preempting; a stopped run's is the harness's exit status for a stop at a checkpoint
+_WANDB_EXIT: dict[Ending, int] = {FINISHED: 0, STOPPED: EXIT_STOPPED, FAILED: 1}
+# MLflow's run status of each ending (mlflow.entities.RunStatus): KILLED is its status for a run stopped on purpose
+_MLFLOW_STATUS: dict[Ending, str] = {FINISHED: "FINISHED", STOPPED: "KILLED", FAILED: "FAILED"}
 
 
 class WandbTracker:
@@ -285,12 +302,14 @@ class WandbTracker:
         self._run.log(scalars, step=step)
         self._last = step
 
-    def close(self, summary: dict[str, float] | None = None) -> None:
+    def close(self, ending: Ending = FAILED, summary: dict[str, float] | None = None) -> None:
         if self._closed:
             return
         for key, value in (summary or {}).items():
             self._run.summary[FINAL + key] = value
-        self._run.finish(exit_code=0 if summary is not None else 1)
+        if ending == STOPPED:  # W&B's mark for a run to be resumed (preempted), not a failed one
+            self._run.mark_preempting()
+        self._run.finish(exit_code=_WANDB_EXIT[ending])
         _keep(self._work_dir, self.name, {"id": self._id, "last_step": self._last})
         self._closed = True
 
@@ -351,8 +370,8 @@ class MlflowTracker(_SummaryAtLastStep):
         now = int(time.time() * 1000)
         self._client.log_batch(self._run_id, metrics=[Metric(k, v, now, step) for k, v in scalars.items()])
 
-    def _end(self, failed: bool) -> None:
-        self._client.set_terminated(self._run_id, "FAILED" if failed else "FINISHED")
+    def _end(self, ending: Ending) -> None:
+        self._client.set_terminated(self._run_id, _MLFLOW_STATUS[ending])
 
     def publish(self) -> None:
         """Nothing to move: a rerun is an MLflow run of its own."""
@@ -425,7 +444,7 @@ def finish(trackers: Sequence[Tracker], metrics: dict[str, float | None] | None)
     record's ``info["tracking"]``."""
     summary = None if metrics is None else {k: v for k, v in metrics.items() if v is not None}
     for tracker in trackers:
-        tracker.close(summary)
+        tracker.close(FAILED if summary is None else FINISHED, summary)
     return {tracker.name: tracker.location for tracker in trackers}
 
 
@@ -436,8 +455,9 @@ def publish(trackers: Sequence[Tracker]) -> None:
         tracker.publish()
 
 
-def close(trackers: Sequence[Tracker]) -> None:
-    """Close every tracker that :func:`finish` did not (an interrupted or crashed run): what was logged stays."""
+def close(trackers: Sequence[Tracker], ending: Ending = FAILED) -> None:
+    """Close every tracker that :func:`finish` did not, with how the run ended (``ending``: STOPPED at a checkpoint,
+    FAILED where it crashed): what was logged stays."""
     for tracker in trackers:
-        tracker.close()
+        tracker.close(ending)
 
