@@ -114,3 +114,27 @@ def test_a_broken_bench_file_writes_nothing(tmp_path, capsys):
     _refused(["leaderboard", "--results", str(tmp_path / "results"), "--out", str(out), "--bench", str(bench)],
              capsys, "is not a readable bench file")
     assert not out.exists()
+
+
+def test_leaderboard_neither_draws_nor_removes_figures_through_a_linked_curves_folder(tmp_path, capsys):
+    """A curves/ that is a symbolic link (a committed one, say) took the figures drawn, and the removal of those no
+    longer drawn, to wherever it points: the command is refused, naming it, and nothing there or at --out changes."""
+    results, out, elsewhere = tmp_path / "results", tmp_path / "lb", tmp_path / "elsewhere"
+    write_records(results, _records(("blobs", "blobs_hard")))
+    args = ["leaderboard", "--results", str(results), "--out", str(out)]
+    assert main(args) == 0
+    (out / "curves").rename(elsewhere)  # the figures a page of ours shows, now behind a link
+    (out / "curves").symlink_to(elsewhere)
+    for path in results.glob("tiny-blobs_hard-*.json"):
+        path.unlink()  # its figure would be removed, blobs' drawn again
+    before, there = _files(out), _files(elsewhere)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'curves'} is a symbolic link" in err, err
+    assert _files(out) == before and _files(elsewhere) == there
+    (out / "curves").unlink()  # one page of ours linking a figure through the link is refused alike
+    (out / "curves").mkdir()
+    (out / "curves" / "tiny-blobs.png").symlink_to(elsewhere / "tiny-blobs.png")
+    assert main(args) == 2
+    assert f"{out / 'curves' / 'tiny-blobs.png'} is a symbolic link" in capsys.readouterr().err
+    assert _files(elsewhere) == there

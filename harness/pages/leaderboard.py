@@ -282,7 +282,8 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path, *, bench_named
     files in ``bench_dir`` where there are any; remove generated pages of domains that no longer have records and
     the figures of datasets no longer drawn. UserError, before anything is written, when there is no completed
     record to show, a bench file cannot be read, ``bench_dir`` was named (``--bench``) and holds no bench file, or
-    a file to replace is not one a page command generated."""
+    a file to replace is not one a page command generated, or a figure to draw or remove lies through a symbolic
+    link (:func:`domains.files.refuse_link`)."""
     groups, files = completed_groups(results)
     benches = bench.read_benches(bench_dir, required=bench_named)
     domains = sorted({g.domain for g in groups})
@@ -293,6 +294,8 @@ def write_leaderboards(results: Path, out: Path, bench_dir: Path, *, bench_named
     generated.refuse_foreign([*pages.values(), index, *([out / bench.PAGE] if benches else [])], "leaderboard")
     generated.refuse_foreign([manifest], "leaderboard", head=MANIFEST_HEAD)
     generated.refuse_foreign([out / path for path, _ in planned.values()], "leaderboard", figures=previous)
+    for figure in sorted({*(out / path for path, _ in planned.values()), *previous}):
+        refuse_link(figure, out)  # a curves/ that is a link would take the figures drawn, and those removed, elsewhere
     # Every page is rendered before any file is written: a page that fails on its input writes nothing.
     texts = {}
     for domain, path in pages.items():
