@@ -60,6 +60,17 @@ MAX_NAME = 236
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a file of the harness's (a run id, a domain's page), or None: it must be a
+    :data:`PLAIN_NAME` without ``..``, of at most :data:`MAX_NAME` characters."""
+    if len(value) > MAX_NAME:
+        return (f"{value[:40]!r}... is {len(value)} characters long, more than the {MAX_NAME} a name that names a "
+                "file may have")
+    if not PLAIN_NAME.fullmatch(value) or ".." in value:
+        return f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)"
+    return None
+
+
 class InvalidRecordError(UserError):
     """A file that is not a valid run record (not JSON, not an object, a field missing or of the wrong type)."""
 
@@ -110,11 +121,8 @@ class RunRecord(BaseModel):
     @field_validator("run_id", "domain")
     @classmethod
     def _plain_name(cls, value: str) -> str:
-        if len(value) > MAX_NAME:
-            raise ValueError(f"{value[:40]!r}... is {len(value)} characters long, more than the {MAX_NAME} a name "
-                             "that names a file may have")
-        if not PLAIN_NAME.fullmatch(value) or ".." in value:
-            raise ValueError(f"{value!r} is not a plain name (letters, digits and _.:+=@,- only; it names a file)")
+        if problem := name_problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("method", "dataset", "loss", "preset", "primary_metric", "baseline_loss")

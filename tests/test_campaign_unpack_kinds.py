@@ -1,7 +1,8 @@
 """``tools/campaign unpack`` takes each member only where its kind belongs. A tarball whose manifest called a
 member a "log" (or a bench file, or a checkpoint) at a record's path replaced that record unchecked: the refusal to
 overwrite a different record looked at members of kind "record" only; and a "bench" file could land on any page
-under ``leaderboards/``. Now such a tarball is refused whole, with one line, and nothing is written."""
+under ``leaderboards/``. Now such a tarball is refused whole, with one line, and nothing is written; so is a member
+whose name is not the one spelling pack writes, or whose run id no record could have."""
 
 from __future__ import annotations
 
@@ -50,6 +51,15 @@ def _tarball(path: Path, *members: tuple[str, str, bytes]) -> Path:
     ("leaderboards/results/sub/x.log", "log"),
     ("leaderboards/results/../index.md", "log"),
     ("/etc/x.log", "log"),
+    # one file under two spellings: beside its plain twin, the second member silently replaced the first
+    ("leaderboards//results/tiny-blobs-linear-infonce-0123abcd-s0.log", "log"),
+    ("leaderboards/./results/tiny-blobs-linear-infonce-0123abcd-s0.log", "log"),
+    ("campaign//failed/x.json", "side"),
+    # a run id no record can have: a newline, a leading dash, too long for the file names a run writes beside it
+    ("leaderboards/results/tiny\nforged.log", "log"),
+    ("leaderboards/results/-rf .log", "log"),
+    ("leaderboards/results/.work/tiny\nforged/checkpoint.pt", "checkpoint"),
+    (f"leaderboards/results/{'x' * 240}.log", "log"),
 ])
 def test_a_member_away_from_where_its_kind_belongs_is_refused_and_nothing_is_written(tmp_path, name, kind):
     repo = tmp_path / "repo"

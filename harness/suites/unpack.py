@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from domains.errors import UserError
 from domains.files import refuse_link, write_atomic
-from harness.records import InvalidRecordError, load_record, parse_record
+from harness.records import InvalidRecordError, load_record, name_problem, parse_record
 from harness.suites.pack import BENCH, CHUNK, MANIFEST, MIB, REPO_KINDS, SHA256, SIDE, _file_digest
 
 # What unpack reads of a tarball, in all: a campaign's tarball comes back through a device call's $OUT, at most
@@ -37,11 +37,17 @@ def _checked_path(name: str, kind: str) -> PurePosixPath:
     ``leaderboards/<folder>/<run id>.json``, its log ``leaderboards/<folder>/<run id>.log``, a bench file
     ``leaderboards/bench/<name>.json``, a checkpoint ``leaderboards/<folder>/.work/<run id>/checkpoint.pt``, a side
     file anywhere under ``campaign/``. (A member whose kind and path disagree, a "log" at a record's path, would
-    replace that record unchecked, or a page anywhere under ``leaderboards/``.)"""
+    replace that record unchecked, or a page anywhere under ``leaderboards/``.) The name is one spelling of its
+    path, as pack writes it: ``leaderboards//results/x.log`` beside ``leaderboards/results/x.log`` would write one
+    file twice, the second silently. A run id is a plain name, as a record's is
+    (:func:`harness.records.name_problem`: no newline, not too long for a file name)."""
     path = PurePosixPath(name)
     home = SIDE if kind == "side" else PurePosixPath("leaderboards")
-    plain = not path.is_absolute() and ".." not in path.parts and path.parts[:1] == home.parts
+    plain = not path.is_absolute() and ".." not in path.parts and path.parts[:1] == home.parts \
+        and path.as_posix() == name
     parts = path.parts
+    rid = parts[3] if kind == "checkpoint" and len(parts) == 5 else path.stem
+    plain &= kind not in ("record", "log", "checkpoint") or name_problem(rid) is None
     folder = parts[1] if len(parts) > 1 else ""
     records_folder = folder != BENCH.name and not folder.startswith(".")
     where = {
