@@ -4,6 +4,8 @@ hand below), missing keys, and what ``harness leaderboard`` does with and withou
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -276,3 +278,15 @@ def test_the_simclr_and_curl_targets_notes_count_the_flops_they_quote():
         for step in (2, 3):  # one update of each kind
             update(step)
     assert counter.get_total_flops() / 2 / 1e12 * 512 / 32 == pytest.approx(CURL_UPDATE_TFLOP, abs=0.0005)
+
+
+def test_the_command_is_shown_as_a_shell_reads_it(tmp_path):
+    """The page says to run a partial benchmark's command again: joined with spaces, an argument holding a space or
+    a ';' showed as another command (``harness bench x; rm -rf ~``)."""
+    bench_file(tmp_path, "losses", [{"loss": "nt_xent", "ms": 1.0}])
+    path = tmp_path / "losses-cuda.json"
+    argv = ["harness", "bench", "losses; rm -rf ~", "--dim", "a b", "it's"]
+    path.write_text(json.dumps({**json.loads(path.read_text()), "command": argv}))
+    page = write_bench_page(tmp_path, tmp_path).read_text()
+    shown = re.search(r"command (`+) ?(.*?) ?\1\.", page)
+    assert shown is not None and shlex.split(shown.group(2)) == argv, page

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import operator
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,7 +235,8 @@ def hardware_line(bench: Mapping[str, Any]) -> str:
             for s in sessions) + ", with the same source digest")
     command = bench.get("command")
     if command:
-        parts.append(f"command {code(' '.join(map(str, command)))}")
+        # quoted as a shell reads it: the page says to run it again, and a part such as "x; rm -rf ~" is one argument
+        parts.append(f"command {code(shlex.join(map(str, command)))}")
     return "; ".join(parts) + "."
 
 
