@@ -75,7 +75,9 @@ def builder_for(datasets: Any, source: Path | str, wording: Wording) -> Any:
         with offline as no_network:
             return datasets.load_dataset_builder(str(_folder(source) if single_file else source),
                                                  data_files=single_file, cache_dir=str(cache_dir() / HUB_CACHE))
-    except (OSError, ValueError) as exc:  # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids
+    # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids; RuntimeError: a dataset script (a folder's
+    # or a hub set's <name>.py), which datasets no longer runs: it names the script, and no code ran
+    except (OSError, ValueError, RuntimeError) as exc:
         reason = no_network_note() if no_network else " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(source, Path):
             raise UserError(f"{source}: no dataset files that datasets can read ({reason}); {wording.layout}") \

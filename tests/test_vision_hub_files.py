@@ -122,3 +122,17 @@ def test_a_hub_sets_rows_may_name_its_downloads_in_the_harness_datasets_cache_an
             check_image_paths(builder, "user/set", "train", [_png(1), str(path)])
         assert str(err.value).startswith(f"hub dataset 'user/set': image 1 of the train split holds no bytes but "
                                          f"the path {path}, which is not one of the dataset's own files"), err.value
+
+
+def test_a_folder_with_a_dataset_script_is_one_error_and_runs_no_code(tmp_path):
+    """``datasets`` runs no loading script any more: it raised a RuntimeError, which reached the user as a
+    traceback. It is one error naming the script, and the script's code never ran."""
+    folder = tmp_path / "scripted"
+    for i in range(4):
+        (folder / "train" / str(i % 2)).mkdir(parents=True, exist_ok=True)
+        (folder / "train" / str(i % 2) / f"{i}.png").write_bytes(_png(i))
+    ran = tmp_path / "ran"
+    (folder / "scripted.py").write_text(f"open({str(ran)!r}, 'w').write('the script ran')\n")
+    with pytest.raises(UserError, match=r"no dataset files that datasets can read \(.*scripted\.py"):
+        data.load(f"hf:{folder}", tmp_path)
+    assert not ran.exists()
