@@ -284,10 +284,14 @@ def record_run_hash(record: RunRecord) -> str | None:
 
 def run_id(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
     """A readable, unique id: ``domain-dataset-method-loss-<8 hex of the run hash>-s<seed>``, a plain file name
-    whatever the dataset is called (an ``hf:`` folder, a ``gym:`` id)."""
-    parts = [re.sub(r"[^A-Za-z0-9_.:+=@,-]", "_", str(p)).replace("..", "__")
-             for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
-    return "-".join([*parts, run_hash(spec, data_fingerprint)[:8], f"s{spec.seed}"])
+    whatever the dataset is called (an ``hf:`` folder, a ``gym:`` id). Names past :data:`MAX_NAME` characters (an
+    ``hf:`` folder deep in a file system) are cut to fit, the dataset's first: the files a run writes are named
+    after its id, and the hash, which covers the whole dataset name, still tells two such runs apart."""
+    domain, dataset, method, loss = [re.sub(r"[^A-Za-z0-9_.:+=@,-]", "_", str(p)).replace("..", "__")
+                                     for p in (spec.domain, spec.dataset, spec.method, spec.loss)]
+    tail = f"-{run_hash(spec, data_fingerprint)[:8]}-s{spec.seed}"
+    dataset = dataset[:max(0, MAX_NAME - len(f"{domain}--{method}-{loss}{tail}"))]
+    return f"{domain}-{dataset}-{method}-{loss}"[:MAX_NAME - len(tail)] + tail
 
 
 def utc_now() -> str:

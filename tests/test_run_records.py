@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from tiny_domain import TinyDomain, synthetic_record, write_records
@@ -20,6 +21,7 @@ from harness.cli import main
 from harness.groups import group_key, group_records
 from harness.pages.leaderboard import MANIFEST
 from harness.records import (
+    MAX_NAME,
     SCHEMA_VERSION,
     InvalidRecordError,
     NewerRecordError,
@@ -28,6 +30,7 @@ from harness.records import (
     identity_hash,
     load_record,
     load_record_files,
+    name_problem,
     normalize,
     parse_record,
     run_id,
@@ -206,3 +209,37 @@ def test_the_atomic_writer_takes_text_bytes_or_a_writer(tmp_path):
 
 def test_markdown_cells_cannot_break_the_table():
     assert markdown(["a", "b"], [["x|y", "two\nlines"]]) == ["| a | b |", "|---|---|", "| x\\|y | two lines |"]
+
+
+def _image_folder(folder: Path) -> Path:
+    """An ``hf:`` image folder of a few random 8x8 PNGs, two classes (12 a split: the evaluation takes 10 or more)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for i in range(12):
+            (folder / split / str(i % 2)).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(folder / split / str(i % 2) /
+                                                                                  f"{i}.png")
+    return folder
+
+
+def test_a_dataset_named_by_a_long_path_runs_and_its_id_fits_a_file_name(tmp_path, monkeypatch, capsys):
+    """A run id is a file name: an ``hf:`` folder 250 characters deep made one too long to write (OSError, a
+    traceback, after the data was read). The id is cut to fit, the dataset's name first, keeping the method, loss,
+    hash and seed; two folders that differ only past the cut get two ids (the hash covers the whole name)."""
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    deep = tmp_path / ("d" * 120) / ("e" * 120)
+    folder, twin = _image_folder(deep / "set1"), deep / "set2"
+    specs = [plan(RunRequest("vision", "infonce", dataset=f"hf:{f}", seeds=[0])).specs[0] for f in (folder, twin)]
+    ids = [run_id(spec, {"d": 1}) for spec in specs]
+    assert ids[0] != ids[1] and all(len(rid) <= MAX_NAME and name_problem(rid) is None for rid in ids), ids
+    assert all(rid.startswith("vision-hf:_") and rid.endswith("-s0") and "-simclr-infonce-" in rid for rid in ids)
+    results = tmp_path / "results"
+    assert main(["run", "--domain", "vision", "--dataset", f"hf:{folder}", "--loss", "infonce", "--seeds", "0",
+                 "--results", str(results), "--tracker", "none", "--quiet", "--set", "epochs=1",
+                 "--set", "batch_size=8"]) == 0, capsys.readouterr().err
+    [path] = results.glob("*.json")
+    record = load_record(path)
+    assert record.dataset == f"hf:{folder}" and path.name == f"{record.run_id}.json" and len(record.run_id) <= MAX_NAME
