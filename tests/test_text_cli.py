@@ -13,12 +13,13 @@ EVALUATION = ["--set", "kfold=3", "--seeds", "0", "--device", "cpu", "--quiet"]
 TINY = ["--set", "max_steps=3", "--set", "word_dim=16", "--set", "hidden_dim=32", "--set", "batch_size=50", *EVALUATION]
 
 
-def _run(tmp_path: Path, *args: str, data_root: Path | None = None) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, *args: str, data_root: Path | None = None, stdin: str = "") -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "harness", "run", "--domain", "text", *args, "--results", str(tmp_path)]
     if data_root is not None:
         cmd += ["--data-root", str(data_root)]
-    env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    env = {**__import__("os").environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "HF_HOME": str(tmp_path / "hf")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, input=stdin)
 
 
 def _record(tmp_path: Path) -> dict:
@@ -79,3 +80,20 @@ def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path):
     out = _run(tmp_path, "--method", "hf", "--loss", "infonce", "--seeds", "0")
     assert out.returncode != 0
     assert "hf_model_dir" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_hf_never_runs_a_model_folders_own_code(tmp_path):
+    """A model folder whose config names code of its own (``auto_map``): transformers asked on the terminal whether
+    to run it, and a "y" (here piped in) ran the folder's module. It is refused, one line, and nothing of it runs."""
+    model, ran = tmp_path / "model", tmp_path / "ran"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "mine", "auto_map": {
+        "AutoConfig": "mine.MyConfig", "AutoModel": "mine.MyModel"}}))
+    tokenizer = {"auto_map": {"AutoTokenizer": ["mine.MyTokenizer", None]}}
+    (model / "tokenizer_config.json").write_text(json.dumps(tokenizer))
+    (model / "mine.py").write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    out = _run(tmp_path / "results", "--method", "hf", "--loss", "infonce", "--set", f"hf_model_dir={model}",
+               *EVALUATION, stdin="y\n")
+    assert out.returncode != 0 and not ran.exists(), out.stderr
+    assert f"could not load a Hugging Face model from {model}" in out.stderr and "Traceback" not in out.stderr
+    assert "Do you wish to run the custom code" not in out.stdout + out.stderr

@@ -190,9 +190,12 @@ class HFEncoder:
             raise UserError(f"method hf needs --set hf_model_dir=DIR, a local Hugging Face model directory "
                             f"(got '{model_dir}')")
         transformers = require("transformers", "text")
+        # trust_remote_code=False: a folder whose config names code of its own (auto_map) is refused; left unset,
+        # transformers asks on the terminal whether to run it, and a "y" there (or piped in) ran the folder's code
+        local = {"local_files_only": True, "trust_remote_code": False}
         try:
-            self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-            self.model = transformers.AutoModel.from_pretrained(path, local_files_only=True).to(device).eval()
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(path, **local)
+            self.model = transformers.AutoModel.from_pretrained(path, **local).to(device).eval()
         except (OSError, ValueError) as exc:
             raise UserError(f"could not load a Hugging Face model from {path}: {exc}") from exc
         self.device, self.batch_size = device, batch_size
