@@ -95,21 +95,23 @@ def file_identities(builder: Any, source: Path | str) -> dict[str, str]:
     if not names:
         raise UserError(f"{display_name(source)}: datasets found no data files")
     if isinstance(source, Path):
-        _check_inside(_folder(source), names)
+        check_inside(_folder(source), names, "its README.md's data_files name")
         return {os.path.relpath(f, _folder(source)): hash_files([Path(f)]) for f in names}
     return {f: "pinned by the URL's commit" for f in names}
 
 
-def _check_inside(source: Path, names: list[str]) -> None:
+def check_inside(source: Path, names: list[str], naming: str) -> None:
     """UserError naming the files outside the folder ``source`` that ``datasets`` would read (a ``README.md``'s
-    ``configs: data_files`` may name any path): a dataset is its folder, so that a name under the data root never
-    reaches outside it. ``datasets`` resolves the folder's links, not those inside it (a hub snapshot's files)."""
+    ``configs: data_files``, a ``save_to_disk`` folder's ``state.json``, may name any path; ``naming`` says which,
+    as the start of a sentence's predicate): a dataset is its folder, so that a name under the data root never
+    reaches outside it, and the folder's files, which its fingerprint hashes, are all the data a run reads.
+    ``datasets`` resolves the folder's links, not those inside it (a hub snapshot's files)."""
     folder = Path(os.path.realpath(source))
     outside = [f for f in names if not Path(os.path.abspath(f)).is_relative_to(folder)]
     if outside:
         more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
-        raise UserError(f"{source}: its README.md's data_files name {outside[0]}{more}, outside the dataset's folder; "
-                        "a dataset's files are inside its folder")
+        raise UserError(f"{source}: {naming} {outside[0]}{more}, outside the dataset's folder; a dataset's files are "
+                        "inside its folder")
 
 
 def _check_shards(folder: Path, files: dict[str, str]) -> None:

@@ -168,3 +168,23 @@ def test_datasets_bars_follow_quiet(tmp_path, capfd):
     _load(_parquet(tmp_path / "shown", {"text": SENTENCES}), tmp_path, bars=True)
     assert "Generating train split" in capfd.readouterr().err
 
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_saved_folder_whose_state_names_a_file_outside_it_is_refused(tmp_path, whole):
+    """A save_to_disk folder's state.json names its Arrow files, and load_from_disk read "../other/..." as well:
+    rows from outside the folder, which its fingerprint (the folder's files) does not cover, so a run on changed data
+    kept its id. Refused, naming the file, whether the folder holds a Dataset or a DatasetDict's split."""
+    import json
+
+    datasets.Dataset.from_dict({"text": ["from outside ."] * 3}).save_to_disk(tmp_path / "other")
+    saved, rows = tmp_path / "mine", datasets.Dataset.from_dict({"text": SENTENCES})
+    rows.save_to_disk(saved) if whole else datasets.DatasetDict({"train": rows}).save_to_disk(saved)
+    state = saved / "state.json" if whole else saved / "train" / "state.json"
+    fields = json.loads(state.read_text())
+    fields["_data_files"] = [{"filename": f"{'../' * (1 if whole else 2)}other/data-00000-of-00001.arrow"}]
+    state.write_text(json.dumps(fields))
+    with pytest.raises(UserError) as err:
+        _load(saved, tmp_path)
+    assert str(err.value).startswith(f"{saved}: its state.json names ") and str(err.value).endswith(
+        "other/data-00000-of-00001.arrow, outside the dataset's folder; a dataset's files are inside its folder")

@@ -19,6 +19,7 @@ from domains.files import hash_files
 from domains.hub_datasets import (
     Wording,
     builder_for,
+    check_inside,
     display_name,
     file_identities,
     find_column,
@@ -78,6 +79,9 @@ def _saved_split(datasets: Any, folder: Path, split: str, bars: bool) -> Any:
     except (OSError, ValueError) as exc:
         raise UserError(f"{folder}: datasets' load_from_disk cannot read it ({' '.join(str(exc).split())})") \
             from None
+    # Each split's state.json names its Arrow files, "../" too: only the folder's own are hashed (file_hashes).
+    splits = saved.cache_files.values() if isinstance(saved, datasets.DatasetDict) else [saved.cache_files]
+    check_inside(folder, [f["filename"] for files in splits for f in files], "its state.json names")
     return _split(saved, split, folder) if isinstance(saved, datasets.DatasetDict) else saved
 
 
