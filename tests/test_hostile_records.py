@@ -123,6 +123,18 @@ def test_a_bench_file_of_the_wrong_shape_is_refused_before_any_page(tmp_path, ru
     assert f"{path} is not a" in said and "bench file" in said
 
 
+def test_a_bench_file_that_is_a_symbolic_link_is_refused_not_read(tmp_path, run_main):
+    """A record that is a link is refused; a bench file was read through one, and a bench-shaped JSON file anywhere
+    (a committed link's target) printed on the page."""
+    results = _tiny_results(tmp_path)
+    (tmp_path / "bench").mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"rows": [{"loss": "nt_xent", "ms": 1.0}], "device": "a secret"}))
+    (tmp_path / "bench" / "losses-cpu.json").symlink_to(elsewhere)
+    said = _refused(run_main, tmp_path, "leaderboard", "--results", str(results), "--bench", str(tmp_path / "bench"))
+    assert f"{tmp_path / 'bench' / 'losses-cpu.json'} is a symbolic link" in said
+
+
 @pytest.mark.parametrize("command", ["leaderboard", "report"])
 @pytest.mark.parametrize("edit", [{"metrics": 1e308}, {"timings": -1e308}])
 def test_values_too_large_to_average_are_refused_as_compare_refuses_them(tmp_path, run_main, command, edit):

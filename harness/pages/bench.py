@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from domains.errors import UserError
-from domains.files import folder_problem, read_regular, write_atomic
+from domains.files import folder_problem, read_regular, refuse_link, write_atomic
 from harness.pages import generated
 from harness.tables import Markup, bullet, code, escape, markdown
 
@@ -313,7 +313,9 @@ def bench_problem(bench: Any) -> str | None:
 def load_bench(path: Path) -> dict[str, Any]:
     """The bench file at ``path``, checked (:func:`bench_problem`). UserError, naming the file and the problem,
     when it cannot be read (not a regular file, not UTF-8, not JSON, nested too deep, an integer of 4300+ digits)
-    or is not a bench file."""
+    or is not a bench file, or is a symbolic link (as a record is: a committed link could point at any JSON file,
+    whose fields the page would print)."""
+    refuse_link(path, path.parent)
     try:
         bench = json.loads(read_regular(path).decode())
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: UnicodeDecodeError, JSONDecodeError, ...
