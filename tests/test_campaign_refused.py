@@ -103,6 +103,47 @@ def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, ru
     assert cleared.returncode == 0 and cleared.stderr == ""
 
 
+def test_a_dry_run_reads_the_checkpoint_of_the_run_id_not_another_configs(tmp_path, run_main):
+    """The dry run matched a checkpoint by domain, method, loss and seed: a damaged one of another config's run (its
+    hash another) was refused too. Where the run id can be computed here (the tiny domain's data), only the
+    checkpoint under it, as harness run named it, is read."""
+    repo = tmp_path / "repo"
+    records = repo / "leaderboards" / "results"
+    mine = _killed(records, 0)
+    other = records / ".work" / "tiny-blobs-linear-infonce-0123abcd-s0" / "checkpoint.pt"
+    other.parent.mkdir()
+    other.write_bytes(b"\x80\x02garbage")
+    plan = write_plan(tmp_path, LINE)
+    sound = run_main(campaign_main, "run", str(plan), "--dry-run", "--seeds", "0", "--repo", str(repo))
+    assert sound.returncode == 0 and sound.stderr == "", sound.stderr
+    assert "note: no run id" not in sound.stdout
+    mine.write_bytes(mine.read_bytes()[:100])
+    out = run_main(campaign_main, "run", str(plan), "--dry-run", "--seeds", "0", "--repo", str(repo))
+    assert out.returncode == 2
+    [line] = out.stderr.splitlines()
+    assert f"the checkpoint {mine} cannot be read" in line and line.endswith(f"{mine.parent} {records / '.refused'}/")
+
+
+def test_a_dry_run_without_the_data_reads_every_checkpoint_of_the_names_and_says_so(tmp_path, run_main):
+    """The tiny domain's 'absent' data set is on no machine: its run id cannot be computed, so each checkpoint of
+    its domain, method, loss and seed is read, and a note says that other configs' are among them."""
+    repo = tmp_path / "repo"
+    work = repo / "leaderboards" / "results" / ".work"
+    damaged = [work / f"tiny-absent-linear-infonce-{digest}-s0" / "checkpoint.pt"
+               for digest in ("0123abcd", "89abcdef")]
+    for path in damaged:
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"\x80\x02garbage")
+    plan = write_plan(tmp_path, "tiny linear absent infonce quick 0 5")
+    out = run_main(campaign_main, "run", str(plan), "--dry-run", "--repo", str(repo))
+    assert out.returncode == 2
+    assert [f"the checkpoint {path} cannot be read" in line for path, line in zip(damaged, out.stderr.splitlines())] \
+        == [True, True]
+    [note] = [line for line in out.stdout.splitlines() if line.startswith("note: no run id")]
+    assert note.startswith("note: no run id for tiny linear absent infonce quick here (dataset 'absent' not found; ")
+    assert note.endswith("read every checkpoint of its domain, method, loss and seeds, those of its other configs too")
+
+
 def test_only_an_error_about_a_work_folder_is_a_refused_resume():
     rid = "tiny-blobs-linear-infonce-0123abcd-s0"
     work = f"/tmp/campaign/leaderboards/results/.work/{rid}"

@@ -230,6 +230,15 @@ def fingerprint(the_plan: Plan, data_root: Path, device: torch.device) -> dict[s
     return the_plan.domain.data_fingerprint(the_plan.specs[0], _data_context(the_plan, data_root, device))
 
 
+def run_ids(req: RunRequest) -> list[str]:
+    """The run id of each seed of ``req``, as ``harness run`` names its record and work folder, from the data's
+    fingerprint alone (``Domain.data_fingerprint``, on the CPU: the device is no part of the data), writing
+    nothing; UserError where it cannot be had (a data set not on this machine, an extra not installed)."""
+    the_plan = plan(req)
+    data = fingerprint(the_plan, default_data_root(req.data_root), torch.device("cpu"))
+    return [records.run_id(spec, data) for spec in the_plan.specs]
+
+
 def check_results(results: str) -> None:
     """UserError, before anything runs or is created, when ``--results`` names a file or a path under one: mkdir
     would only say "File exists" or "Not a directory"."""

@@ -47,6 +47,11 @@ class Setting:
             args += ["--set", item]
         return args
 
+    def request(self, seeds: list[int]) -> runner.RunRequest:
+        """The ``harness run`` request of these seeds (the data root as harness run finds it)."""
+        return runner.RunRequest(domain=self.domain, loss=self.loss, method=self.method, dataset=self.dataset,
+                                 seeds=seeds, preset=self.preset, sets=parse_assignments(list(self.sets)))
+
     def label(self, seed: int) -> str:
         """One line that names the run: its columns, its overrides and the seed."""
         return " ".join([self.domain, self.method, self.dataset, self.loss, self.preset, *self.sets, f"seed {seed}"])
@@ -128,6 +133,4 @@ def check(setting: Setting) -> None:
         raise UserError(f"method '{setting.method}' of domain '{setting.domain}' takes the losses "
                         f"{', '.join(accepted)}, not '{setting.loss}'")
     # the overrides, resolved as harness run resolves them (their names, values and the domain's own rules)
-    runner.plan(runner.RunRequest(domain=setting.domain, loss=setting.loss, method=setting.method,
-                                  dataset=setting.dataset, seeds=list(setting.seeds), preset=setting.preset,
-                                  sets=parse_assignments(list(setting.sets))))
+    runner.plan(setting.request(list(setting.seeds)))

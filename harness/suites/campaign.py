@@ -20,15 +20,17 @@ sends the plan's records to that folder of the repository (default ``leaderboard
                  summary gives the command that sets it aside there too: until then every call that carries it
                  refuses it again. ``--dry-run`` prints the commands and the estimated device time: the sum of the
                  costs (runs that keep the GPU busy share it, so their times add up) and the schedule of ``--jobs``
-                 workers (perfect overlap, the least it can take). It also reads each checkpoint waiting in the
-                 repository's records folder for a chosen run, as ``--resume`` would without the data: one it would
-                 refuse (unreadable, damaged, another run's) gets a line with the command that sets it aside, and the
-                 dry run exits 2, before a call carries it. A plan whose least time is over ``--budget`` (the device
-                 time it may use over all its calls, when given) is refused: it cannot fit. Without ``--budget`` a
-                 plan longer than ``--time`` runs in several calls of the same command, each resuming the last. A
-                 setting whose seeds would start side by side and that no completed record of the repository's folder
-                 ran (any code) gets a note: run its first seed alone first, so that a failure of the setting costs
-                 one run.
+                 workers (perfect overlap, the least it can take). It also reads the checkpoint waiting in the
+                 repository's records folder for each chosen run, under its run id, as ``--resume`` would before
+                 the training objects are built: one it would refuse (unreadable, damaged, another run's) gets a
+                 line with the command that sets it aside, and the dry run exits 2, before a call carries it. Where
+                 a setting's run id cannot be had here (its data set is not on this machine), a note says so and
+                 every checkpoint of its domain, method, loss and seed is read, another config's too. A plan whose
+                 least time is over ``--budget`` (the device time it may use over all its calls, when given) is
+                 refused: it cannot fit. Without ``--budget`` a plan longer than ``--time`` runs in several calls
+                 of the same command, each resuming the last. A setting whose seeds would start side by side and
+                 that no completed record of the repository's folder ran (any code) gets a note: run its first seed
+                 alone first, so that a failure of the setting costs one run.
     pack         what the stage holds that the repository lacks, into one tarball under ``--out`` (``$OUT``):
                  see :mod:`harness.suites.pack`.
     unpack TAR   the tarball's records, logs, bench files and checkpoints into the repository; refuses the
@@ -63,6 +65,7 @@ import torch
 from domains.context import START_OVER, RunContext
 from domains.errors import ResumeRefused, UserError
 from harness.records import read_record
+from harness.run import runner
 from harness.run.config import parse_seeds
 from harness.run.stopping import EXIT_STOPPED, parse_duration
 from harness.suites import SUITES, Setting, load_suite, named_file
@@ -164,21 +167,50 @@ def waiting_checkpoints(records: Path, setting: Setting, seed: int) -> list[Path
                                            "checkpoint.pt"))
 
 
-def unresumable(runs: list[tuple[Setting, int]], records: Path) -> list[str]:
-    """A line for each checkpoint waiting in ``records/.work`` for one of ``runs`` that ``harness run --resume``
-    would refuse: unreadable, damaged, or saved by another run than its folder names (the checks that need no
-    data), found here on the CPU before a device call carries it, with the command that sets it aside."""
-    lines = []
+def by_setting(runs: list[tuple[Setting, int]]) -> dict[Setting, list[int]]:
+    """The chosen seeds of each setting, in the plan's order."""
+    seeds: dict[Setting, list[int]] = {}
     for setting, seed in runs:
-        for path in waiting_checkpoints(records, setting, seed):
-            folder = path.parent
-            try:
-                RunContext(seed=seed, device=torch.device("cpu"), data_root=Path(), work_dir=folder, resume=True,
-                           run_key=folder.name).check_resume()
-            except ResumeRefused as exc:
-                lines.append(f"refused to resume: {setting.label(seed)}: {' '.join(str(exc).split())}; set it "
-                             f"aside before a call carries it: {set_aside_command(records, folder.name)}")
-    return lines
+        seeds.setdefault(setting, []).append(seed)
+    return seeds
+
+
+def own_checkpoints(records: Path, setting: Setting, seeds: list[int]) -> tuple[dict[int, list[Path]], str | None]:
+    """The checkpoint in ``records/.work`` that ``harness run --resume`` of each seed would read: the one under its
+    run id (:func:`harness.run.runner.run_ids`), where that can be had here; where it cannot (its data set is not
+    on this machine), every checkpoint of the seed's domain, method and loss (:func:`waiting_checkpoints`), another
+    config's among them, with a note that says so. The run id is computed only where a checkpoint waits."""
+    waiting = {seed: waiting_checkpoints(records, setting, seed) for seed in seeds}
+    if not any(waiting.values()):
+        return waiting, None
+    try:
+        rids = runner.run_ids(setting.request(seeds))
+    except UserError as exc:
+        return waiting, (f"note: no run id for {setting.label(seeds[0]).rsplit(' seed ', 1)[0]} here "
+                         f"({' '.join(str(exc).split())}): read every checkpoint of its domain, method, loss and "
+                         "seeds, those of its other configs too")
+    return {seed: [path for path in waiting[seed] if path.parent.name == rid] for seed, rid in zip(seeds, rids)}, None
+
+
+def unresumable(runs: list[tuple[Setting, int]], records: Path) -> tuple[list[str], list[str]]:
+    """A line for each checkpoint waiting in ``records/.work`` for one of ``runs`` (:func:`own_checkpoints`) that
+    ``harness run --resume`` would refuse: unreadable, damaged, or saved by another run than its folder names (the
+    checks that need no training objects), found here on the CPU before a device call carries it, with the command
+    that sets it aside; and the notes of the settings whose run ids could not be had here."""
+    lines, notes = [], []
+    for setting, seeds in by_setting(runs).items():
+        found, note = own_checkpoints(records, setting, seeds)
+        notes += [note] if note else []
+        for seed in seeds:
+            for path in found[seed]:
+                folder = path.parent
+                try:
+                    RunContext(seed=seed, device=torch.device("cpu"), data_root=Path(), work_dir=folder,
+                               resume=True, run_key=folder.name).check_resume()
+                except ResumeRefused as exc:
+                    lines.append(f"refused to resume: {setting.label(seed)}: {' '.join(str(exc).split())}; set it "
+                                 f"aside before a call carries it: {set_aside_command(records, folder.name)}")
+    return lines, notes
 
 
 def refused_run(output: str) -> str | None:
@@ -248,9 +280,7 @@ def never_completed(settings: list[Setting], records: Path) -> list[Setting]:
 def first_alone_notes(runs: list[tuple[Setting, int]], jobs: int, records: Path) -> list[str]:
     """A note for each never-completed setting whose seeds would start side by side: session 32 lost three runs
     of 8 minutes each, side by side, to one failure of a preset's evaluation."""
-    seeds: dict[Setting, list[int]] = {}
-    for setting, seed in runs:
-        seeds.setdefault(setting, []).append(seed)
+    seeds = by_setting(runs)
     fresh = never_completed([s for s, chosen in seeds.items() if len(chosen) > 1], records) if jobs > 1 else []
     return [f"note: no completed record of {s.label(seeds[s][0]).rsplit(' seed ', 1)[0]} in {records}: its "
             f"{len(seeds[s])} seeds would meet any failure of the setting together; run seed {seeds[s][0]} alone "
@@ -290,7 +320,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: the runs may not all finish in --time {args.time}: those still going then stop at a "
               "checkpoint (exit 75); the same command again resumes them", flush=True)
     if args.dry_run:
-        refused = unresumable(runs, repo_records)
+        refused, notes = unresumable(runs, repo_records)
+        for note in notes:
+            print(note, flush=True)
         for line in refused:
             print(line, file=sys.stderr, flush=True)
         return 2 if refused else 0
