@@ -329,7 +329,10 @@ class Domain(ABC):
         is written (a missing or mistyped dataset is a UserError then), and hands ``data`` to ``pretrain`` and
         ``evaluate`` of every seed. So both may depend only on the domain, the dataset, the data root and the
         config, never on the seed, the loss or the device (``ctx.seed`` is the first seed's; a domain moves its
-        data to the device in ``pretrain``), and neither step may change the data."""
+        data to the device in ``pretrain``), and neither step may change the data. Where the harness takes the
+        fingerprint first (:meth:`data_fingerprint`), it hands both calls the same ``ctx``: what both read and is
+        costly to find (hf-text's dataset, for a hub id a request to the hub) is kept in ``ctx.found`` and found
+        once for the run."""
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:
         """The fingerprint of :meth:`prepare` without the data: a sweep takes it to skip the jobs whose record

@@ -107,6 +107,9 @@ class RunContext:
     trackers: Sequence[Any] = ()
     # why the run should stop (a signal, a time limit), or None: the harness's; read at each step boundary
     stop_reason: Callable[[], str | None] = field(default=lambda: None, repr=False, compare=False)
+    # What the domain's data step found for the run, by the domain's own keys: the harness hands data_fingerprint and
+    # prepare of one run the same context, so what both read and is costly to find is found once (Domain.prepare)
+    found: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step

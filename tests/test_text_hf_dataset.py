@@ -13,10 +13,12 @@ import torch
 from domains.base import RunSpec
 from domains.context import RunContext
 from domains.errors import UserError
+from domains.files import hash_files
 from domains.text import TextDomain, hf_text
 from domains.text.config import TextConfig
 from domains.text.corpus import load_hf
 from domains.text.hf_text import resolve
+from harness.run import runner
 
 datasets = pytest.importorskip("datasets")
 TEXT = TextDomain()
@@ -66,6 +68,28 @@ def test_a_trained_run_resolves_its_dataset_once(tmp_path, monkeypatch):
     prepared = TEXT.prepare(spec, ctx)
     assert len(resolved) == 1 and prepared.data.sentences == SENTENCES
     assert prepared.fingerprint == TEXT.data_fingerprint(spec, ctx)
+
+
+def test_a_harness_run_resolves_its_dataset_once(tmp_path, monkeypatch):
+    """``harness run`` took the fingerprint for its skip check (``Domain.data_fingerprint``) and then prepared the
+    data, each resolving ``hf_dataset`` (for a hub id, a request to the hub each); the run now resolves it once, and
+    its record's fingerprint holds the files read."""
+    folder = _parquet(tmp_path / "pq", {"text": SENTENCES})
+    (tmp_path / "senteval" / "CR").mkdir(parents=True)
+    for name, word in (("custrev.pos", "good"), ("custrev.neg", "bad")):  # enough lines for 2 folds
+        (tmp_path / "senteval" / "CR" / name).write_text(f"{word} .\n" * 4)
+    resolved = []
+    builder_for = hf_text.builder_for
+    monkeypatch.setattr(hf_text, "builder_for", lambda *args: resolved.append(args) or builder_for(*args))
+    request = runner.RunRequest(domain="text", method="quickthought", dataset="hf-text", loss="infonce", seeds=[0],
+                                sets={"hf_dataset": str(folder), "senteval_tasks": "CR", "kfold": "2"},
+                                device="cpu", data_root=str(tmp_path), results=str(tmp_path / "results"),
+                                quiet=True, trackers=[])
+    [outcome] = runner.execute(request)
+    assert outcome.status == "completed", outcome.error
+    assert len(resolved) == 1
+    assert outcome.record.data_fingerprint["hf_files"] == {"data/train-00000-of-00001.parquet": hash_files(
+        [folder / "data" / "train-00000-of-00001.parquet"])}
 
 
 def test_the_files_read_are_the_runs_identity(tmp_path):

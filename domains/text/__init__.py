@@ -330,10 +330,15 @@ class TextDomain(Domain):
 
 def _hf_source(spec: RunSpec, ctx: RunContext) -> Source | None:
     """``hf_dataset`` resolved (:func:`domains.text.hf_text.resolve`: for a hub id, a request to the hub) for a
-    trained run on hf-text; None otherwise: bow and hf read no corpus, so theirs is neither resolved nor hashed."""
+    trained run on hf-text, once per run (``ctx.found``: the harness's skip check takes the fingerprint, then
+    ``prepare`` reads the rows); None otherwise: bow and hf read no corpus, so theirs is neither resolved nor
+    hashed."""
     if spec.dataset != "hf-text" or spec.method not in TRAINED:
         return None
-    return resolve(spec.config, ctx.data_root)
+    key = f"hf-text source {spec.config.hf_dataset}"
+    if key not in ctx.found:
+        ctx.found[key] = resolve(spec.config, ctx.data_root)
+    return ctx.found[key]
 
 
 def _sentences(count: int) -> str:
