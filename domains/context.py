@@ -110,6 +110,9 @@ class RunContext:
     # What the domain's data step found for the run, by the domain's own keys: the harness hands data_fingerprint and
     # prepare of one run the same context, so what both read and is costly to find is found once (Domain.prepare)
     found: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Called once restore_checkpoint has restored the checkpoint, its last check passed: the harness opens a resumed
+    # run's log and trackers then, so that a checkpoint refused as it is restored leaves the results folder as it was
+    on_restored: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
@@ -240,7 +243,14 @@ class RunContext:
             set_rng_state(state["rng"])
         except Exception as exc:  # noqa: BLE001 - a generator state of the wrong kind or size
             raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
+        self.on_restored()
         return extra
+
+    @property
+    def restoring(self) -> bool:
+        """Whether a checkpoint read (:meth:`check_resume`, :meth:`saved_extras`) waits for
+        :meth:`restore_checkpoint`."""
+        return self._pending is not None
 
     def check_resume(self) -> None:
         """Read the checkpoint a resumed run goes on from, as :meth:`saved_extras` does, before the run writes

@@ -6,6 +6,7 @@ The same code path serves ``harness run`` and every ``harness sweep`` job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -32,6 +33,7 @@ from harness.machine import hardware_info
 from harness.run import config as cfg
 from harness.run import model_file, stopping, tracking
 from harness.run.estimate import EstimatingContext
+from harness.run.outputs import RunOutputs
 from harness.version import software_info
 from losses.checks import NonFiniteError
 from losses.registry import KernelOutputError
@@ -401,16 +403,15 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                             resume=req.resume, quiet=req.quiet, logger=logging.getLogger("harness.run"),
                             run_key=rid, stop_reason=stopping.stop_reason, seeds=seeds_left if estimate else 0)
     # Before the log, the trackers and the record: a refused --resume (ResumeRefused) is a mistake about the
-    # command, not a result of the run, and leaves the results folder, the checkpoint included, as it was.
+    # command, not a result of the run, and leaves the results folder, the checkpoint included, as it was. The
+    # checks that need the domain's objects come as it restores them: a resumed run's log and trackers open then.
     ctx.check_resume()
-    if write:
-        records.set_aside_damaged(path)
-    trackers = tracking.open_trackers(req.trackers, path.parent, rid, spec, req.resume, work_dir,
-                                      announce=req.announce) if write else []
-    ctx.trackers = trackers
-    handler: logging.Handler = logging.FileHandler(path.with_suffix(".log")) if write else logging.NullHandler()
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    LOGGER.addHandler(handler)
+    outputs = RunOutputs(path, rid, spec, ctx, req.trackers, req.resume, req.announce, write)
+    if ctx.restoring:
+        ctx.on_restored = outputs.open
+    else:
+        outputs.open()
+    LOGGER.addHandler(outputs.handler)
     LOGGER.setLevel(logging.INFO)
     # What the record says of the run whatever its outcome; _attempt adds the outcome.
     fields: dict[str, Any] = {
@@ -428,6 +429,8 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome, pretrained = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
+        outputs.open()  # where the domain restored no checkpoint; an open that failed in the domain stops it here
+        trackers = outputs.trackers
         if trackers:  # where the live logs are (the record's schema is unchanged)
             outcome.record.info["tracking"] = tracking.finish(
                 trackers, outcome.record.metrics if outcome.status == "completed" else None)
@@ -457,13 +460,17 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
                 staged = path.parent / "tb" / (rid + tracking.RERUN)
                 warnings.warn(f"{rid}: its record is written, but its TensorBoard log could not replace the earlier "
                               f"run's ({exc.strerror or exc}); it stays in {staged}", UserWarning, stacklevel=2)
-    except (RunStopped, KeyboardInterrupt):
-        tracking.close(trackers, tracking.STOPPED)  # at a checkpoint, which --resume goes on from: no failure
+    except ResumeRefused:  # found as the domain restored the checkpoint: nothing of the run is written
+        raise
+    except BaseException as exc:
+        with contextlib.suppress(Exception):  # what the run logged (a stop's line) goes to its log; its own error
+            outputs.open()                    # is the one to report
+        if isinstance(exc, (RunStopped, KeyboardInterrupt)):
+            outputs.close(tracking.STOPPED)  # at a checkpoint, which --resume goes on from: no failure
         raise
     finally:
-        tracking.close(trackers)  # after a crash too (failed): what was logged stays readable
-        LOGGER.removeHandler(handler)
-        handler.close()
+        outputs.close()  # after a crash too (failed): what was logged stays readable
+        LOGGER.removeHandler(outputs.handler)
     if outcome.status == "completed" and write:
         shutil.rmtree(work_dir, ignore_errors=True)  # the checkpoint is only needed to resume
     return outcome
@@ -542,8 +549,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         how = f"stopped ({stop}) at a step boundary" if isinstance(stop, RunStopped) else "interrupted (Ctrl-C)"
         LOGGER.warning("run %s %s; %s: rerun with --resume", rid, how, saved)
         raise
-    except ResumeRefused as exc:  # found as the domain restores its objects: no result of the run either
-        LOGGER.error("run %s: --resume refused: %s", rid, exc)  # its log, opened by now, says why it stopped
+    except ResumeRefused:  # found as the domain restores its objects: no result of the run either
         raise
     except Exception as exc:  # noqa: BLE001 - every failure becomes a failed record, never a half one
         user = isinstance(exc, UserError)
