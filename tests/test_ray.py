@@ -206,3 +206,27 @@ def test_a_cluster_that_wants_a_token_is_one_error_line_that_names_ray_auth_mode
             assert "sweep done: 1 completed" in done.stdout
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_a_task_no_node_can_take_is_a_warning_not_a_silent_wait(tmp_path, ray_head):
+    """The fixture's head has 2 CPUs: a task asking for 3 never starts. Ray waits for a node that has them without a
+    word (the sweep sat at 0 jobs done); an autoscaling cluster may add one, so the sweep says so and waits on."""
+    log = tmp_path / "sweep.out"
+    with open(log, "w") as out:
+        sweep = subprocess.Popen([sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce",
+                                  "--seeds", "0", "--executor", "ray", "--ray-address", ray_head.address,
+                                  "--cpus-per-job", "3", "--results", str(tmp_path / "out")],
+                                 cwd=Path(__file__).parent.parent, env=harness_env(), stdout=out,
+                                 stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while "warning:" not in log.read_text() and time.time() < deadline and sweep.poll() is None:
+            time.sleep(0.5)
+        assert sweep.poll() is None, "the sweep ended: it should wait for a node that can take its task"
+    finally:
+        sweep.kill()  # it waits for ever by design; its pending task ends with it (Ray ends a dead driver's job)
+        sweep.wait(timeout=30)
+    assert [x for x in log.read_text().splitlines() if x.startswith("warning:")] == [
+        "warning: each Ray task asks for 3 CPUs, but no node of the Ray cluster has them (its largest of 1 alive "
+        "node has 2 CPUs and 0 GPUs): the sweep waits until such a node joins; to run on the nodes there, lower "
+        "--cpus-per-job"]

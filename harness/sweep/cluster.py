@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -268,11 +269,63 @@ def refused_token(exc: BaseException, refusal: type[BaseException], address: str
             "~/.ray/auth_token, RAY_AUTH_TOKEN or the file RAY_AUTH_TOKEN_PATH names")
 
 
+def _amount(value: float, name: str) -> str:
+    return f"{value:g} {name}{'' if value == 1 else 's'}"
+
+
+def unplaceable(nodes: list[dict[str, Any]], cpus: int, gpus: int, cpus_given: bool) -> str | None:
+    """The warning line where no alive node of ``nodes`` (``ray.nodes()``) has the ``cpus`` and ``gpus`` a task asks
+    for; None where one has. Ray waits for such a node without a word, and the sweep would sit at 0 jobs done for
+    ever; an autoscaling cluster may yet add one, so this warns and the sweep goes on waiting."""
+    alive = [node.get("Resources") or {} for node in nodes if node.get("Alive")]
+    if any(r.get("CPU", 0) >= cpus and r.get("GPU", 0) >= gpus for r in alive):
+        return None
+    asked = _amount(cpus, "CPU") + (f" and {_amount(gpus, 'GPU')}" if gpus else "")
+    if alive:
+        largest = max(alive, key=lambda r: (r.get("GPU", 0) >= gpus, r.get("CPU", 0), r.get("GPU", 0)))
+        has = (f"its largest of {counted(len(alive), 'alive node')} has {_amount(largest.get('CPU', 0), 'CPU')} "
+               f"and {_amount(largest.get('GPU', 0), 'GPU')}")
+    else:
+        has = "it has no alive node"
+    cpu_fix = ("lower --cpus-per-job" if cpus_given else
+               "give --cpus-per-job (its default is this machine's CPUs over --workers), or more --workers")
+    fixes = cpu_fix + (", or --device cpu" if gpus else "")
+    return (f"warning: each Ray task asks for {asked}, but no node of the Ray cluster has them ({has}): the sweep "
+            f"waits until such a node joins; to run on the nodes there, {fixes}")
+
+
+class Unplaced:
+    """The warning of :func:`unplaceable` at the first call, and again every ``remind_s`` while it holds (until a node
+    that can take a task joins, nothing starts and the sweep shows no other sign of life); None otherwise. Once a
+    node can take a task, the cluster is not asked again. ``nodes``: ``ray.nodes``."""
+
+    REMIND_S = 60.0
+
+    def __init__(self, nodes: Callable[[], list[dict[str, Any]]], cpus: int, gpus: int, cpus_given: bool,
+                 remind_s: float = REMIND_S) -> None:
+        self._nodes, self._asked, self.remind_s = nodes, (cpus, gpus, cpus_given), remind_s
+        self._checked: float | None = None
+        self._placeable = False
+
+    def __call__(self) -> str | None:
+        now = time.monotonic()
+        if self._placeable or (self._checked is not None and now - self._checked < self.remind_s):
+            return None
+        self._checked = now
+        try:
+            warning = unplaceable(self._nodes(), *self._asked)
+        except Exception:  # noqa: BLE001 - a cluster that cannot list its nodes: no sign either way
+            return None
+        self._placeable = warning is None
+        return warning
+
+
 def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
             varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
     cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
-    on from its checkpoint); the others go on. ``varying``: as :func:`harness.sweep.local.run_local`'s."""
+    on from its checkpoint); the others go on. Where no node can take a task, a warning says so (:class:`Unplaced`)
+    and the sweep waits for one. ``varying``: as :func:`harness.sweep.local.run_local`'s."""
     ray = executor_library("ray")
     env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
     # Without an address Ray would join the cluster the last `ray start` on this machine named in its temp folder,
@@ -292,12 +345,16 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
         if line is None:
             raise
         raise UserError(line) from None
-    cpus = _cpus_per_job(args)
-    remote = ray.remote(num_cpus=cpus, num_gpus=1 if args.device.startswith("cuda") else 0, max_retries=0)(run_job)
+    cpus, gpus = _cpus_per_job(args), 1 if args.device.startswith("cuda") else 0
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(run_job)
     queued, running, results = [_absolute(r) for r in requests], {}, []
+    unplaced = Unplaced(ray.nodes, cpus, gpus, args.cpus_per_job is not None)
     try:
         with progress(len(queued)) as bar:
             while queued or running:
+                warning = unplaced()
+                if warning:
+                    bar.write(warning)
                 while queued and len(running) < args.workers:
                     request = queued.pop(0)
                     running[remote.remote(request, str(stop_file), cpus)] = request
