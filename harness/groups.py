@@ -433,6 +433,14 @@ def mean_std(mean: float, std: float) -> str:
     return f"{fmt(mean, digits)} ± {fmt(std, digits)}"
 
 
+def spread(values: list[float]) -> str:
+    """:func:`mean_std` of ``values`` (mean and std as a :class:`Group` takes them), one value alone as
+    :func:`fmt` prints it, none ``–``: for numbers that are no group's (a run's seeds, the prior page's estimates)."""
+    if len(values) < 2:
+        return fmt(values[0]) if values else "–"
+    return mean_std(statistics.fmean(values), statistics.stdev(values))
+
+
 def cell(group: Group) -> str:
     """``mean ± std (n seeds)``; where seeds diverged (a non-finite primary metric), how many of them ran:
     ``mean ± std (1 of 3 seeds; 2 non-finite)``, or ``diverged on 3 of 3 seeds`` where none is finite."""

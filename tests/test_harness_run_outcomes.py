@@ -15,7 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
-from harness.groups import mean_std
+from harness.groups import mean_std, spread
 from harness.run import as_found, data_root_prefix
 from harness.run.stopping import EXIT_STOPPED
 
@@ -147,3 +147,12 @@ def test_mean_std_gives_the_std_to_the_means_decimals():
     assert mean_std(1234.56, 12.34) == "1234.6 ± 12.3"
     assert mean_std(-0.5, 0.25) == "-0.5000 ± 0.2500"
     assert mean_std(5.0, math.nan) == "5.00 ± –"
+
+
+def test_spread_is_the_mean_std_of_numbers_that_are_no_group():
+    """The run summary's and the prior page's mean ± std of a list (harness.groups.spread): as mean_std prints a
+    group's, so a prior below 1 keeps 4 decimals where an accuracy gets 2; one value alone, none a dash."""
+    assert spread([98.0, 98.2, 95.2]) == "97.13 ± 1.68"  # the README's main command: its three seeds
+    assert spread([0.5062, 0.4993, 0.5101]) == "0.5052 ± 0.0055"  # a prior estimate over three seeds
+    assert spread([95.2]) == "95.20" and spread([0.25]) == "0.2500"
+    assert spread([]) == "–"

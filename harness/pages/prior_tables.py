@@ -14,6 +14,7 @@ from collections import defaultdict
 from scipy import stats
 
 from harness import tables
+from harness.groups import fmt, spread
 from harness.pages.prior_runs import LOSSES, SYNTHETIC, Run, task_label
 from harness.pages.tables import MIXED, OTHER_DATA
 from harness.stats import p_text
@@ -34,17 +35,10 @@ def marks(runs: list[Run], base: list[Run] | None = None) -> str:
     return (MIXED if code else "") + (OTHER_DATA if data else "")
 
 
-def _mean_std(values: list[float], digits: int = 3) -> str:
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
-def _one_or_spread(values: list[float], digits: int = 4) -> str:
-    """One value where the runs agree (a label prior; text's fixed batches), else their mean ± std."""
-    return f"{values[0]:.{digits}f}" if values and len(set(values)) == 1 else _mean_std(values, digits)
+def _one_or_spread(values: list[float]) -> str:
+    """One value where the runs agree (a label prior; text's fixed batches), else their mean ± std; as every page
+    prints them (:func:`harness.groups.fmt`), so a prior, below 1, to 4 decimals and its std to the mean's."""
+    return fmt(values[0]) if values and len(set(values)) == 1 else spread(values)
 
 
 def _structure(runs: list[Run]) -> str:
@@ -61,7 +55,7 @@ def _reference_cell(runs: list[Run]) -> str:
     sources = [r.reference_source for r in runs]
     kinds = sorted(set(sources))
     where = kinds[0] if len(kinds) == 1 else ", ".join(f"{sources.count(k)} {k}" for k in kinds)
-    return f"{statistics.fmean(r.reference for r in runs):.4f} ({where})"
+    return f"{fmt(statistics.fmean(r.reference for r in runs))} ({where})"
 
 
 def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
@@ -87,7 +81,7 @@ def estimation_lines(runs: list[Run], synthetic: bool) -> list[str]:
         labelled = [r.label_prior for r in members if r.label_prior is not None]
         row = [task_label(task), loss, estimator, len(members), _one_or_spread(labelled),
                _one_or_spread([r.measured_share for r in members if r.measured_share is not None]),
-               _reference_cell(members), _mean_std([r.estimate for r in members], 4) + marks(members),
+               _reference_cell(members), spread([r.estimate for r in members]) + marks(members),
                f"{statistics.fmean(errors):.0%}"]
         baseline = [r for r in runs if r.loss == "infonce" and r.task == task]
         row += [_structure(members), _structure(baseline)]

@@ -13,7 +13,6 @@ import math
 import os
 import shlex
 import shutil
-import statistics
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import domains
 from domains.base import counted
 from domains.errors import RunStopped
-from harness.groups import fmt, mean_std
+from harness.groups import spread
 from harness.machine import omp_threads
 from harness.records import RunRecord
 from harness.run import config as cfg
@@ -136,14 +135,14 @@ def time_limit(args: argparse.Namespace) -> float | None:
 
 
 def _metric_summary(done: list[RunRecord]) -> str:
-    """The primary metric's mean ± std over the seeds where it is finite, as the pages print it (:func:`mean_std`),
+    """The primary metric's mean ± std over the seeds where it is finite, as the pages print it (:func:`spread`),
     and how many are not (the record writer stores NaN and infinity as null)."""
     primary = done[0].primary_metric
     values = [r.metrics.get(primary) for r in done]
     finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     if not finite:
         return f"{primary}: non-finite on all {len(values)} seeds (null in the records)"
-    stat = mean_std(statistics.mean(finite), statistics.stdev(finite)) if len(finite) > 1 else fmt(finite[0])
+    stat = spread(finite)
     bad = len(values) - len(finite)
     if not bad:
         return f"{primary}: {stat} over {len(values)} seeds"
