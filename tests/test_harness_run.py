@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -50,6 +51,27 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     # The recorded command reproduces the same run (same run id), so it is skipped as existing.
     assert main([*record["command"][1:], "--results", str(tmp_path)]) == 0
     assert _records(tmp_path) == [record]
+
+
+def _decimals(value: float) -> str:
+    """A metric as the pages print it: 4 decimals below 1, 2 from 1 to 1000, 1 above."""
+    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"
+
+
+def test_each_seed_prints_its_metrics_to_the_summarys_decimals(tmp_path):
+    """A seed's line says 98.00 beside the summary's 97.13 ± 1.68, not 98 (as :.4g printed it)."""
+    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=1",
+                  "--results", str(tmp_path), "--quiet")
+    assert out.returncode == 0, out.stderr
+    records = _records(tmp_path)
+    lines = out.stdout.splitlines()
+    for record in records:
+        metrics = ", ".join(f"{k}={_decimals(v)}" for k, v in sorted(record["metrics"].items()))
+        assert f"  seed {record['seed']}: {metrics}" in lines, out.stdout
+        assert f"{record['run_id']}: accuracy={_decimals(record['metrics']['accuracy'])} (" in out.stdout
+    accuracies = [r["metrics"]["accuracy"] for r in records]
+    assert f"accuracy: {statistics.fmean(accuracies):.2f} ± {statistics.stdev(accuracies):.2f} over 2 seeds" in lines
+    assert "n_test=60.00" in out.stdout  # a count the domain records as a float, as the leaderboard prints it
 
 
 def test_a_method_with_its_own_baseline_records_it(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import domains
 from domains.base import counted
 from domains.errors import RunStopped
-from harness.groups import spread
+from harness.groups import fmt, spread
 from harness.machine import omp_threads
 from harness.records import RunRecord
 from harness.run import config as cfg
@@ -53,9 +53,11 @@ def summary_line(outcome: Outcome) -> str:
 
 
 def _fmt(value: object) -> str:
+    """A seed's metric to the decimals the pages and the run's summary print it with (:func:`fmt`): ``95.20``
+    beside the summary's ``95.20 ± 1.68``, not ``95.2``."""
     if value is None:  # how a record holds a NaN or infinite metric
         return "null (non-finite)"
-    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+    return fmt(value) if isinstance(value, (int, float)) else str(value)
 
 
 def invocation() -> list[str]:
