@@ -112,3 +112,8 @@ def git_repo(path: Path) -> Callable[..., str]:
 
     run("init", "-q")
     return run
+
+
+def page_decimals(value: float) -> str:
+    """A metric as the pages print it: 4 decimals below 1, 2 from 1 to 1000, 1 above."""
+    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"

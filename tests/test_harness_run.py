@@ -14,6 +14,7 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from filelock import FileLock
+from support import page_decimals
 from tiny_domain import REPO, TinyDomain, harness, harness_env
 
 from harness.cli import main
@@ -53,12 +54,7 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert _records(tmp_path) == [record]
 
 
-def _decimals(value: float) -> str:
-    """A metric as the pages print it: 4 decimals below 1, 2 from 1 to 1000, 1 above."""
-    return f"{value:.4f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 1000 else f"{value:.1f}"
-
-
-def test_each_seed_prints_its_metrics_to_the_summarys_decimals(tmp_path):
+def test_each_seed_prints_its_metrics_to_the_summaryspage_decimals(tmp_path):
     """A seed's line says 98.00 beside the summary's 97.13 ± 1.68, not 98 (as :.4g printed it)."""
     out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=1",
                   "--results", str(tmp_path), "--quiet")
@@ -66,9 +62,9 @@ def test_each_seed_prints_its_metrics_to_the_summarys_decimals(tmp_path):
     records = _records(tmp_path)
     lines = out.stdout.splitlines()
     for record in records:
-        metrics = ", ".join(f"{k}={_decimals(v)}" for k, v in sorted(record["metrics"].items()))
+        metrics = ", ".join(f"{k}={page_decimals(v)}" for k, v in sorted(record["metrics"].items()))
         assert f"  seed {record['seed']}: {metrics}" in lines, out.stdout
-        assert f"{record['run_id']}: accuracy={_decimals(record['metrics']['accuracy'])} (" in out.stdout
+        assert f"{record['run_id']}: accuracy={page_decimals(record['metrics']['accuracy'])} (" in out.stdout
     accuracies = [r["metrics"]["accuracy"] for r in records]
     assert f"accuracy: {statistics.fmean(accuracies):.2f} ± {statistics.stdev(accuracies):.2f} over 2 seeds" in lines
     assert "n_test=60.00" in out.stdout  # a count the domain records as a float, as the leaderboard prints it

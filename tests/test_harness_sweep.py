@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
+from support import page_decimals
 from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness
 
@@ -170,6 +171,10 @@ def test_each_jobs_line_names_its_point_of_the_grid(tmp_path):
     assert out.returncode == 0, out.stderr
     lines = [line for line in out.stdout.splitlines() if line.startswith("[completed]")]
     assert sorted(line.split(" ")[2] for line in lines) == ["(loss.alpha=0.1):", "(loss.alpha=0.5):"], lines
+    records = {r["run_id"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("*.json"))}
+    for line in lines:  # each metric to the pages' decimals, as harness run prints a seed's (n_test=60.00, not 60)
+        metrics = records[line.split(" ")[1]]["metrics"]
+        assert line.endswith(": " + ", ".join(f"{k}={page_decimals(v)}" for k, v in sorted(metrics.items()))), line
 
 def test_sweep_skips_existing_records(tmp_path):
     # Two of the six runs exist already.
