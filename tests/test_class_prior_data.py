@@ -22,6 +22,7 @@ import torch
 
 from domains.base import label_prior
 from domains.errors import UserError
+from harness.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "leaderboards" / "results"
@@ -311,8 +312,11 @@ def test_a_run_at_four_classes_records_the_prior(domain, tmp_path):
     assert -1 <= structure["class_silhouette"] <= 1 and -1 <= structure["class_ari"] <= 1
 
 
-def test_eleven_digit_classes_stop_the_run_with_one_line(tmp_path):
-    out = _harness(tmp_path, "run", "--domain", "vision", "--loss", "infonce", "--seeds", "0", "--quiet",
+def test_eleven_digit_classes_stop_the_run_with_one_line(tmp_path, run_main, monkeypatch):
+    """In this process (``main``, what the command calls): a refused run's one line through the CLI is
+    test_faults.test_a_mistyped_tu_name_through_the_cli's."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    out = run_main(main, "run", "--domain", "vision", "--loss", "infonce", "--seeds", "0", "--quiet",
                    "--results", str(tmp_path / "results"), "--set", "classes=11")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error:") and "digits has 10 classes" in out.stderr
