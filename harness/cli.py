@@ -266,18 +266,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_bench(args)
 
 
-class _Reader(argparse.ArgumentParser):
+class _Reader(_Parser):
     """A parser that reads a command line's words as argparse reads them (its option strings and their
     abbreviations, ``--opt=value``, the last one given) and checks nothing else: no option is required, typed or
-    limited to choices, a value may be absent (``nargs="?"``), and ``--help`` is a flag, not a printout and an exit."""
+    limited to choices, a value may be absent (``nargs="?"``), and ``--help`` is a flag, not a printout and an exit.
+    A word argparse refuses alone raises :class:`CommandLineRefused`, as :class:`_Parser` does."""
 
     def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
         if kwargs.get("action") in ("store_true", "help"):
             return super().add_argument(*names, action="store_true")
         return super().add_argument(*names, dest=kwargs.get("dest"), nargs="?")
-
-    def error(self, message: str) -> NoReturn:
-        raise CommandLineRefused(self, message)
 
 
 def as_given(words: list[str]) -> argparse.Namespace:
