@@ -19,7 +19,7 @@ from tiny_domain import REPO, TinyDomain, harness, harness_env
 
 from harness.cli import main
 from harness.records import REQUIRED_FIELDS, config_hash, run_hash
-from harness.run import data_root_prefix
+from harness.run import data_root_prefix, metric_text
 from harness.run.runner import RunRequest, plan
 from harness.run.stopping import EXIT_STOPPED
 
@@ -54,7 +54,7 @@ def test_run_writes_a_schema_complete_record(tmp_path):
     assert _records(tmp_path) == [record]
 
 
-def test_each_seed_prints_its_metrics_to_the_summaryspage_decimals(tmp_path):
+def test_each_seed_prints_its_metrics_to_the_summarys_decimals(tmp_path):
     """A seed's line says 98.00 beside the summary's 97.13 ± 1.68, not 98 (as :.4g printed it)."""
     out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=1",
                   "--results", str(tmp_path), "--quiet")
@@ -69,6 +69,13 @@ def test_each_seed_prints_its_metrics_to_the_summaryspage_decimals(tmp_path):
     assert f"accuracy: {statistics.fmean(accuracies):.2f} ± {statistics.stdev(accuracies):.2f} over 2 seeds" in lines
     assert "n_test=60.00" in out.stdout  # a count the domain records as a float, as the leaderboard prints it
 
+
+
+def test_a_count_kept_as_a_whole_number_prints_as_one():
+    """A metric a domain records as an int (text's and graph's n_test) is a count: ``n_test=3775``, where the
+    decimals of a float metric would print ``3775.00``; a float, whole or not, keeps the pages' decimals."""
+    assert [metric_text(v) for v in (3775, 0, 60.0, 0.5, 1234.56, None)] == \
+        ["3775", "0", "60.00", "0.5000", "1234.6", "null (non-finite)"]
 
 def test_a_method_with_its_own_baseline_records_it(tmp_path):
     for method, loss in (("linear", "infonce"), ("linear2", "supcon")):

@@ -45,19 +45,22 @@ def summary_line(outcome: Outcome) -> str:
         primary = record.primary_metric
         took = record.timings.get("total_s", 0.0)
         what = "exists" if outcome.status == "skipped" else f"{took:.1f}s"
-        value = _fmt(record.metrics[primary])
+        value = metric_text(record.metrics[primary])
         return f"[{outcome.status}] {outcome.run_id}: {primary}={value} ({what}) -> {outcome.path}"
     if outcome.status == "busy":
         return f"[busy] {outcome.run_id}: {outcome.error}; not run here"
     return f"[{outcome.status}] {outcome.run_id}: {outcome.error} -> {outcome.path}"
 
 
-def _fmt(value: object) -> str:
-    """A seed's metric to the decimals the pages and the run's summary print it with (:func:`fmt`): ``95.20``
-    beside the summary's ``95.20 ± 1.68``, not ``95.2``."""
+def metric_text(value: object) -> str:
+    """A run's metric on a line of its own (a seed's, a sweep job's) to the decimals the pages and the run's summary
+    print it with (:func:`fmt`): ``95.20`` beside the summary's ``95.20 ± 1.68``, not ``95.2``; a count kept as a
+    whole number (``n_test=3775``) as it is."""
     if value is None:  # how a record holds a NaN or infinite metric
         return "null (non-finite)"
-    return fmt(value) if isinstance(value, (int, float)) else str(value)
+    if isinstance(value, int):
+        return str(value)
+    return fmt(value) if isinstance(value, float) else str(value)
 
 
 def invocation() -> list[str]:
@@ -113,7 +116,7 @@ def _print_outcome(outcome: Outcome, data_root: str | None = None) -> None:
     print(summary_line(outcome), flush=True)
     record = outcome.record
     if outcome.status in ("completed", "skipped") and record:
-        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(record.metrics.items()))
+        metrics = ", ".join(f"{k}={metric_text(v)}" for k, v in sorted(record.metrics.items()))
         print(f"  seed {record.seed}: {metrics}")
         print(f"    reproduce: {reproduce_line(record, data_root)}", flush=True)
     if outcome.model:

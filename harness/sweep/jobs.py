@@ -13,8 +13,7 @@ from typing import Any
 import torch
 
 from domains.errors import ResumeRefused, RunStopped, UserError
-from harness.groups import fmt
-from harness.run import data_root_prefix, plugins_prefix, stopping, tracking
+from harness.run import data_root_prefix, metric_text, plugins_prefix, stopping, tracking
 from harness.run.runner import RunRequest, error_line, execute
 
 POLL_S = 0.5  # how often a waiting sweep looks whether it was asked to stop
@@ -130,12 +129,12 @@ def progress(total: int):
 
 def report(job_results: list[dict[str, Any]], bar, request: RunRequest, varying: list[str]) -> list[dict[str, Any]]:
     """A line per result of ``request``'s job, with the job's values of the ``varying`` keys: neither a run id
-    (a hash) nor a job's name (domain, dataset, loss, seed) tells apart two points of the grid. Metrics to the
-    pages' decimals (:func:`fmt`), as ``harness run`` prints a seed's."""
+    (a hash) nor a job's name (domain, dataset, loss, seed) tells apart two points of the grid. Metrics as
+    ``harness run`` prints a seed's (:func:`harness.run.metric_text`)."""
     grid = ", ".join(f"{key}={request.sets[key]}" for key in varying if key in request.sets)
     for r in job_results:
         detail = r["error"] or "" if r["status"] not in ("completed", "skipped") else ", ".join(
-            f"{k}={fmt(v)}" for k, v in sorted(r.get("metrics", {}).items()) if isinstance(v, (int, float)))
+            f"{k}={metric_text(v)}" for k, v in sorted(r.get("metrics", {}).items()) if isinstance(v, (int, float)))
         bar.write(f"[{r['status']}] {r['run_id']}{f' ({grid})' if grid else ''}: {detail}")
         if r.get("model"):
             bar.write(f"  {r['model']}")
