@@ -20,6 +20,8 @@ from domains.hub_network import no_network_note, offline_without_network
 # The files datasets reads by their suffix (text's hf_dataset): a name that ends so is a file, never a hub id.
 DATA_FILE_SUFFIXES = (".txt", ".csv", ".json", ".jsonl", ".parquet")
 HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]*/)?[A-Za-z0-9][\w.-]*")  # <name> or <owner>/<name>, as the hub spells ids
+# datasets' RuntimeError for a dataset script (datasets/load.py: "... no longer supported, but found <name>.py")
+SCRIPT_REFUSED = "Dataset scripts are no longer supported"
 HUB_CACHE = "hf-datasets"  # under cache_dir(): the cache datasets downloads and prepares into (builder_for)
 
 
@@ -76,8 +78,11 @@ def builder_for(datasets: Any, source: Path | str, wording: Wording) -> Any:
             return datasets.load_dataset_builder(str(_folder(source) if single_file else source),
                                                  data_files=single_file, cache_dir=str(cache_dir() / HUB_CACHE))
     # ConnectionError, DatasetNotFoundError, EmptyDatasetError, bad ids; RuntimeError: a dataset script (a folder's
-    # or a hub set's <name>.py), which datasets no longer runs: it names the script, and no code ran
+    # or a hub set's <name>.py), which datasets no longer runs: it names the script, and no code ran. Any other
+    # RuntimeError is a fault, not the user's input: it surfaces as itself.
     except (OSError, ValueError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and not str(exc).startswith(SCRIPT_REFUSED):
+            raise
         reason = no_network_note() if no_network else " ".join(str(exc).split()) or type(exc).__name__
         if isinstance(source, Path):
             raise UserError(f"{source}: no dataset files that datasets can read ({reason}); {wording.layout}") \

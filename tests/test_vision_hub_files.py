@@ -6,6 +6,7 @@ whose training pixels are constant is refused at load time. Every set here is a 
 from __future__ import annotations
 
 import io
+import types
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +137,17 @@ def test_a_folder_with_a_dataset_script_is_one_error_and_runs_no_code(tmp_path):
     with pytest.raises(UserError, match=r"no dataset files that datasets can read \(.*scripted\.py"):
         data.load(f"hf:{folder}", tmp_path)
     assert not ran.exists()
+
+
+def test_another_runtime_error_of_datasets_is_not_called_the_users_input(tmp_path):
+    """Only datasets' refusal of a dataset script is the user's error: any other RuntimeError while loading (a
+    fault in datasets or the harness) surfaces as itself, not as 'no dataset files that datasets can read'."""
+    from domains.hub_datasets import builder_for
+    from domains.vision.hub import WORDING
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("an unrelated fault")
+
+    (tmp_path / "set").mkdir()
+    with pytest.raises(RuntimeError, match="^an unrelated fault$"):
+        builder_for(types.SimpleNamespace(load_dataset_builder=fails), tmp_path / "set", WORDING)
