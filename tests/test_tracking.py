@@ -370,3 +370,21 @@ def test_wandb_logs_only_the_steps_after_the_interrupted_attempts_last(tmp_path,
     rows = [[(_items(r.history.item)["_step"], _items(r.history.item)["loss"]) for r in _wandb_records(log)
              if r.HasField("history")] for log in logs]
     assert rows == [[(1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)], [(5, 2.0)]]
+
+
+@pytest.mark.parametrize("name, folder", [("tensorboard", "tb"), ("wandb", "wandb"), ("mlflow", "mlruns")])
+def test_a_tracker_folder_that_is_a_symbolic_link_is_refused_before_training(tmp_path, monkeypatch, name, folder):
+    """A linked wandb/ or mlruns/ was written through (to wherever it pointed), where tb/ was refused: each is
+    refused, the run not trained (no record) and nothing written where the link points."""
+    if importlib.util.find_spec(name) is None:
+        pytest.skip(f"{name} is not installed")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    elsewhere, results = tmp_path / "elsewhere", tmp_path / "results"
+    elsewhere.mkdir()
+    results.mkdir()
+    (results / folder).symlink_to(elsewhere)
+    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(results),
+                  "--tracker", name)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"{results / folder} is a symbolic link" in out.stderr
+    assert list(elsewhere.iterdir()) == [] and not list(results.glob("*.json"))

@@ -279,6 +279,7 @@ class WandbTracker:
     def __init__(self, results: Path, run_id: str, spec: RunSpec, resume: bool, work_dir: Path):
         wandb = _library("wandb")
         saved = _saved(work_dir, self.name) if resume else None
+        refuse_link(results / "wandb", results)  # as tb/ is: W&B would write wherever a link points
         self._run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=run_id, dir=str(results),
                                mode=os.environ.get("WANDB_MODE", "offline"), config=_params(spec),
                                group=run_id.rsplit("-s", 1)[0], tags=[spec.domain, spec.loss],
@@ -332,6 +333,8 @@ class MlflowTracker(_SummaryAtLastStep):
         mlflow = _library("mlflow")
         from mlflow.entities import Param
 
+        if not os.environ.get("MLFLOW_TRACKING_URI"):  # the harness's own store: not written through a link
+            refuse_link(results / "mlruns", results)
         uri = _mlflow_uri(results)
         if uri.startswith("file:"):
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
