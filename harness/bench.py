@@ -41,6 +41,7 @@ import torch
 import domains
 from domains.base import BenchPart, did_you_mean
 from domains.errors import UserError
+from domains.files import refuse_link
 from harness.machine import hardware_info
 from harness.pages.bench import PART_KEY, TARGETS, figures
 from harness.records import utc_now, write_json_atomic
@@ -115,7 +116,9 @@ SAME_MACHINE = ("device", "device_name", "cpu", "cpu_count", "torch", "cuda", "c
 
 def read_saved(path: Path) -> Any:
     """What the benchmark file at ``path`` holds: None where there is none, an empty dict (no parts, no times)
-    where it cannot be read."""
+    where it cannot be read. UserError where it is a symbolic link (as the bench pages refuse one: --resume would
+    keep the parts of whatever file it points at)."""
+    refuse_link(path, path.parent)
     if not path.exists():
         return None
     try:

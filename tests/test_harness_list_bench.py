@@ -393,3 +393,17 @@ def test_bench_hides_the_profilers_log_lines_and_library_warnings(tmp_path):
     noise = [line for line in out.stderr.splitlines() if line.startswith(("ERROR:", "USDT:", "STAGE:"))
              or "FutureWarning" in line]
     assert not noise, out.stderr
+
+
+def test_bench_resume_refuses_a_bench_file_that_is_a_symbolic_link(tmp_path):
+    """--resume read its earlier file through a link (whatever JSON it pointed at, its parts kept): refused, as the
+    bench pages refuse one, and the linked file left as it was."""
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text("{}")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tiny-cpu.json").symlink_to(elsewhere)
+    ran = harness("bench", "tiny", "--quick", "--device", "cpu", "--out", str(out), "--resume")
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
+    assert f"error: {out / 'tiny-cpu.json'} is a symbolic link" in ran.stderr
+    assert elsewhere.read_text() == "{}" and "measuring" not in ran.stdout
