@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny_domain import harness
 
 from domains.errors import UserError
 from domains.vision import data
@@ -151,3 +152,27 @@ def test_another_runtime_error_of_datasets_is_not_called_the_users_input(tmp_pat
     (tmp_path / "set").mkdir()
     with pytest.raises(RuntimeError, match="^an unrelated fault$"):
         builder_for(types.SimpleNamespace(load_dataset_builder=fails), tmp_path / "set", WORDING)
+
+
+@pytest.mark.parametrize("train, test, refused", [(8, 12, True), (10, 4, False)])
+def test_a_training_split_below_the_evaluations_minimum_is_refused_before_training(tmp_path, cache, train, test,
+                                                                                   refused):
+    """The evaluation's class structure (losses.prior.class_structure) needs MIN_ROWS (10) probe training images:
+    with 8 the run trained, then failed with a traceback-like 'ValueError: class_structure needs at least 10
+    embeddings'. It is refused before training, naming the set and the count; 10 images run to completion."""
+    folder = tmp_path / "small"
+    for split, n in (("train", train), ("test", test)):
+        for i in range(n):
+            (folder / split / str(i % 2)).mkdir(parents=True, exist_ok=True)
+            (folder / split / str(i % 2) / f"{i}.png").write_bytes(_png(i + 100 * (split == "test")))
+    results = tmp_path / "results"
+    out = harness("run", "--domain", "vision", "--dataset", f"hf:{folder}", "--loss", "infonce", "--seeds", "0",
+                  "--device", "cpu", "--set", "epochs=1", "--set", "arch=small", "--set", "batch_size=4",
+                  "--set", "linear_epochs=1", "--set", "proj_dim=16", "--results", str(results),
+                  env={"HARNESS_CACHE_DIR": str(cache)}, timeout=300)
+    if refused:
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith(f"error: hf:{folder}: 8 training images"), out.stderr
+        assert "the evaluation needs at least 10" in out.stderr and not results.exists()
+    else:
+        assert out.returncode == 0, out.stderr

@@ -43,7 +43,7 @@ from domains.vision.images import VisionData
 from domains.vision.method import DataInfo, Method
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
-from losses.prior import class_structure
+from losses.prior import MIN_ROWS, class_structure
 
 METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
 # The networks of each method that --save-model keeps: what it trains (MoCo's momentum encoder too; the biased
@@ -190,6 +190,9 @@ class VisionDomain(Domain):
         data = load(spec.dataset, Path(ctx.data_root), image_size=c.image_size, rho=c.rho, bias_percent=c.bias_percent,
                     download=c.download, first_classes=c.classes, image_column=c.image_column,
                     label_column=c.label_column, colour_seed=c.colour_seed)
+        if len(data.train) < MIN_ROWS:  # the evaluation's class_structure of the probe's training set needs them
+            raise UserError(f"{spec.dataset}: {len(data.train)} training images (the linear probe's set, after any "
+                            f"held-out test images); the evaluation needs at least {MIN_ROWS}")
         return Prepared(data, data.fingerprint)
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, data: VisionData) -> PretrainResult:
