@@ -207,3 +207,31 @@ def test_a_plugin_loss_whose_default_is_outside_its_range_is_refused_before_it_i
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr  # one line
     assert ("loss 'margin_nce': the default of its hyper-parameter margin is not an allowed value (margin must be a "
             "number in [0, 2], got 5)") in out.stderr, out.stderr
+
+
+LONG = "x" * 240  # past records.MAX_NAME (236): no record could hold it
+
+
+@pytest.mark.parametrize(("kind", "args", "shown"), [
+    ("domain", ["--domain", "d" + LONG, "--loss", "infonce"], repr(("d" + LONG)[:40]) + "... is 241 characters long"),
+    ("method", ["--domain", "oddtiny", "--method", "two\nlines", "--loss", "infonce"],
+     "'two\\nlines' is not a plain name"),
+    ("loss", ["--domain", "tiny", "--loss", "l" + LONG], repr(("l" + LONG)[:40]) + "... is 241 characters long"),
+])
+def test_a_plugin_name_no_record_could_hold_is_refused_before_training(tmp_path, kind, args, shown):
+    """Registration checks a plugin domain's and loss's characters, not their length, and a domain's method names
+    not at all: the record's validator (records.name_problem) refused such a name only after training (the loss,
+    written whole, was cut out of its run id). Each is refused before anything runs, naming it."""
+    (tmp_path / "odd_plugin.py").write_text(
+        "import domains, tiny_domain\nfrom losses import register_loss\n\n\n"
+        f"@domains.register\nclass Long(tiny_domain.TinyDomain):\n    name = {'d' + LONG!r}\n\n\n"
+        "@domains.register\nclass OddMethod(tiny_domain.TinyDomain):\n    name = 'oddtiny'\n"
+        "    methods = {**tiny_domain.TinyDomain.methods, 'two\\nlines': 'a method of two lines'}\n\n\n"
+        f"@register_loss({'l' + LONG!r}, paper='-', summary='-')\n"
+        "def long_loss(scores):\n    return scores.logits.logsumexp(1).mean() - scores.logits.mean()\n")
+    results = tmp_path / "results"
+    out = _harness(tmp_path, "run", *args, "--seeds", "0", "--set", "epochs=1", "--results", str(results),
+                   names="tiny_domain,odd_plugin")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: the {kind} name {shown}"), out.stderr
+    assert not results.exists()  # refused before any training, record or log

@@ -132,6 +132,11 @@ def plan(req: RunRequest) -> Plan:
         raise UserError(f"unknown dataset '{dataset}' for domain '{domain.name}'"
                         f"{did_you_mean(dataset, domain.datasets)} Available: {', '.join(domain.datasets)}")
     loss = run_loss(domain, method, req.loss)
+    # A plugin's names reach the record, whose validator (records.name_problem) would refuse them only after
+    # training; registration checks their characters but not their length, and a method's not at all.
+    for kind, name in (("domain", domain.name), ("method", method), ("loss", loss)):
+        if problem := records.name_problem(name):
+            raise UserError(f"the {kind} name {problem}; its plugin must register a shorter, plain name")
     config_sets, loss_sets = cfg.split_sets(req.sets)
     loss_params = cfg.resolve_loss(domain, loss, loss_sets)
     config, overrides = cfg.resolve_config(domain, req.preset, config_sets)
