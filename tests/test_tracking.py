@@ -246,6 +246,28 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
 
 
+
+@pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
+def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_running(tmp_path, monkeypatch):
+    """The trackers open before the log: where the log cannot then be opened (a folder in its place), the run
+    stops with one error line naming it, and the MLflow run that opened ends FAILED, not RUNNING for ever."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    _tiny(tmp_path, "--tracker", "mlflow")
+    [record] = tmp_path.glob("*.json")
+    log = record.with_suffix(".log")
+    record.unlink()
+    log.unlink()
+    log.mkdir()
+    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(tmp_path),
+                  "--tracker", "mlflow")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == f"error: cannot write the run's log {log}: Is a directory"
+    assert not record.exists()
+    from mlflow.tracking import MlflowClient
+
+    _mlflow_statuses(MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}"), ["FAILED", "FINISHED"])
+
 def _stopped(results: Path, tracker: str, sig: signal.Signals = signal.SIGTERM) -> str:
     """A tiny run of 6 epochs, stopped by ``sig`` after epoch 2 or later (SIGTERM: at a checkpoint, exit 75; SIGINT:
     Ctrl-C, at once, exit 130): its stderr."""

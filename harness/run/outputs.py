@@ -14,6 +14,7 @@ from pathlib import Path
 
 from domains.base import RunSpec
 from domains.context import RunContext
+from domains.errors import UserError
 from harness import records
 from harness.run import tracking
 
@@ -31,13 +32,23 @@ class _Held(logging.handlers.MemoryHandler):
         return self.target is not None
 
 
+def _log_file(path: Path) -> logging.FileHandler:
+    """The run's log, appended to; UserError where it cannot be (a folder in its place, no permission)."""
+    try:
+        log = logging.FileHandler(path)
+    except OSError as exc:
+        raise UserError(f"cannot write the run's log {path}: {exc.strerror or exc}") from None
+    log.setFormatter(logging.Formatter(FORMAT))
+    return log
+
+
 class RunOutputs:
     """What ``harness run`` writes of one run as it goes, beside the record: the log ``<run id>.log`` and the
     trackers (``--tracker``), which go to ``ctx.trackers`` as they open. ``write`` False (a secondary rank under
     torchrun): nothing."""
 
     def __init__(self, path: Path, rid: str, spec: RunSpec, ctx: RunContext, trackers: list[str], resume: bool,
-                 announce: bool, write: bool):
+                 announce: bool, write: bool) -> None:
         self.handler: logging.Handler = _Held() if write else logging.NullHandler()
         self.trackers: list[tracking.Tracker] = []
         self._path, self._rid, self._spec, self._ctx = path, rid, spec, ctx
@@ -59,11 +70,11 @@ class RunOutputs:
             self.trackers = tracking.open_trackers(self._names, self._path.parent, self._rid, self._spec,
                                                    self._resume, self._ctx.work_dir, announce=self._announce)
             self._ctx.trackers = self.trackers
-            log = logging.FileHandler(self._path.with_suffix(".log"))
-            log.setFormatter(logging.Formatter(FORMAT))
+            log = _log_file(self._path.with_suffix(".log"))
             self.handler.setTarget(log)
             self.handler.flush()
         except BaseException as exc:
+            tracking.close(self.trackers)  # those that opened end as failed, never left running
             self._error = exc
             raise
 
