@@ -193,7 +193,6 @@ def test_datasets_bars_follow_quiet(tmp_path, capfd):
     assert "Generating train split" in capfd.readouterr().err
 
 
-
 @pytest.mark.parametrize("whole", [True, False])
 def test_a_saved_folder_whose_state_names_a_file_outside_it_is_refused(tmp_path, whole):
     """A save_to_disk folder's state.json names its Arrow files, and load_from_disk read "../other/..." as well:
