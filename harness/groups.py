@@ -34,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 from domains.base import Domain, split_config
 from domains.errors import UserError
 from domains.files import hash_jsonable
+from harness.numbers import mean_std
 from harness.records import RunRecord, domain_or_none, jsonable, load_record_files, utc_iso
 
 
@@ -412,33 +413,6 @@ def best(groups: list[Group]) -> list[Group]:
         return []
     top = max(g.sign * g.mean for g in groups)
     return [g for g in groups if g.sign * g.mean == top]
-
-
-def fmt(value: float, digits: int | None = None) -> str:
-    """A metric for tables: 2 decimals from 1 to 1000, 1 above, 4 below 1."""
-    if value is None or not math.isfinite(value):
-        return "–"
-    return f"{value:.{decimals(value) if digits is None else digits}f}"
-
-
-def decimals(value: float) -> int:
-    magnitude = abs(value)
-    return 1 if magnitude >= 1000 else 2 if magnitude >= 1 else 4
-
-
-def mean_std(mean: float, std: float) -> str:
-    """``mean ± std``, both to the mean's decimals (:func:`decimals`): the std is read against the mean, so it
-    stops at the same place (``87.00 ± 0.35``, not ``87 ± 0.3515``). An std that is not finite is ``–``."""
-    digits = decimals(mean)
-    return f"{fmt(mean, digits)} ± {fmt(std, digits)}"
-
-
-def spread(values: list[float]) -> str:
-    """:func:`mean_std` of ``values`` (mean and std as a :class:`Group` takes them), one value alone as
-    :func:`fmt` prints it, none ``–``: for numbers that are no group's (a run's seeds, the prior page's estimates)."""
-    if len(values) < 2:
-        return fmt(values[0]) if values else "–"
-    return mean_std(statistics.fmean(values), statistics.stdev(values))
 
 
 def cell(group: Group) -> str:

@@ -15,7 +15,7 @@ from filelock import FileLock
 from tiny_domain import TinyDomain
 
 from harness.cli import main
-from harness.groups import mean_std, spread
+from harness.numbers import mean_std, spread
 from harness.run import as_found, data_root_prefix
 from harness.run.stopping import EXIT_STOPPED
 
@@ -139,7 +139,7 @@ def test_the_printed_commands_name_this_installation_where_the_shell_would_not_f
 
 
 def test_mean_std_gives_the_std_to_the_means_decimals():
-    """The one mean ± std of the run summary and the pages (harness.groups.mean_std): 4 decimals below 1, 2 from
+    """The one mean ± std of the run summary and the pages (harness.numbers.mean_std): 4 decimals below 1, 2 from
     1 to 1000, 1 above, for the mean and its std alike."""
     assert mean_std(87.0, 0.3515) == "87.00 ± 0.35"  # the run summary printed 87 ± 0.3515
     assert mean_std(97.13333, 1.677) == "97.13 ± 1.68"
@@ -150,7 +150,7 @@ def test_mean_std_gives_the_std_to_the_means_decimals():
 
 
 def test_spread_is_the_mean_std_of_numbers_that_are_no_group():
-    """The run summary's and the prior page's mean ± std of a list (harness.groups.spread): as mean_std prints a
+    """The run summary's and the prior page's mean ± std of a list (harness.numbers.spread): as mean_std prints a
     group's, so a prior below 1 keeps 4 decimals where an accuracy gets 2; one value alone, none a dash."""
     assert spread([98.0, 98.2, 95.2]) == "97.13 ± 1.68"  # the README's main command: its three seeds
     assert spread([0.5062, 0.4993, 0.5101]) == "0.5052 ± 0.0055"  # a prior estimate over three seeds

@@ -80,7 +80,8 @@ from harness.compare.sides import (
     refuse_report_among_records,
     seeds_text,
 )
-from harness.groups import Group, decimals, group_name, summable, too_large
+from harness.groups import Group, group_name, summable, too_large
+from harness.numbers import decimals
 from harness.pages.generated import refuse_foreign
 from harness.records import RunRecord
 from harness.run.config import tolerance_value

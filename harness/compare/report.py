@@ -13,7 +13,8 @@ from domains.errors import UserError
 from domains.files import hash_jsonable
 from harness import stats
 from harness.compare.sides import Side, seeds_text
-from harness.groups import Group, decimals, fmt, group_name
+from harness.groups import Group, group_name
+from harness.numbers import decimals, fmt
 from harness.pages.tables import NONE, device_label, latest_by_seed
 from harness.tables import bullet, code, escape, markdown
 

@@ -29,11 +29,11 @@ from harness.groups import (
     code_classes,
     code_order,
     command_key,
-    fmt,
     group_name,
     group_of,
     group_records,
 )
+from harness.numbers import fmt
 from harness.records import RunRecord, load_record_files, utc_iso
 from harness.run.model_file import MODELS
 from harness.version import resolve_commit

@@ -31,14 +31,13 @@ from harness.groups import (
     cell,
     code_order,
     command_key,
-    decimals,
     group_name,
     group_records,
-    mean_std,
     refuse_unsummable,
     seeds_by,
     too_large,
 )
+from harness.numbers import decimals, mean_std
 from harness.pages import figures, generated
 from harness.records import RunRecord, load_record_files
 from harness.tables import Markup, escape, markdown

@@ -22,7 +22,8 @@ from filelock import FileLock
 
 from domains.base import Domain
 from domains.files import refuse_link, write_atomic
-from harness.groups import Group, baseline_for, best, cell, completed_groups, decimals, domain_or_none
+from harness.groups import Group, baseline_for, best, cell, completed_groups, domain_or_none
+from harness.numbers import decimals
 from harness.pages import bench, curves, generated
 from harness.pages.tables import (
     CHANGE_TEST,

@@ -14,7 +14,7 @@ from collections import defaultdict
 from scipy import stats
 
 from harness import tables
-from harness.groups import fmt, spread
+from harness.numbers import fmt, spread
 from harness.pages.prior_runs import LOSSES, SYNTHETIC, Run, task_label
 from harness.pages.tables import MIXED, OTHER_DATA
 from harness.stats import p_text
@@ -37,7 +37,7 @@ def marks(runs: list[Run], base: list[Run] | None = None) -> str:
 
 def _one_or_spread(values: list[float]) -> str:
     """One value where the runs agree (a label prior; text's fixed batches), else their mean ± std; as every page
-    prints them (:func:`harness.groups.fmt`), so a prior, below 1, to 4 decimals and its std to the mean's."""
+    prints them (:func:`harness.numbers.fmt`), so a prior, below 1, to 4 decimals and its std to the mean's."""
     return fmt(values[0]) if values and len(set(values)) == 1 else spread(values)
 
 

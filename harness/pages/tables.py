@@ -18,7 +18,8 @@ from pathlib import Path
 from scipy import stats
 
 from domains.base import Domain, Reference
-from harness.groups import Group, decimals, fmt, mean_std
+from harness.groups import Group
+from harness.numbers import decimals, fmt, mean_std
 from harness.records import RunRecord
 from harness.tables import Markup
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import domains
 from domains.base import counted
 from domains.errors import RunStopped
-from harness.groups import fmt, spread
 from harness.machine import omp_threads
+from harness.numbers import fmt, spread
 from harness.records import RunRecord
 from harness.run import config as cfg
 from harness.run import stopping, tracking
