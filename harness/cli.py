@@ -9,7 +9,7 @@ import argparse
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from domains.errors import UserError
 from harness.run import stopping, tracking
@@ -75,8 +75,10 @@ def _add_verbose(p: argparse.ArgumentParser) -> None:
                    help="also show the run's log lines, library warnings and library log lines")
 
 
-def _add_compare_args(p: argparse.ArgumentParser) -> None:
-    """compare's options, for its parser and for :class:`_Reader`'s reading of a command line argparse refused."""
+def add_compare_args(p: argparse.ArgumentParser) -> None:
+    """compare's options, for its parser and for the reading of a compare command line argparse refused
+    (:func:`harness.compare.refused.as_given`). Here, not in ``harness.compare``: every command builds the whole
+    parser, and importing that package (the gate, scipy) would load it into every run."""
     side = ("a results folder, FOLDER@NAME, or with --results a NAME: a version, a commit (or its first digits), "
             "a tag or a branch")
     p.add_argument("--baseline", required=True, help=side)
@@ -111,7 +113,7 @@ class CommandLineRefused(Exception):
         self.parser, self.message = parser, message
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """The parser of ``harness`` and of each command (``add_subparsers`` makes them of the same class)."""
 
     def error(self, message: str) -> NoReturn:
@@ -121,7 +123,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """The ``harness`` parser; a command line it refuses raises :class:`CommandLineRefused` (:func:`main` exits 2
     on it)."""
-    parser = _Parser(prog="harness", description="Contrastive losses across domains: runs, records, leaderboards, "
+    parser = Parser(prog="harness", description="Contrastive losses across domains: runs, records, leaderboards, "
                      "reports and regression tracking.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -197,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="regression gate between two result sets: exit 0 held, 1 regression or "
                        "missing, 2 cannot decide (a drop too few seeds can test, or a baseline that failed "
                        "on every seed: unjudged)")
-    _add_compare_args(p)
+    add_compare_args(p)
 
     p = sub.add_parser("bench", help="speed benchmarks: 'losses', a domain name, or 'all'")
     p.add_argument("target", help="losses, a domain, or all (exit 3 when a target was skipped, 1 when one failed)")
@@ -266,55 +268,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     return cmd_bench(args)
 
 
-class _Reader(_Parser):
-    """A parser that reads a command line's words as argparse reads them (its option strings and their
-    abbreviations, ``--opt=value``, the last one given) and checks nothing else: no option is required, typed or
-    limited to choices, a value may be absent (``nargs="?"``), and ``--help`` is a flag, not a printout and an exit.
-    A word argparse refuses alone raises :class:`CommandLineRefused`, as :class:`_Parser` does."""
-
-    def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
-        if kwargs.get("action") in ("store_true", "help"):
-            return super().add_argument(*names, action="store_true")
-        return super().add_argument(*names, dest=kwargs.get("dest"), nargs="?")
-
-
-def as_given(words: list[str]) -> argparse.Namespace:
-    """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
-    ``compare``), read by compare's own options (:func:`_add_compare_args`) as argparse reads them: ``--ou R`` is
-    ``--out``, ``--c X`` none (``--candidate`` or ``--correction``: argparse calls it ambiguous); None where absent or
-    left without a value (``--baseline`` without one, argparse's refusal, still leaves ``--out`` read). A word
-    argparse itself refuses alone (an ambiguous abbreviation, ``--allow-missing=1``) is read as nothing, the rest
-    as they stand."""
-    reader = _Reader(prog="harness compare")
-    _add_compare_args(reader)
-
-    def readable(word: str) -> bool:
-        try:
-            reader.parse_known_args([word])
-        except CommandLineRefused:
-            return False
-        return True
-
-    return reader.parse_known_args([word for word in words if readable(word)])[0]
-
-
-def _refused_compare(words: list[str], message: str) -> str:
-    """argparse's message for a compare command line it refused (``words``, after ``compare``), once ``--out``,
-    where given, holds a CANNOT DECIDE report of it: it must not keep an earlier comparison's verdict, which a CI
-    step may publish or grep. Where ``--out`` may not take a report, the message adds why, and nothing is written
-    (:func:`harness.compare.claim_out`)."""
-    from harness.compare import claim_out, report_error
-    given = as_given(words)
-    if not given.out:
-        return message
-    try:
-        check_out("compare", given.out)
-        claim_out(given)
-    except UserError as exc:
-        return f"{message}; {' '.join(str(exc).split())}"
-    return str(report_error(given, UserError(message)))
-
-
 def main(argv: list[str] | None = None) -> int:
     """The ``harness`` command on ``argv``; without it, on this process's command line, which is then the process's
     own command: once its work is over, a stop signal ends the process with its exit status, never killed by the
@@ -334,8 +287,11 @@ def _command(words: list[str]) -> int:
     try:
         args = build_parser().parse_args(words)
     except CommandLineRefused as refused:
+        message = refused.message
         # The top-level parser has no option but -h: a compare command line starts with its name.
-        message = _refused_compare(words[1:], refused.message) if words[:1] == ["compare"] else refused.message
+        if words[:1] == ["compare"]:
+            from harness.compare.refused import refused_compare
+            message = refused_compare(words[1:], message)
         argparse.ArgumentParser.error(refused.parser, message)  # argparse's usage and error lines, exit 2
     args.argv = words  # for the --resume hint after an interruption
     settings = output_settings(args.verbose) if args.command in ("run", "sweep") else contextlib.nullcontext()

@@ -411,7 +411,7 @@ def refuse_out_among_records(args: argparse.Namespace) -> None:
     folders = []
     for role in ("baseline", "candidate"):
         text = getattr(args, role)
-        if text is None:  # absent from a command line argparse refused (harness.cli.as_given)
+        if text is None:  # absent from a command line argparse refused (harness.compare.refused.as_given)
             continue
         try:
             folder, _ = folder_and_name(text, args.results, role)
