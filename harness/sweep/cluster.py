@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import importlib
 import io
 import itertools
 import logging
@@ -74,15 +73,10 @@ def import_submitit() -> Any:
 
 def executor_library(executor: str) -> Any:
     """The library ``--executor`` runs its jobs with (None for ``local``), imported: a missing one is a UserError
-    naming the install command, which a dry run gives as the sweep itself would."""
+    naming the install command (:func:`domains.base.require`), which a dry run gives as the sweep itself would."""
     if executor == "slurm":
         return import_submitit()
-    if executor == "ray":
-        try:
-            return importlib.import_module("ray")
-        except ImportError:
-            raise UserError("--executor ray needs the 'ray' package: pip install 'contrastive-harness[ray]'") from None
-    return None
+    return require("ray", "ray") if executor == "ray" else None
 
 
 def run_slurm(requests: list[RunRequest], workers: int, args: argparse.Namespace, varying: list[str],
