@@ -129,9 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_run_args(sub.add_parser("run", help="run (domain, method, dataset, loss, seeds) and write records"))
 
-    p = sub.add_parser("list", help="list domains, datasets, losses, presets or options (the --set keys)")
-    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets", "options"],
-                   help="what to list (default: all five)")
+    p = sub.add_parser("list", help="list domains, datasets, losses, presets, options (the --set keys) or code (the "
+                       "source digest runs of this code record, which compare's FOLDER@NAME takes)")
+    p.add_argument("what", nargs="?", choices=["domains", "datasets", "losses", "presets", "options", "code"],
+                   help="what to list (default: all six)")
 
     p = sub.add_parser("sweep", help="run a grid of domains x datasets x losses x hyper-parameters x seeds")
     p.add_argument("--domains", required=True, help="comma-separated domains (harness list domains)")

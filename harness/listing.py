@@ -1,8 +1,9 @@
-"""``harness list [domains|datasets|losses|presets|options]``: what exists, one line each.
+"""``harness list [domains|datasets|losses|presets|options|code]``: what exists, one line each.
 
 A domain whose extra is not installed (or which fails to import) is shown as unavailable, never a crash. The
 options are each domain's config fields, for ``--set KEY=VALUE``: default, range or choices (the config's pydantic
-constraints), and the comment the config's source gives the field.
+constraints), and the comment the config's source gives the field. The code is the source digest this code's runs
+record, which ``harness compare`` takes to name their records.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import tokenize
 from typing import Any
 
 import losses
-from domains import available, get
+from domains import PACKAGES, available, get, loss_provider, provider
 from domains.base import RUNTIME, Domain
 from harness.tables import pairs
+from harness.version import source_digest
 
 
 def _load_domains() -> tuple[list[Domain], dict[str, str]]:
@@ -157,6 +159,29 @@ def loss_lines(loaded: list[Domain]) -> list[str]:
     return pairs(rows)
 
 
+def code_lines(loaded: list[Domain]) -> list[str]:
+    """The source digest (:func:`harness.version.source_digest`) that runs of this code record, which ``harness
+    compare --candidate FOLDER@<its first digits>`` takes to name their records: the built-in code's, and, since a
+    plugin's code is part of its runs' digest, each plugin domain's with the built-in losses, each plugin loss's on
+    the built-in domains, and each plugin domain's with each plugin loss of another module that it accepts. A data
+    set that runs the user's own code (rl's ``gym:MODULE:ID``) adds that code, so the built-in row says it holds
+    only on the others."""
+    def plugged(module: str) -> bool:
+        return module.split(".")[0] not in PACKAGES
+
+    own_domains = [d.name for d in loaded if plugged(provider(d.name))]
+    own_losses = [name for name in losses.available() if plugged(loss_provider(name))]
+    rows = [("built-in", f"{source_digest()} (the built-in domains and losses, on a data set that runs none of "
+                         "your own code)")]
+    rows += [(f"domain {name}", f"{source_digest(name)} (with a built-in loss; plugin {provider(name)})")
+             for name in own_domains]
+    rows += [(f"loss {name}", f"{source_digest(loss=name)} (on a built-in domain; plugin {loss_provider(name)})")
+             for name in own_losses]
+    rows += [(f"domain {d.name}, loss {name}", source_digest(d.name, name)) for d in loaded if d.name in own_domains
+             for name in own_losses if name in d.losses and loss_provider(name) != provider(d.name)]
+    return pairs(rows)
+
+
 def cmd_list(what: str | None) -> int:
     loaded, broken = _load_domains()
     sections = {
@@ -165,6 +190,7 @@ def cmd_list(what: str | None) -> int:
         "losses": lambda: loss_lines(loaded),
         "presets": lambda: preset_lines(loaded),
         "options": lambda: option_lines(loaded),
+        "code": lambda: code_lines(loaded),
     }
     try:
         for name in [what] if what else list(sections):
