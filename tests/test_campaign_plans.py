@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import build_parser
+from harness.parser import build_parser
 from harness.run import request_from_args, time_limit, tracking
 from harness.run.config import LOSS_PREFIX, format_value, parse_assignments
 from harness.run.runner import plan

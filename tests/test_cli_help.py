@@ -7,8 +7,8 @@ import argparse
 
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 
-from harness.cli import build_parser
 from harness.listing import dataset_lines
+from harness.parser import build_parser
 
 
 def _options(parser: argparse.ArgumentParser, path: str):

@@ -17,8 +17,9 @@ import pytest
 from tiny_domain import harness, synthetic_record, write_records
 
 from harness import compare
-from harness.cli import CommandLineRefused, build_parser, main
+from harness.cli import main
 from harness.compare.refused import as_given
+from harness.parser import CommandLineRefused, build_parser
 
 GOOD = [85.9, 82.45, 86.6, 81.2, 80.9]
 USAGE = "usage: harness compare [-h] --baseline BASELINE --candidate CANDIDATE"

@@ -11,7 +11,8 @@ import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 
 from domains.errors import UserError
-from harness.cli import build_parser, main
+from harness.cli import main
+from harness.parser import build_parser
 from harness.run.config import parse_seeds
 
 

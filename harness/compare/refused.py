@@ -8,15 +8,15 @@ import argparse
 from typing import Any
 
 from domains.errors import UserError
-from harness.cli import CommandLineRefused, Parser, add_compare_args, check_out
 from harness.compare import claim_out, report_error
+from harness.parser import CommandLineRefused, Parser, add_compare_args, check_out
 
 
 class _Reader(Parser):
     """A parser that reads a command line's words as argparse reads them (its option strings and their
     abbreviations, ``--opt=value``, the last one given) and checks nothing else: no option is required, typed or
     limited to choices, a value may be absent (``nargs="?"``), and ``--help`` is a flag, not a printout and an exit.
-    A word argparse refuses alone raises :class:`harness.cli.CommandLineRefused`, as :class:`harness.cli.Parser`
+    A word argparse refuses alone raises :class:`harness.parser.CommandLineRefused`, as :class:`harness.parser.Parser`
     does."""
 
     def add_argument(self, *names: str, **kwargs: Any) -> argparse.Action:
@@ -27,7 +27,7 @@ class _Reader(Parser):
 
 def as_given(words: list[str]) -> argparse.Namespace:
     """The sides, ``--results`` and ``--out`` of a compare command line that argparse refused (``words``, after
-    ``compare``), read by compare's own options (:func:`harness.cli.add_compare_args`) as argparse reads them:
+    ``compare``), read by compare's own options (:func:`harness.parser.add_compare_args`) as argparse reads them:
     ``--ou R`` is ``--out``, ``--c X`` none (``--candidate`` or ``--correction``: argparse calls it ambiguous); None
     where absent or left without a value (``--baseline`` without one, argparse's refusal, still leaves ``--out``
     read). A word argparse itself refuses alone (an ambiguous abbreviation, ``--allow-missing=1``) is read as
