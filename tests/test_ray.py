@@ -27,6 +27,8 @@ import pytest
 from support import record_metrics
 from tiny_domain import harness, harness_env
 
+from harness.run.stopping import EXIT_STOPPED
+
 pytestmark = pytest.mark.ray
 # Not imported here: ray's import sets up logging on this process's streams, which pytest closes after a test.
 if importlib.util.find_spec("ray") is None:
@@ -233,3 +235,45 @@ def test_a_task_no_node_can_take_is_a_warning_not_a_silent_wait(tmp_path, ray_he
         "warning: each Ray task asks for 3 CPUs, but no node of the Ray cluster has them (its largest of 1 alive "
         "node has 2 CPUs and 0 GPUs): the sweep waits until such a node joins; to run on the nodes there, lower "
         "--cpus-per-job"]
+
+
+def _sweep_output(argv: list[str], log: Path) -> subprocess.Popen:
+    """A ``harness sweep`` started in the background, its stdout (job lines, warnings, summary) in ``log``."""
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "harness", "sweep", *argv], cwd=Path(__file__).parent.parent,
+                                env=harness_env(), stdout=out, stderr=subprocess.DEVNULL)
+
+
+def _stop(sweep: subprocess.Popen, sig: signal.Signals, wait_s: float) -> None:
+    """``sig`` to ``sweep``, then ``wait_s`` for it to end; killed after that, so that its exit status says so."""
+    try:
+        sweep.send_signal(sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            sweep.wait(timeout=wait_s)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait(timeout=30)
+
+
+def test_a_sigterm_stops_a_ray_sweep_with_its_running_task_at_a_checkpoint(tmp_path, ray_head):
+    """SIGTERM stops a Ray sweep as it stops a local one: the running task at its next checkpoint, the waiting one
+    not started, exit 75. ray.init had put in a SIGTERM handler of its own, which ended the sweep at once (exit 1),
+    and its job's running task with it, short of a checkpoint."""
+    log = tmp_path / "sweep.out"
+    # each task takes both of the head's CPUs: seed 0 runs, seed 1 waits for them
+    sweep = _sweep_output(["--domains", "tiny", "--losses", "infonce", "--seeds", "0,1", "--workers", "2",
+                           "--cpus-per-job", "2", "--set", "epochs=40", "--set", "sleep_s=0.5", "--executor", "ray",
+                           "--ray-address", ray_head.address, "--results", str(tmp_path)], log)
+    deadline = time.time() + 120
+    while "epoch 2:" not in "".join(p.read_text() for p in tmp_path.glob("*.log")) and time.time() < deadline:
+        time.sleep(0.1)
+    _stop(sweep, signal.SIGTERM, wait_s=120)
+    lines = log.read_text().splitlines()
+    assert sweep.returncode == EXIT_STOPPED, lines
+    assert [x for x in lines if x.startswith("[")] == [
+        "[stopped] tiny/blobs/infonce seed 0: the sweep was stopped; its checkpoint is kept",
+        "[not started] tiny/blobs/infonce seed 1: "]
+    assert lines[-1].startswith("sweep stopped (SIGTERM): 1 stopped, 1 not started; continue with: ")
+    [run_log] = tmp_path.glob("*.log")
+    assert "stopped (the sweep was stopped) at a step boundary; its checkpoint is" in run_log.read_text()

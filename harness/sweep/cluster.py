@@ -10,6 +10,7 @@ import io
 import itertools
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -329,6 +330,7 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
     given_by = "--ray-address" if args.ray_address else "RAY_ADDRESS"
     if address != "local":
         _answers(address, given_by)
+    sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(address=address, ignore_reinit_error=True, log_to_driver=args.verbose,
                  runtime_env={"env_vars": env} if env else None)
@@ -339,6 +341,10 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
         if line is None:
             raise
         raise UserError(line) from None
+    finally:
+        # ray.init sets a SIGTERM handler of its own (sys.exit, and its core worker logs a crash): a SIGTERM ended
+        # the sweep at once, exit 1, and with it its job, whose running tasks died short of their checkpoint
+        signal.signal(signal.SIGTERM, sigterm)
     cpus, gpus = _cpus_per_job(args), 1 if args.device.startswith("cuda") else 0
     remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(run_job)
     queued, running, results = [_absolute(r) for r in requests], {}, []
