@@ -315,12 +315,28 @@ class Unplaced:
         return warning
 
 
+def _on_cancel(signum: int, frame: object) -> None:
+    """Only a stopped sweep cancels its tasks: the job's line names that reason, as the stop file's would."""
+    stopping.request_stop(stopping.SWEEP_STOPPED)
+
+
+def _ray_job(request: RunRequest, stop_file: str, threads: int) -> list[dict[str, Any]]:
+    """:func:`run_job` as a Ray task. ``ray.cancel`` (force=False) interrupts a running task as SIGINT would
+    (``_thread.interrupt_main``: its Python handler, by default a KeyboardInterrupt, which would end the job short
+    of its checkpoint, reported as cancelled); here it asks the job to stop at its next checkpoint, as the stop
+    file does. Kept for the worker's life: a cancel that lands as the job returns must not become the
+    KeyboardInterrupt that drops its result."""
+    signal.signal(signal.SIGINT, _on_cancel)
+    return run_job(request, stop_file, threads)
+
+
 def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Path,
             varying: list[str]) -> list[dict[str, Any]]:
     """Ray tasks, at most ``--workers`` at once, each asking for ``--cpus-per-job`` CPUs and, with ``--device
     cuda``, one GPU. A task whose worker dies is reported failed (no retry: a rerun, with ``--resume``, goes
     on from its checkpoint); the others go on. Where no node can take a task, a warning says so (:class:`Unplaced`)
-    and the sweep waits for one. ``varying``: as :func:`harness.sweep.local.run_local`'s."""
+    and the sweep waits for one. A stopped sweep cancels its tasks that have not started, reported not started.
+    ``varying``: as :func:`harness.sweep.local.run_local`'s."""
     ray = executor_library("ray")
     env = {name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}
     # Without an address Ray would join the cluster the last `ray start` on this machine named in its temp folder,
@@ -346,8 +362,8 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
         # the sweep at once, exit 1, and with it its job, whose running tasks died short of their checkpoint
         signal.signal(signal.SIGTERM, sigterm)
     cpus, gpus = _cpus_per_job(args), 1 if args.device.startswith("cuda") else 0
-    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(run_job)
-    queued, running, results = [_absolute(r) for r in requests], {}, []
+    remote = ray.remote(num_cpus=cpus, num_gpus=gpus, max_retries=0)(_ray_job)
+    queued, running, results, cancelled = [_absolute(r) for r in requests], {}, [], False
     unplaced = Unplaced(ray.nodes, cpus, gpus, args.cpus_per_job is not None)
     try:
         with progress(len(queued)) as bar:
@@ -363,12 +379,20 @@ def run_ray(requests: list[RunRequest], args: argparse.Namespace, stop_file: Pat
                     request = running.pop(ref)
                     try:
                         results += report(ray.get(ref), bar, request, varying)
+                    except ray.exceptions.TaskCancelledError:  # cancelled below before it started
+                        results += report(not_started([request]), bar, request, varying)
                     except ray.exceptions.RayError as exc:  # the worker died (killed, out of memory, node lost)
                         error = f"its Ray worker was lost ({type(exc).__name__}); rerun the sweep with --resume"
                         results += report([failed(request, error)], bar, request, varying)
-                if stopped(stop_file):
+                if not cancelled and stopped(stop_file):
                     results += not_started(queued)
                     queued = []
+                    # A task still waiting for a node reads the stop file only once it starts: where no node can
+                    # take it (Unplaced), never, and the sweep waited on it for ever. Ray cannot say which tasks
+                    # have started; a running one is asked to stop (_ray_job), as by the stop file.
+                    for ref in running:
+                        ray.cancel(ref)
+                    cancelled = True
     finally:
         if address == "local":
             ray.shutdown()  # the cluster ray.init started here
