@@ -111,15 +111,20 @@ class RunContext:
     # prepare of one run the same context, so what both read and is costly to find is found once (Domain.prepare)
     found: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # Called once restore_checkpoint has restored the checkpoint, its last check passed: the harness opens a resumed
-    # run's log and trackers then, so that a checkpoint refused as it is restored leaves the results folder as it was
+    # run's log and trackers then, so that a checkpoint refused as it is restored leaves the results folder as it was.
+    # Its seconds are left out of the run's clock (:meth:`clock`).
     on_restored: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
-    # Wall seconds of the run before this process took it up: its earlier processes' up to their last checkpoint
-    # (what the resumed run keeps of them), read from the checkpoint; the record's timings add them.
+    # Seconds of the run before this process took it up: its earlier processes', on their clock(), from the start
+    # of their attempt to their last checkpoint (what the resumed run keeps of them), read from the checkpoint; the
+    # record's timings add them.
     earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
-    _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)
+    # Seconds on_restored took: opening the trackers (seconds for W&B) is no work of the run, and a fresh run's,
+    # before its attempt starts, is no part of its timings either.
+    _outside_s: float = field(default=0.0, init=False, repr=False, compare=False)
+    _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)  # start_clock
 
     def progress(self, iterable: Iterable[T], desc: str, total: int | None = None, steady_from: int = 0,
                  **kw) -> Iterator[T]:
@@ -171,6 +176,25 @@ class RunContext:
     def log(self, message: str) -> None:
         self.logger.info(message)
 
+    def clock(self) -> float:
+        """``time.perf_counter()`` less the seconds :attr:`on_restored` took: the clock of the record's timings
+        and of a checkpoint's ``elapsed_s``, which stands still while a resumed run's log and trackers open."""
+        return time.perf_counter() - self._outside_s
+
+    def start_clock(self) -> float:
+        """Start timing the run's work (seeding, pretraining, evaluation: what a checkpoint's ``elapsed_s`` counts,
+        as the record's ``total_s`` does); :meth:`clock` now. The harness's, as a run's attempt starts."""
+        self._clock = self.clock()
+        return self._clock
+
+    def _restored(self) -> None:
+        """Call :attr:`on_restored`, its seconds kept off the clock."""
+        began = time.perf_counter()
+        try:
+            self.on_restored()
+        finally:
+            self._outside_s += time.perf_counter() - began
+
     def log_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
         """Hand the scalars of training ``step`` (the domain's own unit, increasing: an optimizer step, an
         environment step) to the run's live trackers (``--tracker``) as the run trains; a no-op without any.
@@ -206,7 +230,7 @@ class RunContext:
         (:func:`rng_state`) and the plain values ``extra`` (epoch, step, curve, a generator's own state...)."""
         state = {"objects": {name: obj.state_dict() for name, obj in objects.items() if obj is not None},
                  "rng": rng_state(), "extra": extra, "run": self.run_key,
-                 "elapsed_s": self.earlier_s + time.perf_counter() - self._clock}
+                 "elapsed_s": self.earlier_s + self.clock() - self._clock}
         write_atomic(self.checkpoint_path, lambda fh: torch.save(state, fh))
         self._checkpointed = True
 
@@ -243,7 +267,7 @@ class RunContext:
             set_rng_state(state["rng"])
         except Exception as exc:  # noqa: BLE001 - a generator state of the wrong kind or size
             raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
-        self.on_restored()
+        self._restored()
         return extra
 
     @property

@@ -1,17 +1,21 @@
-"""Live tracking: a resumed run that has nothing left to train, and run ids that are not plain names."""
+"""Live tracking: a resumed run that has nothing left to train, opening a resumed run's trackers (which counts in
+none of its timings), and run ids that are not plain names."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 import sys
+import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from test_tracking import _scalars, _spec
 
 from domains.errors import UserError
-from harness.run import tracking
+from harness.run import stopping, tracking
+from harness.run.stopping import EXIT_STOPPED
 
 
 def test_a_resumed_run_with_nothing_left_to_train_keeps_its_curve_and_logs_the_summary_at_its_last_step(tmp_path):
@@ -37,6 +41,42 @@ def test_a_resumed_run_that_trains_still_purges_from_where_it_goes_on(tmp_path):
     resumed.close(tracking.FINISHED, {"accuracy": 90.0})
     logged = _scalars(tmp_path / "tb" / "r-s0")
     assert logged["loss"] == [(1, 1.0), (2, 1.0), (3, 2.0)] and logged["final/accuracy"] == [(3, 90.0)]
+
+
+SLOW_S = 2.0  # each opening of the trackers: far longer than the tiny run's own work, even on a loaded machine
+
+
+def test_opening_the_trackers_counts_in_no_timing_of_a_resumed_run(tmp_path, monkeypatch):
+    """A resumed run opens its log and trackers as its domain restores the checkpoint, within the timed
+    pretraining: their opening (seconds for W&B) counted in its pretrain_s and total_s, and a fresh attempt's,
+    before its training, in the elapsed seconds its checkpoint passes on (earlier_s). None counts it now, as a fresh
+    run's timings never did. Each opening here sleeps SLOW_S; the tiny run's work takes a fraction of it."""
+    from harness.cli import main
+
+    real, opened = tracking.open_trackers, []
+
+    def slow(names, results, run_id, spec, resume, *args, **kw):
+        time.sleep(SLOW_S)
+        opened.append(resume)
+        return real(names, results, run_id, spec, resume, *args, **kw)
+
+    args = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=3", "--quiet",
+            "--tracker", "none", "--results"]
+    # This interpreter's first training (its imports, torch's first steps) takes seconds on a loaded machine: done
+    # first, elsewhere, so that the timings below are the tiny run's own work.
+    assert main([*args, str(tmp_path / "warm-up")]) == 0
+    args.append(str(tmp_path))
+    monkeypatch.setattr(tracking, "open_trackers", slow)
+    # the first attempt stops at its first checkpoint, as SIGTERM would stop it
+    monkeypatch.setattr(stopping, "stop_reason",
+                        lambda: "a test's stop" if list(tmp_path.glob(".work/*/checkpoint.pt")) else None)
+    assert main(args) == EXIT_STOPPED
+    monkeypatch.setattr(stopping, "stop_reason", lambda: None)
+    assert main([*args, "--resume"]) == 0
+    [record] = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    assert opened == [False, True] and record["resumed"] and record["info"]["start_epoch"] == 1
+    timings = record["timings"]
+    assert 0 < timings["earlier_s"] < timings["pretrain_s"] < timings["total_s"] < SLOW_S, timings
 
 
 @pytest.mark.parametrize("run_id", ["../victim", "a/../../victim", "..", "", "x\ny", "/abs", "a\\b"])

@@ -11,7 +11,6 @@ import logging
 import os
 import random
 import shutil
-import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -524,17 +523,18 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
     record is built: a metric that is not a number fails the run (a ValidationError naming it), never writes a
     record that cannot be read back."""
     rid = fields["run_id"]
-    start = time.perf_counter()
+    # ctx.clock: opening a resumed run's trackers, within its pretraining, counts no more than a fresh run's
+    start = ctx.start_clock()
     cuda = ctx.device.type == "cuda"
     try:
         seed_everything(spec.seed)
         if cuda:
             torch.cuda.reset_peak_memory_stats(ctx.device)
-        t0 = time.perf_counter()
+        t0 = ctx.clock()
         pretrained = _pretrain(domain, spec, ctx, data)
-        t1 = time.perf_counter()
+        t1 = ctx.clock()
         result = domain.evaluate(spec, pretrained, ctx, data)
-        t2 = time.perf_counter()
+        t2 = ctx.clock()
         if cuda:  # the run's peak, for the pages' device column (what lightly's table gives as memory)
             peak = torch.cuda.max_memory_allocated(ctx.device) / 2**30
             fields = {**fields, "hardware": {**fields["hardware"], "peak_gpu_memory_gib": peak}}
@@ -567,7 +567,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         metrics = {fields["primary_metric"]: None} if isinstance(exc, NonFiniteLossError) else {}
         failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
                                    metrics=metrics, details={}, curve=[], throughput={}, info={},
-                                   timings=timings(ctx, total_s=time.perf_counter() - start))
+                                   timings=timings(ctx, total_s=ctx.clock() - start))
         return Outcome(rid, "failed", path, failed, error=error, user_error=user), None
     LOGGER.info("run %s completed: %s", rid, record.metrics)
     return Outcome(rid, "completed", path, record), pretrained
