@@ -110,10 +110,11 @@ class RunContext:
     # What the domain's data step found for the run, by the domain's own keys: the harness hands data_fingerprint and
     # prepare of one run the same context, so what both read and is costly to find is found once (Domain.prepare)
     found: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # Called once restore_checkpoint has restored the checkpoint, its last check passed: the harness opens a resumed
-    # run's log and trackers then, so that a checkpoint refused as it is restored leaves the results folder as it was.
-    # Its seconds are left out of the run's clock (:meth:`clock`).
-    on_restored: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
+    # Called once a resumed run goes ahead from its checkpoint: restore_checkpoint has restored it, its last check
+    # passed, or, for a domain that restores none, its training has begun (its first progress loop or log_scalars).
+    # The harness opens a resumed run's log and trackers then, so that a checkpoint refused as it is restored leaves
+    # the results folder as it was. Its seconds are left out of the run's clock (:meth:`clock`).
+    on_going_ahead: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
     # the checkpoint read by saved_extras, kept until restore_checkpoint takes it (the file is read once)
     _pending: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
     _checkpointed: bool = field(default=False, init=False, repr=False, compare=False)  # saved during this step
@@ -121,7 +122,8 @@ class RunContext:
     # of their attempt to their last checkpoint (what the resumed run keeps of them), read from the checkpoint; the
     # record's timings add them.
     earlier_s: float = field(default=0.0, init=False, repr=False, compare=False)
-    # Seconds on_restored took: opening the trackers (seconds for W&B) is no work of the run, and a fresh run's,
+    _gone_ahead: bool = field(default=False, init=False, repr=False, compare=False)  # on_going_ahead was called
+    # Seconds on_going_ahead took: opening the trackers (seconds for W&B) is no work of the run, and a fresh run's,
     # before its attempt starts, is no part of its timings either.
     _outside_s: float = field(default=0.0, init=False, repr=False, compare=False)
     _clock: float = field(default_factory=time.perf_counter, init=False, repr=False, compare=False)  # start_clock
@@ -135,9 +137,11 @@ class RunContext:
         state: before the loop's first step (the state a loop starts from is the restored checkpoint's, or a
         fresh start's), or right after a step that called :meth:`save_checkpoint`. A loop that checkpoints
         every step stops at the next one; one that checkpoints every few steps saves early when
-        :attr:`stop_requested` says so."""
+        :attr:`stop_requested` says so. A resumed run whose domain restored no checkpoint goes ahead here
+        (:attr:`on_going_ahead`)."""
         from tqdm.auto import tqdm
 
+        self._go_ahead()
         # No bar over nothing (a resumed run whose training had ended): tqdm would show an empty "0it", or a full
         # bar where the loop starts at its end (``initial``: the steps a resumed run had done, which its bar counts).
         hidden = self.quiet or total == kw.get("initial", 0)
@@ -177,7 +181,7 @@ class RunContext:
         self.logger.info(message)
 
     def clock(self) -> float:
-        """``time.perf_counter()`` less the seconds :attr:`on_restored` took: the clock of the record's timings
+        """``time.perf_counter()`` less the seconds :attr:`on_going_ahead` took: the clock of the record's timings
         and of a checkpoint's ``elapsed_s``, which stands still while a resumed run's log and trackers open."""
         return time.perf_counter() - self._outside_s
 
@@ -187,11 +191,14 @@ class RunContext:
         self._clock = self.clock()
         return self._clock
 
-    def _restored(self) -> None:
-        """Call :attr:`on_restored`, its seconds kept off the clock."""
+    def _go_ahead(self) -> None:
+        """Call :attr:`on_going_ahead` the first time a resumed run goes ahead, its seconds kept off the clock."""
+        if self._gone_ahead:
+            return
+        self._gone_ahead = True
         began = time.perf_counter()
         try:
-            self.on_restored()
+            self.on_going_ahead()
         finally:
             self._outside_s += time.perf_counter() - began
 
@@ -202,7 +209,9 @@ class RunContext:
         Pass values already on the host (a loss read with ``.item()``, a curve point): a tensor is refused, since
         reading it would wait for the device. Whatever is not a number (None, a list, text) is left out, so a curve
         point goes as it is. On CUDA the memory the caching allocator holds for tensors is added (host counters,
-        no synchronisation)."""
+        no synchronisation). A resumed run whose domain restored no checkpoint goes ahead here at the latest
+        (:attr:`on_going_ahead`), so that its trackers are open to take them."""
+        self._go_ahead()
         if not self.trackers:
             return
         values = {}
@@ -267,7 +276,7 @@ class RunContext:
             set_rng_state(state["rng"])
         except Exception as exc:  # noqa: BLE001 - a generator state of the wrong kind or size
             raise self._damaged(f"{type(exc).__name__} restoring the random generators") from None
-        self._restored()
+        self._go_ahead()
         return extra
 
     @property

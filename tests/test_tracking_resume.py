@@ -1,5 +1,5 @@
-"""Live tracking: a resumed run that has nothing left to train, opening a resumed run's trackers (which counts in
-none of its timings), and run ids that are not plain names."""
+"""Live tracking: a resumed run that has nothing left to train, when a resumed run's trackers open (and that
+opening them counts in none of its timings), and run ids that are not plain names."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from test_plugins import _harness
 from test_tracking import _scalars, _spec
 
 from domains.errors import UserError
@@ -77,6 +78,41 @@ def test_opening_the_trackers_counts_in_no_timing_of_a_resumed_run(tmp_path, mon
     assert opened == [False, True] and record["resumed"] and record["info"]["start_epoch"] == 1
     timings = record["timings"]
     assert 0 < timings["earlier_s"] < timings["pretrain_s"] < timings["total_s"] < SLOW_S, timings
+
+
+PLUGIN = '''import domains, tiny_domain
+
+
+@domains.register
+class Unrestored(tiny_domain.TinyDomain):
+    """The tiny domain, less its resume: it never calls restore_checkpoint, so each attempt trains from the start."""
+
+    name = "unrestored"
+
+    def pretrain(self, spec, ctx, data):
+        ctx.restore_checkpoint = lambda *args, **kw: None
+        if not ctx.resume:  # the first attempt stops at its first checkpoint, as SIGTERM would stop it
+            ctx.stop_reason = lambda: "a test's stop" if ctx.checkpoint_path.exists() else None
+        return super().pretrain(spec, ctx, data)
+'''
+
+
+def test_a_resumed_run_whose_domain_restores_no_checkpoint_tracks_its_training_live(tmp_path):
+    """A resumed run's trackers opened only as its domain restored the checkpoint: a plugin's domain that never
+    calls restore_checkpoint held its log until the run ended, and its trackers missed all it trained. They open
+    at its first progress loop now (or log_scalars), and TensorBoard holds the resumed attempt's curve."""
+    (tmp_path / "unrestored_plugin.py").write_text(PLUGIN)
+    results = tmp_path / "results"
+    args = ["run", "--domain", "unrestored", "--loss", "infonce", "--seeds", "0", "--set", "epochs=3", "--quiet",
+            "--results", str(results)]
+    stopped = _harness(tmp_path, *args, names="tiny_domain,unrestored_plugin")
+    assert stopped.returncode == EXIT_STOPPED, stopped.stderr
+    out = _harness(tmp_path, *args, "--resume", names="tiny_domain,unrestored_plugin")
+    assert out.returncode == 0, out.stderr
+    [record] = [json.loads(p.read_text()) for p in results.glob("*.json")]
+    assert record["resumed"] and [p["epoch"] for p in record["curve"]] == [1, 2, 3]
+    logged = _scalars(results / "tb" / record["run_id"])
+    assert logged["loss"] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
 
 
 @pytest.mark.parametrize("run_id", ["../victim", "a/../../victim", "..", "", "x\ny", "/abs", "a\\b"])

@@ -1,6 +1,7 @@
 """The log file and the live trackers of one run, opened once the run goes ahead: a fresh run's at once, a resumed
-run's once its domain has restored the checkpoint (``RunContext.on_restored``), the last check a checkpoint meets.
-A checkpoint refused as the domain restores it (:class:`~domains.errors.ResumeRefused`: an object it lacks, a
+run's once its domain has restored the checkpoint, the last check a checkpoint meets, or, for a domain that restores
+none, once its training begins (``RunContext.on_going_ahead``: its first progress loop or ``log_scalars``). A
+checkpoint refused as the domain restores it (:class:`~domains.errors.ResumeRefused`: an object it lacks, a
 counter out of range, a state that does not load) is a mistake about the command, as one refused before the run
 starts (``RunContext.check_resume``): the results folder stays as it was, with no log line and no tracker run. What
 the run logs before its log opens (its command, what the domain says as it builds the run) is held, and written

@@ -412,7 +412,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     ctx.check_resume()
     outputs = RunOutputs(path, rid, spec, ctx, req.trackers, req.resume, req.announce, write)
     if ctx.restoring:
-        ctx.on_restored = outputs.open
+        ctx.on_going_ahead = outputs.open
     else:
         outputs.open()
     LOGGER.addHandler(outputs.handler)
@@ -433,7 +433,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
     try:
         LOGGER.info("run %s: %s", rid, " ".join(fields["command"]))
         outcome, pretrained = _attempt(domain, spec, ctx, data.data, records.jsonable(fields), path)
-        outputs.open()  # where the domain restored no checkpoint; an open that failed in the domain stops it here
+        outputs.open()  # where the run never went ahead (ctx.on_going_ahead); an open that failed in it stops it here
         trackers = outputs.trackers
         if trackers:  # where the live logs are (the record's schema is unchanged)
             outcome.record.info["tracking"] = tracking.finish(
