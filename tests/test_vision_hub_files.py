@@ -1,7 +1,8 @@
 """Which files an ``hf:<folder>`` set reads: its own files only (the parquet shards, or an image folder's
 ``train/<class>/*.png``), each hashed into the fingerprint and the decoded-image cache key; never an image file a
 parquet row names by path, nor a file a ``README.md``'s ``configs: data_files`` names outside the folder. And a set
-whose training pixels are constant is refused at load time. Every set here is a few random 8x8 PNGs."""
+whose training pixels are constant, or whose probe training set the evaluation cannot score, is refused at load
+time. Every set here is a few random 8x8 PNGs."""
 
 from __future__ import annotations
 
@@ -37,13 +38,15 @@ def _png(seed: int, constant: bool = False) -> bytes:
     return out.getvalue()
 
 
-def _write_set(folder: Path, images: dict[str, list[dict]]) -> Path:
-    """``folder/data/<split>-00000-of-00001.parquet`` holding ``images`` (the Image feature's rows: bytes, path)."""
+def _write_set(folder: Path, images: dict[str, list[dict]], labels: dict[str, list[int]] | None = None,
+               features: dict | None = None) -> Path:
+    """``folder/data/<split>-00000-of-00001.parquet`` holding ``images`` (the Image feature's rows: bytes, path) and
+    ``labels`` by split (default: alternately 0 and 1), of ``features`` (default FEATURES)."""
     for split, rows in images.items():
         path = folder / "data" / f"{split}-00000-of-00001.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        table = {"image": rows, "label": [i % 2 for i in range(len(rows))]}
-        datasets.Dataset.from_dict(table, features=datasets.Features(FEATURES)).to_parquet(str(path))
+        table = {"image": rows, "label": labels[split] if labels else [i % 2 for i in range(len(rows))]}
+        datasets.Dataset.from_dict(table, features=datasets.Features(features or FEATURES)).to_parquet(str(path))
     return folder
 
 
@@ -154,6 +157,30 @@ def test_another_runtime_error_of_datasets_is_not_called_the_users_input(tmp_pat
         builder_for(types.SimpleNamespace(load_dataset_builder=fails), tmp_path / "set", WORDING)
 
 
+def _vision_run(dataset: str, results: Path, cache: Path):
+    """A one-epoch vision run of ``dataset`` on the CPU, small enough for 8x8 images and a dozen of them."""
+    return harness("run", "--domain", "vision", "--dataset", dataset, "--loss", "infonce", "--seeds", "0",
+                   "--device", "cpu", "--set", "epochs=1", "--set", "arch=small", "--set", "batch_size=4",
+                   "--set", "linear_epochs=1", "--set", "proj_dim=16", "--results", str(results),
+                   env={"HARNESS_CACHE_DIR": str(cache)}, timeout=300)
+
+
+@pytest.mark.parametrize("labels, said", [([0] * 12, "are of 1 class;"), (list(range(12)), "are of 12 classes;")])
+def test_a_probe_set_whose_classes_the_evaluation_cannot_score_is_refused_before_training(tmp_path, cache, labels,
+                                                                                         said):
+    """The evaluation's class structure needs 2 classes or more, and more images than classes: a probe training set
+    of one class, or of one image per class, trained, then failed with 'ValueError: class_structure needs at least
+    2 classes and more rows than classes'. The data decides it: refused before training, naming the set."""
+    features = {**FEATURES, "label": datasets.ClassLabel(names=[f"c{k}" for k in range(12)])}
+    folder = _write_set(tmp_path / "set", _bytes_rows(), {"train": labels, "test": [0, 1, 2, 3]}, features)
+    results = tmp_path / "results"
+    out = _vision_run(f"hf:{folder}", results, cache)
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith(f"error: hf:{folder}: its 12 training images (the linear probe's set"), out.stderr
+    assert f"{said} the evaluation needs 2 classes or more, and more images than classes" in out.stderr
+    assert not results.exists()
+
+
 @pytest.mark.parametrize("train, test, refused", [(8, 12, True), (10, 4, False)])
 def test_a_training_split_below_the_evaluations_minimum_is_refused_before_training(tmp_path, cache, train, test,
                                                                                    refused):
@@ -166,10 +193,7 @@ def test_a_training_split_below_the_evaluations_minimum_is_refused_before_traini
             (folder / split / str(i % 2)).mkdir(parents=True, exist_ok=True)
             (folder / split / str(i % 2) / f"{i}.png").write_bytes(_png(i + 100 * (split == "test")))
     results = tmp_path / "results"
-    out = harness("run", "--domain", "vision", "--dataset", f"hf:{folder}", "--loss", "infonce", "--seeds", "0",
-                  "--device", "cpu", "--set", "epochs=1", "--set", "arch=small", "--set", "batch_size=4",
-                  "--set", "linear_epochs=1", "--set", "proj_dim=16", "--results", str(results),
-                  env={"HARNESS_CACHE_DIR": str(cache)}, timeout=300)
+    out = _vision_run(f"hf:{folder}", results, cache)
     if refused:
         assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.startswith(f"error: hf:{folder}: 8 training images"), out.stderr

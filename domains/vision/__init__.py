@@ -190,9 +190,8 @@ class VisionDomain(Domain):
         data = load(spec.dataset, Path(ctx.data_root), image_size=c.image_size, rho=c.rho, bias_percent=c.bias_percent,
                     download=c.download, first_classes=c.classes, image_column=c.image_column,
                     label_column=c.label_column, colour_seed=c.colour_seed)
-        if len(data.train) < MIN_ROWS:  # the evaluation's class_structure of the probe's training set needs them
-            raise UserError(f"{spec.dataset}: {len(data.train)} training images (the linear probe's set, after any "
-                            f"held-out test images); the evaluation needs at least {MIN_ROWS}")
+        if problem := _probe_set_problem(data.train.labels):
+            raise UserError(f"{spec.dataset}: {problem}")
         return Prepared(data, data.fingerprint)
 
     def pretrain(self, spec: RunSpec, ctx: RunContext, data: VisionData) -> PretrainResult:
@@ -262,6 +261,21 @@ class VisionDomain(Domain):
         from domains.vision.bench import run
 
         return run(device, quick)
+
+
+def _probe_set_problem(labels: torch.Tensor) -> str | None:
+    """Why the evaluation's class structure (:func:`losses.prior.class_structure`) cannot score the linear probe's
+    training set of ``labels``, or None: it needs MIN_ROWS images, of 2 classes or more, more images than classes.
+    What the data decides is refused before training; only what training decides (all-zero features) is left to
+    the evaluation, which records what it can."""
+    where = "training images (the linear probe's set, after any held-out test images)"
+    count, classes = len(labels), len(torch.unique(labels))
+    if count < MIN_ROWS:
+        return f"{count} {where}; the evaluation needs at least {MIN_ROWS}"
+    if not 2 <= classes < count:
+        return (f"its {count} {where} are of {counted(classes, 'class', 'classes')}; the evaluation needs 2 classes "
+                "or more, and more images than classes")
+    return None
 
 
 def _kept(method: Method, method_name: str) -> dict[str, torch.nn.Module]:
