@@ -48,10 +48,10 @@ of a side ran whose records copies of the other side's shadow); 2 when the gate
 cannot decide: an untestable drop (``--allow-untestable`` lets it pass), an unjudged group (no option lets it pass:
 record a baseline that ran), or bad input; 0 only when every baseline group was compared and held, or was let
 through by an ``--allow-*`` option, which the verdict line then names. The report (``harness.compare.report``) ends
-with that verdict; when bad input (a command line argparse refused too, ``harness.compare.refused``), an interruption or a crash
-stops the comparison first, ``--out`` gets a report that says so, never an earlier verdict. ``--out`` replaces only
-a compare report (a file that starts as one): a record or a user's file there is refused, and nothing is written;
-so is a ``.json`` report among a side's records, which later reads would take for one (:func:`claim_out`).
+with that verdict; when bad input (a command line argparse refused too, ``harness.compare.refused``), an
+interruption or a crash stops the comparison first, ``--out`` gets a report that says so, never an earlier verdict.
+``--out`` replaces only a compare report (a file that starts as one): a record or a user's file there is refused, and
+nothing is written; so is a ``.json`` report among a side's records, which later reads would take for one (:func:`claim_out`).
 
 The report begins with each side's records read, the code(s) it judged, and what it left out, also warned on
 stderr: records of other codes of its groups (with the ``FOLDER@NAME`` that judges one) and ``*.json`` files in
