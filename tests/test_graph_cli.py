@@ -1,7 +1,8 @@
-"""End to end through the CLI (subprocesses): every unsupervised loss on MUTAG from the data root (one
-``harness sweep``: its jobs share one worker process, so the imports are paid once), two ``harness run``
-on the embedded default, the records' content, and the missing-dataset error. One epoch and a reduced
-SVM (3 outer, 2 inner folds) keep each run to seconds."""
+"""End to end through the CLI: every unsupervised loss on MUTAG from the data root (one ``harness sweep`` in a
+subprocess: its jobs share one worker process, so the imports are paid once), two ``harness run`` on the
+embedded default (in this process: what they check is the records' content, not the process), and the
+missing-dataset error (a subprocess). One epoch and a reduced SVM (3 outer, 2 inner folds) keep each run to
+seconds."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from harness.cli import main
 
 pytest.importorskip("torch_geometric")
 
@@ -58,10 +61,11 @@ def test_every_loss_on_mutag(tmp_path, data_root, data_set):
 
 
 @pytest.mark.parametrize("loss,anchor", [("jsd", "node"), ("pucl", "graph")])
-def test_run_on_the_embedded_default(tmp_path, loss, anchor):
+def test_run_on_the_embedded_default(tmp_path, run_main, monkeypatch, loss, anchor):
     results = tmp_path / "results"
-    proc = _harness("run", "--domain", "graph", "--loss", loss, "--seeds", "0", "--results", str(results),
-                    "--set", f"anchor={anchor}", "--quiet", *FAST, tmp_path=tmp_path)
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    proc = run_main(main, "run", "--domain", "graph", "--loss", loss, "--seeds", "0", "--results", str(results),
+                    "--set", f"anchor={anchor}", "--quiet", *FAST)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (record,) = _records(results)
     assert record["status"] == "completed" and record["dataset"] == "synthetic-motifs"
