@@ -51,7 +51,8 @@ through by an ``--allow-*`` option, which the verdict line then names. The repor
 with that verdict; when bad input (a command line argparse refused too, ``harness.compare.refused``), an
 interruption or a crash stops the comparison first, ``--out`` gets a report that says so, never an earlier verdict.
 ``--out`` replaces only a compare report (a file that starts as one): a record or a user's file there is refused, and
-nothing is written; so is a ``.json`` report among a side's records, which later reads would take for one (:func:`claim_out`).
+nothing is written; so is a ``.json`` report among a side's records, which later reads would take for one
+(:func:`claim_out`).
 
 The report begins with each side's records read, the code(s) it judged, and what it left out, also warned on
 stderr: records of other codes of its groups (with the ``FOLDER@NAME`` that judges one) and ``*.json`` files in
