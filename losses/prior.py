@@ -117,6 +117,25 @@ def silhouette(distances: np.ndarray, labels: np.ndarray) -> float:
     return float(np.nan_to_num(scores).mean())
 
 
+def _with_every_class(rows: np.ndarray, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The drawn ``rows`` (sorted), where they miss a class of ``labels``, with one row of each missed class (drawn
+    with ``rng``) in place of as many drawn rows of classes they hold more than once (drawn too, so in proportion to
+    those classes' shares). A uniform draw can miss a rare class (one image of a class among 10,000): the cut of the
+    Ward tree would then count fewer classes than the set has, and a draw of one class would leave nothing to score.
+    Rows that hold every class are returned as drawn, and so are rows that the classes outnumber (no draw holds one
+    row of each and more rows than classes; :func:`class_structure` then scores what was drawn, or says it cannot)."""
+    classes = np.unique(labels)
+    missed = np.setdiff1d(classes, labels[rows])
+    if not missed.size or len(classes) >= len(rows):
+        return rows
+    order = rng.permutation(len(labels))
+    held, first = np.unique(labels[order], return_index=True)  # the first row of each class in a random order
+    added = order[first[np.isin(held, missed)]]
+    spare = np.setdiff1d(np.arange(len(rows)), np.unique(labels[rows], return_index=True)[1])  # all but one a class
+    dropped = rng.choice(spare, len(missed), replace=False)
+    return np.sort(np.concatenate([np.delete(rows, dropped), added]))
+
+
 def _ward(caller: str, embeddings: Tensor, labels: np.ndarray | None, sample: int, seed: int
           ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """What :func:`cluster_prior` clusters: ``sample`` rows drawn (seeded; the same rows of ``labels``),
@@ -127,7 +146,10 @@ def _ward(caller: str, embeddings: Tensor, labels: np.ndarray | None, sample: in
         raise ValueError(f"sample must be an integer >= {MIN_ROWS}, got {sample!r}")
     if isinstance(embeddings, Tensor) and embeddings.dim() == 2 and len(embeddings) > sample:
         # drawn before the copy to float64: a large evaluation set is never copied whole
-        rows = np.sort(np.random.default_rng(seed).choice(len(embeddings), sample, replace=False))
+        rng = np.random.default_rng(seed)
+        rows = np.sort(rng.choice(len(embeddings), sample, replace=False))
+        if labels is not None:
+            rows = _with_every_class(rows, labels, rng)
         embeddings = embeddings[torch.from_numpy(rows).to(embeddings.device)]
         labels = None if labels is None else labels[rows]
     x = _as_numpy("embeddings", embeddings, 2)
@@ -148,7 +170,8 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
     clustering estimate (:func:`cluster_prior`) can find the class prior. It reads ``labels``: evaluations
     record it beside the label prior, for the prior page; nothing in training calls it.
 
-    On the rows :func:`cluster_prior` would cluster (``sample`` drawn with ``seed``, L2-normalised):
+    On the rows :func:`cluster_prior` would cluster (``sample`` drawn with ``seed``, L2-normalised), but with a row
+    of every class the draw missed (:func:`_with_every_class`; the draw is unchanged where it holds every class):
     ``class_silhouette``, the silhouette of the class partition (near 0 or below: the classes are not
     clusters, whatever else separates them); ``class_ari``, the adjusted Rand index (Hubert & Arabie 1985,
     `sklearn.metrics.adjusted_rand_score`) between the classes and the cut of the Ward tree into as many
@@ -157,7 +180,9 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
     ``zero_rows`` counts the all-zero rows, which have no direction: ReLU features can be zero for an image
     (Barbano et al.'s encoder with a head, ``paper-biased-head``). They are left out of the two scores, and where
     fewer than :data:`MIN_ROWS` rows are left, only the count is returned: an evaluation records what it can
-    rather than failing a trained run."""
+    rather than failing a trained run. So it does where more classes than ``sample`` leave a draw of one row a
+    class. Labels of one class, or of one row a class, are a ValueError: the data decides it, so a domain
+    refuses such labels before training."""
     from scipy.cluster.hierarchy import fcluster
     from sklearn.metrics import adjusted_rand_score
 
@@ -172,16 +197,25 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
         zero_rows = int(len(directed) - directed.sum())
         if zero_rows:
             embeddings, labels = embeddings[torch.from_numpy(directed).to(embeddings.device)], labels[directed]
-            if len(labels) < MIN_ROWS or len(np.unique(labels)) < 2:
+            if len(labels) < MIN_ROWS or not _scorable(labels):
                 return {"zero_rows": zero_rows}
+    if not _scorable(labels):
+        raise ValueError(f"class_structure needs at least 2 classes and more rows than classes, got "
+                         f"{len(np.unique(labels))} classes")
     _, labels, distances, tree = _ward("class_structure", embeddings, labels, sample, seed)
+    if not _scorable(labels):  # a draw that more classes than ``sample`` left with too few
+        return {"zero_rows": zero_rows}
     classes = np.unique(labels, return_inverse=True)[1]
     k = int(classes.max()) + 1
-    if not 2 <= k < len(classes):
-        raise ValueError(f"class_structure needs at least 2 classes and more rows than classes, got {k} classes")
     cut = fcluster(tree, k, criterion="maxclust")
     return {"class_silhouette": silhouette(distances, classes), "class_ari": float(adjusted_rand_score(classes, cut)),
             "zero_rows": zero_rows}
+
+
+def _scorable(labels: np.ndarray) -> bool:
+    """Whether :func:`class_structure` can score rows of these ``labels``: 2 classes or more, more rows than classes
+    (the silhouette is undefined otherwise)."""
+    return 2 <= len(np.unique(labels)) < len(labels)
 
 
 def cluster_prior(embeddings: Tensor, *, max_clusters: int = 64, seed: int = 0, sample: int = 2000) -> PriorEstimate:
