@@ -1,15 +1,26 @@
 """Labels that an evaluation cannot score: the class structure (losses.prior.class_structure) of a set whose classes
-are very unbalanced scores every class of it."""
+are very unbalanced scores every class of it; a graph set (a TU-format set of one's own) with a class too small for
+the SVM's folds, or too few graphs, is refused before training, where the trained run failed after it."""
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 from sklearn.metrics import adjusted_rand_score, silhouette_score
+from support import toy_tu
 
+from domains.graph import evaluate
 from losses import prior
+
+REPO = Path(__file__).resolve().parents[1]
 
 # --- the class structure of a large, unbalanced set --------------------------------------------------------------
 
@@ -53,3 +64,77 @@ def test_a_draw_that_more_classes_than_rows_leave_unscorable_gives_the_count_alo
     labels = np.array([*range(39), 0])
     assert len(set(labels[np.random.default_rng(1).choice(40, 10, replace=False)])) == 10
     assert prior.class_structure(torch.randn(40, 4), labels, seed=1, sample=10) == {"zero_rows": 0}
+
+
+# --- graph: a TU-format set of one's own -------------------------------------------------------------------------
+
+def _harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "harness", "run", "--seeds", "0", "--quiet", *args,
+                           "--results", str(tmp_path / "results")],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+
+
+def _tu_set(tmp_path: Path, labels: list[int]) -> str:
+    """``toy_tu``'s first ``len(labels)`` graphs (triangles and 4-paths), labelled ``labels``."""
+    raw = toy_tu(tmp_path / "data", "OWN")
+    indicator = [int(g) for g in (raw / "OWN_graph_indicator.txt").read_text().split()]
+    nodes = sum(g <= len(labels) for g in indicator)
+    edges = [line for line in (raw / "OWN_A.txt").read_text().splitlines()
+             if max(int(v) for v in line.split(",")) <= nodes]
+    (raw / "OWN_graph_indicator.txt").write_text("".join(f"{g}\n" for g in indicator[:nodes]))
+    (raw / "OWN_A.txt").write_text("".join(f"{line}\n" for line in edges))
+    (raw / "OWN_graph_labels.txt").write_text("".join(f"{y}\n" for y in labels))
+    return "OWN"
+
+
+def _graph(tmp_path: Path, labels: list[int], *sets: str) -> subprocess.CompletedProcess:
+    pytest.importorskip("torch_geometric")
+    dataset = _tu_set(tmp_path, labels)
+    settings = [arg for value in ("epochs=1", "hidden=8", *sets) for arg in ("--set", value)]
+    return _harness(tmp_path, "--domain", "graph", "--dataset", dataset, "--loss", "jsd", *settings,
+                    "--data-root", str(tmp_path / "data"))
+
+
+@pytest.mark.parametrize(("labels", "sets", "message"), [
+    # the SVM's default folds (10 outer, 5 inner) leave an outer training fold of one class: a class of one graph
+    ([0] * 23 + [1], (), "OWN: svm_folds=10 and svm_inner_folds=5 leave a training fold whose graphs are all of one "
+                        "class (the classes have 23, 1 graphs): the SVM needs two classes in each; two classes of "
+                        "at least 3 graphs each always give them"),
+    # a class of two graphs: an inner training fold of one class
+    ([0] * 22 + [1] * 2, (), "(the classes have 22, 2 graphs)"),
+    # two small classes beside a large one: each outer training fold holds one of them, some inner fold neither
+    ([0] * 22 + [1, 2], (), "(the classes have 22, 1, 1 graphs)"),
+    # fewer graphs than the class structure scores, with folds that split them
+    ([0, 1] * 4, ("svm_folds=2", "svm_inner_folds=2"), "OWN: 8 graphs; the evaluation's class structure needs at "
+                                                       "least 10"),
+])
+def test_a_graph_set_the_evaluation_cannot_score_is_refused_before_training(tmp_path, labels, sets, message):
+    """Each trained, then failed: 'ValueError: The number of classes has to be greater than one' (the SVM) or
+    'class_structure needs at least 10 embeddings'. (A set of one class was refused up front already.)"""
+    proc = _graph(tmp_path, labels, *sets)
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not (tmp_path / "results").exists()  # refused before the run: no record
+
+
+def test_a_graph_set_whose_small_class_has_the_graphs_the_refusal_names_runs(tmp_path):
+    """Three graphs of the small class, as the refusal asks, are enough for every training fold of every seed."""
+    proc = _graph(tmp_path, [0] * 21 + [1] * 3)
+    assert proc.returncode == 0, proc.stderr
+    [record] = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")]
+    assert record["status"] == "completed" and 0 <= record["metrics"]["accuracy"] <= 100
+
+
+@pytest.mark.parametrize("labels", [[0] * 23 + [1], [0] * 22 + [1] * 2, [0] * 21 + [1] * 3, [0] * 22 + [1, 2],
+                                    [0] * 14 + [1] * 7 + [2] * 2 + [3]])
+def test_which_graph_labels_leave_a_fold_of_one_class_does_not_depend_on_the_seed(labels):
+    """check_folds reads one seed's splits for every seed's: the classes of every training fold, by seed, agree."""
+    y = np.array(labels)
+
+    def one_class(seed: int) -> bool:
+        return any(len(set(y[rows])) < 2 for outer, _, inner in evaluate._splits(y, seed, 10, 5)
+                   for rows in (outer, *(outer[a] for a, _ in inner)))
+
+    assert len({one_class(seed) for seed in range(20)}) == 1

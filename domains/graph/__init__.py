@@ -42,7 +42,7 @@ from domains.graph.infograph import embed_all, train
 from domains.graph.models import InfoGraph
 from losses import LOGITS, PROBABILITIES
 from losses import spec as loss_spec
-from losses.prior import class_structure
+from losses.prior import MIN_ROWS, class_structure
 
 _TU = {
     "MUTAG": "188 nitro compounds, mutagenic or not (2 classes, node labels)",
@@ -146,10 +146,15 @@ class GraphDomain(Domain):
         return Prepared(load_tu(files, cfg), files.fingerprint)
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
-        """The data, once its labels can be scored as the config asks: labels the SVM protocol cannot split stop
-        the run here, before any record is written, not after the training."""
+        """The data, once its labels can be scored as the config asks: labels the SVM protocol cannot split, or
+        fewer graphs than the class structure scores (:func:`losses.prior.class_structure`), stop the run here,
+        before any record is written, not after the training."""
         prepared = self.load(spec.dataset, ctx.data_root, spec.config)
-        check_folds(prepared.data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds)
+        graphs = prepared.data.num_graphs
+        if graphs < MIN_ROWS:
+            raise UserError(f"{spec.dataset}: {counted(graphs, 'graph')}; the evaluation's class structure needs at "
+                            f"least {MIN_ROWS}")
+        check_folds(prepared.data.y.numpy(), spec.config.svm_folds, spec.config.svm_inner_folds, spec.dataset)
         return prepared
 
     def data_fingerprint(self, spec: RunSpec, ctx: RunContext) -> dict[str, Any]:

@@ -26,7 +26,8 @@ overhead on these small problems (hundreds of fits of a few milliseconds each).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,11 @@ def _fit_score(x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray, y_t
     return float(SVC(C=c, gamma=gamma).fit(x_train, y_train).score(x_test, y_test))
 
 
-def check_folds(y: np.ndarray, folds: int, inner_folds: int) -> None:
-    """UserError when the labels ``y`` cannot be split as :func:`svm_protocol` splits them: scikit-learn's
-    StratifiedKFold refuses more folds than the largest class has members (on the whole set for the outer CV,
-    on an outer training fold for the inner one), and the SVM refuses a single class (after the training)."""
+def check_folds(y: np.ndarray, folds: int, inner_folds: int, dataset: str) -> None:
+    """UserError when the labels ``y`` (of ``dataset``) cannot be split as :func:`svm_protocol` splits them:
+    scikit-learn's StratifiedKFold refuses more folds than the largest class has members (on the whole set for the
+    outer CV, on an outer training fold for the inner one), and the SVM refuses a training fold of a single class
+    (after the training): a class of 1 or 2 graphs leaves some."""
     counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
     if np.count_nonzero(counts) < 2:
         raise UserError(f"graph data: all {len(y)} graphs have the same class label: the SVM protocol needs at "
@@ -60,6 +62,31 @@ def check_folds(y: np.ndarray, folds: int, inner_folds: int) -> None:
         raise UserError(f"graph config: svm_folds={folds} and svm_inner_folds={inner_folds} cannot split this "
                         f"dataset (its largest class has {largest} graphs, about {in_training_fold} in an outer "
                         f"training fold); use at most svm_folds={largest} and svm_inner_folds={in_training_fold}")
+    # How many graphs of each class a fold holds does not depend on the seed (StratifiedKFold deals each class's
+    # graphs out as evenly as it can; the seed only picks which), so one seed's splits stand for every seed's.
+    with warnings.catch_warnings():  # a class with fewer graphs than folds: refused below only where it matters
+        warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+        one_class = any(len(np.unique(y[rows])) < 2 for outer, _, inner in _splits(y, 0, folds, inner_folds)
+                        for rows in (outer, *(outer[a] for a, _ in inner)))
+    if one_class:
+        sizes = ", ".join(str(int(n)) for n in sorted(counts[counts > 0], reverse=True))
+        # a class of n graphs keeps n - ceil(n / folds) in every outer training fold; 2 there keep 1 in every inner one
+        enough = next(n for n in range(2, 3 * folds) if n - -(-n // folds) >= 2)
+        raise UserError(f"{dataset}: svm_folds={folds} and svm_inner_folds={inner_folds} leave a training fold "
+                        f"whose graphs are all of one class (the classes have {sizes} graphs): the SVM needs two "
+                        f"classes in each; two classes of at least {enough} graphs each always give them")
+
+
+def _splits(y: np.ndarray, seed: int, folds: int, inner_folds: int
+            ) -> Iterator[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]]:
+    """The protocol's splits of the labels ``y``: each outer fold's training and test rows, and the inner folds
+    (training and validation rows, indices into the outer training rows) that choose its C."""
+    from sklearn.model_selection import StratifiedKFold
+
+    rng = np.random.RandomState(seed)
+    for train_idx, test_idx in StratifiedKFold(folds, shuffle=True, random_state=seed).split(y, y):
+        inner = StratifiedKFold(inner_folds, shuffle=True, random_state=rng.randint(2**31 - 1))
+        yield train_idx, test_idx, list(inner.split(y[train_idx], y[train_idx]))
 
 
 def svm_protocol(x: np.ndarray, y: np.ndarray, seed: int, *, folds: int = 10, inner_folds: int = 5,
@@ -67,14 +94,11 @@ def svm_protocol(x: np.ndarray, y: np.ndarray, seed: int, *, folds: int = 10, in
                  n_jobs: int = 1) -> dict[str, Any]:
     """Nested-CV SVM accuracy: {"accuracy" (mean %), "accuracy_fold_std", "fold_accuracy" (%), "chosen_C"}."""
     from joblib import Parallel, delayed
-    from sklearn.model_selection import StratifiedKFold
 
-    rng = np.random.RandomState(seed)
     parallel = Parallel(n_jobs=n_jobs)
     fold_acc, chosen = [], []
-    for train_idx, test_idx in StratifiedKFold(folds, shuffle=True, random_state=seed).split(x, y):
+    for train_idx, test_idx, inner in _splits(y, seed, folds, inner_folds):
         xt, yt = x[train_idx], y[train_idx]
-        inner = list(StratifiedKFold(inner_folds, shuffle=True, random_state=rng.randint(2**31 - 1)).split(xt, yt))
         scores = parallel(delayed(_fit_score)(xt[a], yt[a], xt[b], yt[b], c, standardize, gamma)
                           for c in cs for a, b in inner)
         mean = np.asarray(scores).reshape(len(cs), len(inner)).mean(axis=1)
