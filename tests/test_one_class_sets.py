@@ -1,6 +1,7 @@
 """Labels that an evaluation cannot score: the class structure (losses.prior.class_structure) of a set whose classes
-are very unbalanced scores every class of it; a graph set (a TU-format set of one's own) with a class too small for
-the SVM's folds, or too few graphs, is refused before training, where the trained run failed after it."""
+are very unbalanced scores every class of it; a graph set (a TU-format set of one's own) or a SentEval task (of one's
+own) with a class too small for the classifier's folds, or too few items, is refused before training, where the
+trained run failed after it."""
 
 from __future__ import annotations
 
@@ -138,3 +139,42 @@ def test_which_graph_labels_leave_a_fold_of_one_class_does_not_depend_on_the_see
                    for rows in (outer, *(outer[a] for a, _ in inner)))
 
     assert len({one_class(seed) for seed in range(20)}) == 1
+
+
+# --- text: SentEval tasks of one's own ---------------------------------------------------------------------------
+
+def _senteval_root(tmp_path: Path, data_root: Path, positive: int, negative: int) -> Path:
+    """A data root of one Gutenberg book and a SentEval MR task of ``positive`` and ``negative`` sentences."""
+    root = tmp_path / "data"
+    (root / "books").mkdir(parents=True)
+    (root / "books" / "blake-poems.txt").symlink_to(data_root / "books" / "blake-poems.txt")
+    task = root / "senteval" / "MR"
+    task.mkdir(parents=True)
+    (task / "rt-polarity.pos").write_text("".join(f"a fine film , number {i}\n" for i in range(positive)))
+    (task / "rt-polarity.neg").write_text("".join(f"a dull film , number {i}\n" for i in range(negative)))
+    return root
+
+
+@pytest.mark.parametrize(("sizes", "sets", "message"), [
+    # a task of one class: its other file is empty (read only by the evaluation, after the training)
+    ((30, 0), (), "MR/rt-polarity.neg is empty: restore SentEval's file"),
+    # a class of one sentence: scikit-learn's logistic regression fails on the training folds without it
+    ((30, 1), ("classifier=sklearn",), "SentEval task MR ({root}/senteval/MR): its 31 training sentences are in "
+                                       "classes of 30, 1: kfold=10 leaves a training fold of one class, which "
+                                       "scikit-learn's logistic regression cannot fit"),
+    # fewer sentences than the folds (a subsample for a smoke run): StratifiedKFold refuses to split them
+    ((30, 30), ("senteval_max_samples=5",), "its 5 training sentences are in classes of"),
+])
+def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(tmp_path, data_root, sizes, sets,
+                                                                               message):
+    """Each trained quick-thought, then failed: the empty file's UserError, 'ValueError: This solver needs samples of
+    at least 2 classes', or 'Cannot have number of splits n_splits=10 greater than the number of samples'."""
+    root = _senteval_root(tmp_path, data_root, *sizes)
+    settings = [arg for value in ("senteval_tasks=MR", "max_steps=2", "word_dim=16", "hidden_dim=32", "batch_size=50",
+                                  "max_sentences=200", *sets) for arg in ("--set", value)]
+    proc = _harness(tmp_path, "--domain", "text", "--dataset", "books", "--loss", "infonce", "--device", "cpu",
+                    *settings, "--data-root", str(root))
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message.format(root=root) in line
+    assert not (tmp_path / "results").exists()  # refused before the run: no record

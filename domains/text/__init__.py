@@ -46,7 +46,7 @@ from domains.text.corpus import (
     synthetic_sentences,
 )
 from domains.text.hf_text import Source, file_hashes, resolve
-from domains.text.senteval import classifiers_ran
+from domains.text.senteval import check_tasks, classifiers_ran
 
 TRAINED = ("quickthought", "quickthought-bert")
 # What the class prior (``details["label_prior"]``) of a trained run counts: the pretraining sentences' classes. The
@@ -223,8 +223,11 @@ class TextDomain(Domain):
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         """The pretraining corpus of a trained method (None for bow and hf, which train nothing) and the
-        fingerprint. The evaluation's SentEval files are read by the protocol; the fingerprint hashes them."""
+        fingerprint. The evaluation's SentEval files are read by the protocol, and here first: labels it cannot score
+        stop the run before the training (:func:`domains.text.senteval.check_tasks`); the fingerprint hashes them."""
         source = _hf_source(spec, ctx)  # resolved once: the corpus and the fingerprint read the same files
+        if spec.dataset != "synthetic-topics" and not spec.config.use_senteval_package:
+            check_tasks(ctx.data_root, spec.config)  # labels that would fail the evaluation, after the training
         corpus = load_corpus(spec.dataset, spec.config, ctx, source) if spec.method in TRAINED else None
         return Prepared(corpus, self._fingerprint(spec, ctx, source))
 

@@ -33,6 +33,7 @@ import importlib
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -242,6 +243,37 @@ def load_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
                         subsample(task.test, cfg.senteval_max_samples, cfg.eval_seed) if task.test else None)
         tasks.append(task)
     return tasks
+
+
+def check_tasks(data_root: Path, cfg: TextConfig) -> None:
+    """UserError, before any training, naming the first SentEval task of ``cfg`` (read and subsampled as the
+    evaluation reads it: a damaged file is named here) that the protocol cannot score: ``kfold`` stratified folds need
+    a class of ``kfold`` sentences, in the whole training set and in each outer training fold (both classifiers fail
+    on fewer), and scikit-learn's logistic regression fails on a training fold of one class (the torch classifier
+    fits it)."""
+    for task in load_tasks(data_root, cfg):
+        y, k = task.train.labels, cfg.kfold
+        sizes = ", ".join(str(n) for n in sorted(np.unique(y, return_counts=True)[1].tolist(), reverse=True))
+        where = (f"SentEval task {task.name} ({Path(data_root) / 'senteval' / task.name}): its {len(y)} training "
+                 f"sentences are in classes of {sizes}")
+        try:
+            with warnings.catch_warnings():  # a class with fewer sentences than folds: refused below where it matters
+                warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+                training = _training_rows(y, k, cfg.eval_seed, cross_validated=task.test is None)
+        except ValueError:
+            raise UserError(f"{where}: kfold={k} needs a class of at least {k} sentences, in the set and in each "
+                            "training fold it splits again; use a smaller kfold, or more sentences") from None
+        if cfg.classifier == "sklearn" and any(len(np.unique(y[rows])) < 2 for rows in training):
+            raise UserError(f"{where}: kfold={k} leaves a training fold of one class, which scikit-learn's logistic "
+                            "regression cannot fit; give each class more sentences")
+
+
+def _training_rows(y: np.ndarray, k: int, seed: int, cross_validated: bool) -> list[np.ndarray]:
+    """The training rows of every fit the protocol makes on the labels ``y``: each outer training fold (the whole
+    training set of a train/test task) and each training part of the k folds on it that choose the L2."""
+    outer = torch_probe.stratified_folds(y, k, seed) if cross_validated else [(np.arange(len(y)), None)]
+    return [rows for train, _ in outer
+            for rows in (train, *(train[a] for a, _ in torch_probe.stratified_folds(y[train], k, seed)))]
 
 
 def summarise(results: dict[str, dict[str, Any]]) -> dict[str, float]:
