@@ -54,7 +54,8 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
     """A run of seeds 0 and 1 sent SIGUSR1 (Slurm's notice before a job's time limit) in seed 0's third epoch or so,
     then the command it printed, read line by line: ``stopped`` (its exit status, standard error, log, records, the
     epoch last logged before the signal and the checkpoint's epoch) and ``resumed`` (its first line, whether it
-    still ran when that line came, its exit status, standard error and the records)."""
+    still ran and whether seed 1 had its record when that line came, its exit status, standard error and the
+    records)."""
     results = tmp_path_factory.mktemp("usr1")
     proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results", str(results)])
     _wait_for_epoch(results, 2, timeout=300)  # a loaded machine can take over a minute to get there
@@ -68,10 +69,10 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
         return SimpleNamespace(stopped=stopped, resumed=None)
     resume = _start(_resume(stderr))
     first = resume.stdout.readline()
-    running = resume.poll() is None
+    running, seed_1_done = resume.poll() is None, bool(list(results.glob("*-s1.json")))
     _, err = resume.communicate(timeout=120)
-    resumed = SimpleNamespace(first=first, running=running, code=resume.returncode, stderr=err,
-                              records=_records(results))
+    resumed = SimpleNamespace(first=first, running=running, seed_1_done=seed_1_done, code=resume.returncode,
+                              stderr=err, records=_records(results))
     return SimpleNamespace(stopped=stopped, resumed=resumed)
 
 
@@ -97,7 +98,7 @@ def test_each_seed_is_printed_as_it_finishes(usr1_stop):
     resumed = usr1_stop.resumed
     assert resumed is not None, usr1_stop.stopped.stderr
     assert resumed.first.startswith("[completed]") and resumed.first.rstrip().endswith("-s0.json"), resumed.first
-    assert resumed.running
+    assert resumed.running and not resumed.seed_1_done  # a process still tearing down is no proof alone
     assert resumed.code == 0, resumed.stderr
 
 
