@@ -75,12 +75,13 @@ def _names(option: str, line: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", line) is not None
 
 
-def test_an_ambiguous_abbreviation_names_no_side_in_the_report(tmp_path):
+def test_an_ambiguous_abbreviation_names_no_side_in_the_report(tmp_path, run_main):
     """``--c X`` could be ``--candidate`` or ``--correction``, and argparse refuses it as ambiguous; the report of
-    the refusal named X the candidate all the same (its reader knew only the sides, --results and --out)."""
+    the refusal named X the candidate all the same (its reader knew only the sides, --results and --out). In this
+    process: a refused command line through the command is the first test's."""
     sides = _sides(tmp_path)
     report = tmp_path / "report.md"
-    done = harness("compare", *sides[:2], "--c", sides[3], "--ou", str(report))
+    done = run_main(main, "compare", *sides[:2], "--c", sides[3], "--ou", str(report))
     # argparse's wording of the refusal differs between Python versions: the line names the abbreviation, and ours
     # adds where the report went
     line = _error_line(done.stderr)
@@ -88,7 +89,7 @@ def test_an_ambiguous_abbreviation_names_no_side_in_the_report(tmp_path):
     assert line.endswith(f"; wrote {report}, a CANNOT DECIDE report")
     assert report.read_text().startswith(f"# Comparison: baseline `{sides[1]}` vs candidate (not given)\n")
     # an abbreviation argparse reads as one option is read as it: --ca is --candidate
-    harness("compare", *sides[:2], "--ca", sides[3], "--alpha", "abc", "--ou", str(report))
+    run_main(main, "compare", *sides[:2], "--ca", sides[3], "--alpha", "abc", "--ou", str(report))
     assert report.read_text().startswith(f"# Comparison: baseline `{sides[1]}` vs candidate `{sides[3]}`\n")
 
 
@@ -149,16 +150,17 @@ def test_other_commands_refusals_are_argparse_s_own(tmp_path, run_main):
 
 
 @pytest.mark.parametrize("side", ["base", "cand"])
-def test_an_out_among_a_sides_records_replaces_an_earlier_report_of_ours_there(tmp_path, side):
+def test_an_out_among_a_sides_records_replaces_an_earlier_report_of_ours_there(tmp_path, run_main, side):
     """``--out cand/report.json`` was written while cand was no side of the comparison; once it is one, --out
-    there is refused (a .json report among records is read as one), and the refusal kept the earlier PASS."""
+    there is refused (a .json report among records is read as one), and the refusal kept the earlier PASS. In this
+    process: the command's own exit and report are the first test's."""
     sides = _sides(tmp_path)
     shutil.copytree(tmp_path / "base", tmp_path / "other")
     report = tmp_path / side / "report.json"
-    done = harness("compare", "--baseline", str(tmp_path / "other"), "--candidate", str(tmp_path / "cand"
-                   if side == "base" else tmp_path / "base"), "--out", str(report))
+    done = run_main(main, "compare", "--baseline", str(tmp_path / "other"), "--candidate", str(tmp_path / "cand"
+                    if side == "base" else tmp_path / "base"), "--out", str(report))
     assert done.returncode == 0 and "**PASS" in report.read_text()
-    done = harness("compare", *sides, "--out", str(report))
+    done = run_main(main, "compare", *sides, "--out", str(report))
     assert done.returncode == 2 and done.stdout == "" and "is among the records of" in done.stderr
     assert done.stderr.rstrip().endswith("the earlier compare report there now says so (CANNOT DECIDE): move it "
                                          "out of the folder")
