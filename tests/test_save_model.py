@@ -41,11 +41,12 @@ def _tiny_accuracy(encoder: torch.nn.Module, seed: int, sets: dict[str, str] | N
     return TinyDomain().evaluate(spec, PretrainResult(encoder), ctx, tiny_domain.make_data(spec)).metrics["accuracy"]
 
 
-def test_a_run_keeps_its_trained_encoder_under_the_same_identity(tmp_path):
+def test_a_run_keeps_its_trained_encoder_under_the_same_identity(tmp_path, run_main):
     kept, plain = tmp_path / "kept", tmp_path / "plain"
     out = harness("run", *TINY, "--seeds", "1", "--results", str(kept), "--save-model")
     assert out.returncode == 0, out.stderr
-    assert harness("run", *TINY, "--seeds", "1", "--results", str(plain)).returncode == 0
+    # the run without the flag in this process (``main``, what the command calls): its record is the same run's
+    assert run_main(main, "run", *TINY, "--seeds", "1", "--results", str(plain)).returncode == 0
     record = _record(kept)
     # Not part of the run: the same run id, config hash and config as without the flag, and nothing else written.
     assert {k: _record(plain)[k] for k in ("run_id", "config_hash", "config", "runtime", "command")} == \
@@ -94,8 +95,8 @@ def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, run_m
 def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
     # Stopped by SIGTERM once epoch 2's checkpoint is written: a time limit could end a start slowed by a loaded
     # machine before the first checkpoint, and the rerun would then be no resume.
-    args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=30",
-            "--set", "sleep_s=0.2")
+    args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=6",
+            "--set", "sleep_s=0.5")
     proc = _start(["run", *args])
     _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
@@ -107,13 +108,14 @@ def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
     record = _record(tmp_path)
     assert record["resumed"] and record["info"]["start_epoch"] > 0
     _, modules = load_model(tmp_path / "models" / f"{record['run_id']}.pt")
-    sets = {"epochs": "30", "sleep_s": "0.2"}
+    sets = {"epochs": "6", "sleep_s": "0.5"}
     assert _tiny_accuracy(modules["encoder"], 0, sets) == record["metrics"]["accuracy"]
 
 
 def test_a_sweep_saves_its_jobs_models_and_counts_the_skipped_without_one(tmp_path, run_main):
     sweep = ("sweep", "--domains", "tiny", "--losses", "infonce", "--results", str(tmp_path), "--tracker", "none")
-    assert harness(*sweep, "--seeds", "0").returncode == 0
+    # seed 0's record, as the sweep's job would write it (the same run), without a sweep's processes
+    assert run_main(main, "run", *TINY, "--seeds", "0", "--results", str(tmp_path)).returncode == 0
     dry = run_main(main, *sweep, "--seeds", "0,1", "--save-model", "--dry-run")  # prints the jobs, starts none
     assert dry.returncode == 0 and " --save-model " in dry.stdout.strip().splitlines()[-1]
     out = harness(*sweep, "--seeds", "0,1", "--save-model")
@@ -134,7 +136,7 @@ def test_a_method_that_trains_nothing_says_so_and_the_run_goes_on(tmp_path, run_
 
 def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path, run_main):
     results = tmp_path / "results"
-    assert harness("run", *TINY, "--seeds", "0,1", "--results", str(results), "--save-model").returncode == 0
+    assert run_main(main, "run", *TINY, "--seeds", "0,1", "--results", str(results), "--save-model").returncode == 0
     assert len(list((results / "models").glob("*.pt"))) == 2
     shutil.copytree(results, tmp_path / "copy")
     page = run_main(main, "leaderboard", "--results", str(results), "--out", str(tmp_path / "pages"))
@@ -155,16 +157,17 @@ def test_the_commands_that_read_a_results_folder_read_past_its_models(tmp_path, 
 README_SNIPPET = re.compile(r"\*\*Keeping the trained model\.\*\*.*?```python\n(.*?)```", re.S)
 
 
-def test_the_readme_snippet_loads_a_graph_run_that_evaluates_as_recorded(tmp_path):
+def test_the_readme_snippet_loads_a_graph_run_that_evaluates_as_recorded(tmp_path, run_main):
     """Graph's quick setting, one epoch: the README's lines rebuild its encoder, whose graph embeddings give the
-    SVM accuracy of the record."""
+    SVM accuracy of the record. The run in this process (``main``, what the command calls): --save-model through
+    the command is the first test's, and torch_geometric's imports are paid once."""
     pytest.importorskip("torch_geometric")
     from domains.graph import GraphDomain
     from domains.graph.infograph import Pretrained
     from domains.graph.models import InfoGraph
 
-    out = harness("run", "--domain", "graph", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
-                  "--results", str(tmp_path), "--tracker", "none", "--quiet", "--save-model", timeout=300)
+    out = run_main(main, "run", "--domain", "graph", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
+                   "--results", str(tmp_path), "--tracker", "none", "--quiet", "--save-model")
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
     snippet = README_SNIPPET.search((REPO / "README.md").read_text()).group(1)
@@ -251,16 +254,17 @@ def test_each_domain_rebuilds_the_networks_it_keeps(make, method, dataset, loss)
         assert torch.equal(represent(kept.modules), represent(fresh))
 
 
-def test_a_model_that_cannot_be_written_leaves_the_checkpoint_and_resume_saves_it(tmp_path):
+def test_a_model_that_cannot_be_written_leaves_the_checkpoint_and_resume_saves_it(tmp_path, run_main):
+    """In this process (``main``, what the command calls): the command's refusals in one line are test_faults'."""
     (tmp_path / "models").write_text("a file where the models folder goes\n")
     args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model")
-    out = harness("run", *args)
+    out = run_main(main, "run", *args)
     assert out.returncode == 2
     [line] = out.stderr.strip().splitlines()
     assert line.startswith(f"error: cannot write the model {tmp_path / 'models' / 'tiny-'}") and "--resume" in line
     assert not list(tmp_path.glob("*.json")) and list((tmp_path / ".work").glob("*/checkpoint.pt"))
     (tmp_path / "models").unlink()
-    out = harness("run", *args, "--resume")
+    out = run_main(main, "run", *args, "--resume")
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
     assert record["resumed"] and (tmp_path / "models" / f"{record['run_id']}.pt").is_file()
