@@ -18,6 +18,8 @@ from tiny_domain import REPO, harness_env, subprocess_data_root
 
 import domains
 from harness import version
+from harness.cli import main
+from losses import registry as loss_registry
 
 LOSS = "tiny_weighted_nce"  # tests/tiny_loss.py's
 
@@ -75,11 +77,9 @@ def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_ru
     assert new["software"]["plugins"]["tiny_domain"] == software["plugins"]["tiny_domain"]
     assert new["software"]["plugins"]["tiny_loss"] != software["plugins"]["tiny_loss"]
 
-    again = _harness(plugins, *run)  # the same code again: reused
-    assert again.returncode == 0 and "[skipped]" in again.stdout, again.stderr
-
-    # The printed line that reproduces the run names its plugins, and run as printed it is that run again
-    [line] = [ln.split("reproduce: ", 1)[1] for ln in again.stdout.splitlines() if "reproduce: " in ln]
+    # The printed line that reproduces the run names its plugins, and run as printed it is that run again: the
+    # same code again, reused
+    [line] = [ln.split("reproduce: ", 1)[1] for ln in rerun.stdout.splitlines() if "reproduce: " in ln]
     # after the data root where this test's is not the default (harness.run.data_root_prefix)
     assert line.split(" harness run ")[0].split()[-1] == "HARNESS_PLUGINS=tiny_domain,tiny_loss"
     env = {k: v for k, v in harness_env().items() if k != "HARNESS_PLUGINS"}
@@ -147,25 +147,44 @@ def test_a_plugin_kernel_that_returns_no_loss_fails_its_run_in_one_line_naming_t
     assert "a loss kernel must return a 0-dim floating-point torch Tensor" in out.stderr
 
 
-def _listed_with(folder: Path, module: str, decorator: str, kernel: str) -> subprocess.CompletedProcess:
-    """``harness list losses`` with the plugin ``module``: one loss, ``@decorator`` over ``kernel``'s def."""
+def _plugin(folder: Path, module: str, decorator: str, kernel: str) -> None:
+    """The plugin ``module`` in ``folder``: one loss, ``@decorator`` over ``kernel``'s def."""
     (folder / f"{module}.py").write_text(f"from losses import HParam, register_loss\n\n\n@{decorator}\n{kernel}\n")
-    return _harness(folder, "list", "losses", names=module)
+
+
+@pytest.fixture
+def listed_with(tmp_path, run_main, monkeypatch):
+    """``listed_with(module, decorator, kernel)``: ``harness list losses`` with that plugin (:func:`_plugin`) in
+    ``tmp_path``, through ``main`` in this process (the command's own refusal is the built-in-name test's), as a
+    process that has loaded no plugin yet; a refused plugin registers nothing (checked)."""
+
+    def listed(module: str, decorator: str, kernel: str) -> subprocess.CompletedProcess:
+        _plugin(tmp_path, module, decorator, kernel)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.setenv("HARNESS_PLUGINS", module)
+        monkeypatch.setattr(domains, "_plugins_loaded", False)
+        before = dict(loss_registry._REGISTRY)
+        out = run_main(main, "list", "losses")
+        assert loss_registry._REGISTRY == before and module not in sys.modules
+        return out
+
+    return listed
 
 
 def test_a_plugin_loss_under_a_builtin_name_is_refused_in_one_line(tmp_path):
-    out = _listed_with(tmp_path, "my_dcl", "register_loss('dcl', paper='-', summary='not the paper\\'s dcl')",
-                       "def dcl(scores):\n    return scores.logits.sum()")
+    _plugin(tmp_path, "my_dcl", "register_loss('dcl', paper='-', summary='not the paper\\'s dcl')",
+            "def dcl(scores):\n    return scores.logits.sum()")
+    out = _harness(tmp_path, "list", "losses", names="my_dcl")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert out.stderr.startswith("error: plugin 'my_dcl' (HARNESS_PLUGINS) is refused: loss 'dcl' of my_dcl is "
                                  "taken by losses.dcl")
 
 
 @pytest.mark.parametrize("name", ["my,loss", "../x", "a b", "new\nline", "", "-x"])
-def test_a_plugin_loss_or_domain_under_no_plain_name_is_refused(tmp_path, name):
+def test_a_plugin_loss_or_domain_under_no_plain_name_is_refused(listed_with, name):
     # A sweep splits --losses and --domains at commas; run ids and page names carry the name
-    out = _listed_with(tmp_path, "odd_names", f"register_loss({name!r}, paper='-', summary='-')",
-                       "def odd(scores):\n    return scores.logits.sum()")
+    out = listed_with("odd_names", f"register_loss({name!r}, paper='-', summary='-')",
+                      "def odd(scores):\n    return scores.logits.sum()")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert out.stderr.startswith(f"error: plugin 'odd_names' (HARNESS_PLUGINS) is refused: loss {name!r} of "
                                  "odd_names is no plain name")
@@ -200,10 +219,10 @@ def test_only_the_plugins_that_provide_a_runs_domain_or_loss_are_part_of_its_ide
     assert version.source_digest("tiny", "dcl") not in (version.package_digest(), version.source_digest("graph", "dcl"))
 
 
-def test_a_plugin_loss_whose_default_is_outside_its_range_is_refused_before_it_is_listed(tmp_path):
-    out = _listed_with(tmp_path, "margin_loss", "register_loss('margin_nce', paper='-', summary='-', "
-                       "hparams=(HParam('margin', 5.0, low=0, high=2),))",
-                       "def margin_nce(scores, margin=5.0):\n    return scores.logits.sum() * margin")
+def test_a_plugin_loss_whose_default_is_outside_its_range_is_refused_before_it_is_listed(listed_with):
+    out = listed_with("margin_loss", "register_loss('margin_nce', paper='-', summary='-', "
+                      "hparams=(HParam('margin', 5.0, low=0, high=2),))",
+                      "def margin_nce(scores, margin=5.0):\n    return scores.logits.sum() * margin")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr  # one line
     assert ("loss 'margin_nce': the default of its hyper-parameter margin is not an allowed value (margin must be a "
             "number in [0, 2], got 5)") in out.stderr, out.stderr
