@@ -28,13 +28,20 @@ def test_list_everything_in_a_subprocess():
     assert "baseline: infonce; linear2: supcon)" in text
 
 
-def test_a_plugin_that_cannot_be_imported_is_one_line():
+def test_a_plugin_that_cannot_be_imported_is_one_line(run_main, monkeypatch):
     env = {**harness_env(), "HARNESS_PLUGINS": "tiny_domain, no_such_plugin_module"}
-    for args in (["list", "domains"], ["run", "--domain", "graph", "--loss", "pucl"]):
-        out = subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True,
-                             text=True, timeout=120)
-        assert out.returncode == 2 and "Traceback" not in out.stderr
-        assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
+    out = subprocess.run([sys.executable, "-m", "harness", "list", "domains"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
+    # run too, through main in this process as a fresh one that loads its plugins
+    import domains
+
+    monkeypatch.setenv("HARNESS_PLUGINS", env["HARNESS_PLUGINS"])
+    monkeypatch.setattr(domains, "_plugins_loaded", False)
+    out = run_main(main, "run", "--domain", "graph", "--loss", "pucl")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
 
 
 def test_list_losses_shows_domains_hparams_labels_and_papers(capsys):
@@ -210,9 +217,10 @@ def _pids(path) -> dict[str, int]:
     return {row["part"]: row["pid"] for row in json.loads(path.read_text())["rows"]}
 
 
-def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_rest(tmp_path, monkeypatch):
+def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_rest(tmp_path, monkeypatch, run_main):
     """SIGTERM during the second of three parts: that part ends, its rows are written, the third is not started,
-    exit 75 with the command that goes on; that command measures only the third part, in another process."""
+    exit 75 with the command that goes on; that command measures only the third part, in another process (this
+    one: ``main``, what the command calls)."""
     args = ("bench", "tiny", "--device", "cpu", "--out", str(tmp_path))
     monkeypatch.setenv("TINY_BENCH_SIGTERM", "B=256")
     first = harness(*args)
@@ -223,7 +231,7 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
     assert saved["complete"] is False and saved["parts_done"] == ["B=64", "B=256"]
     kept = _pids(tmp_path / "tiny-cpu.json")
-    second = harness(*args, "--resume")
+    second = run_main(main, *args, "--resume")
     assert second.returncode == 0, second.stderr
     assert "tiny: kept 2 of 3 parts" in second.stdout and second.stdout.count("measuring") == 1
     pids = _pids(tmp_path / "tiny-cpu.json")
@@ -231,7 +239,7 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
     assert saved["complete"] is True and [s["parts"] for s in saved["sessions"]] == [["B=64", "B=256"], ["B=1024"]]
     assert set(saved["sessions"][0]["seconds"]) == {"B=64", "B=256"} and saved["sessions"][1]["seconds"]["B=1024"] >= 0
-    third = harness(*args, "--resume")  # nothing left: nothing measured, the file unchanged
+    third = run_main(main, *args, "--resume")  # nothing left: nothing measured, the file unchanged
     assert third.returncode == 0 and "measuring" not in third.stdout and _pids(tmp_path / "tiny-cpu.json") == pids
 
 
@@ -395,15 +403,16 @@ def test_bench_hides_the_profilers_log_lines_and_library_warnings(tmp_path):
     assert not noise, out.stderr
 
 
-def test_bench_resume_refuses_a_bench_file_that_is_a_symbolic_link(tmp_path):
+def test_bench_resume_refuses_a_bench_file_that_is_a_symbolic_link(tmp_path, run_main):
     """--resume read its earlier file through a link (whatever JSON it pointed at, its parts kept): refused, as the
-    bench pages refuse one, and the linked file left as it was."""
+    bench pages refuse one, and the linked file left as it was. In this process (``main``, what the command
+    calls): bench's exits through the command are the SIGTERM test's."""
     elsewhere = tmp_path / "elsewhere.json"
     elsewhere.write_text("{}")
     out = tmp_path / "out"
     out.mkdir()
     (out / "tiny-cpu.json").symlink_to(elsewhere)
-    ran = harness("bench", "tiny", "--quick", "--device", "cpu", "--out", str(out), "--resume")
+    ran = run_main(main, "bench", "tiny", "--quick", "--device", "cpu", "--out", str(out), "--resume")
     assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr
     assert f"error: {out / 'tiny-cpu.json'} is a symbolic link" in ran.stderr
     assert elsewhere.read_text() == "{}" and "measuring" not in ran.stdout
