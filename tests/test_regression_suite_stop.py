@@ -19,6 +19,8 @@ from support import default_sigint
 from test_regression_suite import SCRIPT, script
 from tiny_domain import REPO, harness_env, synthetic_record, write_records
 
+from harness.suites.__main__ import main as suite_main
+
 SLEEPY = "tiny linear blobs infonce quick 0-3 1 epochs=200 sleep_s=0.5\n"  # four runs of 100 s: never finished
 
 
@@ -58,11 +60,13 @@ def new_folders(baseline: Path) -> list[Path]:
     ("notes.txt", "why the numbers moved\n"),  # someone's file
     ("orphan.log", "a log without its record\n"),
 ])
-def test_an_update_refuses_a_baseline_folder_holding_files_it_does_not_own(tmp_path, name, text):
+def test_an_update_refuses_a_baseline_folder_holding_files_it_does_not_own(tmp_path, run_main, name, text):
+    """In this process (the suite's ``main``, what the script runs): the refusal comes before any run, and the
+    script's own exits are the tests below."""
     base = tmp_path / "baseline"
     before = old_baseline(base)
     (base / name).write_text(text)
-    out = script("--suite", str(tiny_suite(tmp_path)), "--baseline", str(base), "--update-baseline")
+    out = run_main(suite_main, "--suite", str(tiny_suite(tmp_path)), "--baseline", str(base), "--update-baseline")
     assert out.returncode == 2, out.stdout + out.stderr
     assert out.stderr.startswith("error: --update-baseline: ") and name in out.stderr and out.stdout == ""
     assert contents(base) == {**before, name: text.encode()} and new_folders(base) == []
