@@ -20,11 +20,30 @@ def _missing(module: str) -> pytest.MarkDecorator:
                               reason=f"{module} is not installed (the [{module}] extra)")
 
 
-def _sweep(results: Path, tracker: str) -> subprocess.CompletedProcess:
-    out = harness("sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0,1", "--set", "epochs=1",
-                  "--workers", "1", "--results", str(results), "--tracker", tracker, timeout=300)
+INSTALLED = [t for t in ("wandb", "mlflow") if importlib.util.find_spec(t) is not None]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One sweep of two jobs with each installed tracker of W&B (offline) and MLflow (files in the results folder):
+    its results folder and output; each tracker's test checks its own line and store."""
+    results = tmp_path_factory.mktemp("swept")
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("WANDB_MODE", raising=False)
+        env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        out = harness("sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0,1", "--set", "epochs=1",
+                      "--workers", "1", "--results", str(results),
+                      *(part for tracker in INSTALLED for part in ("--tracker", tracker)), timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    return out
+    return results, out
+
+
+def _hint_of(out: subprocess.CompletedProcess, start: str) -> list[str]:
+    """The sweep's tracking lines, checked to be one per tracker, and those that begin with ``start``."""
+    lines = _tracking_lines(out)
+    assert len(lines) == len(INSTALLED), lines
+    return [line for line in lines if line.startswith(start)]
 
 
 def _tracking_lines(out: subprocess.CompletedProcess) -> list[str]:
@@ -36,28 +55,26 @@ def _records(results: Path) -> list[dict]:
 
 
 @_missing("wandb")
-def test_a_wandb_sweep_says_once_how_to_upload_its_offline_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    out = _sweep(tmp_path, "wandb")
-    hint = f"wandb sync {tmp_path / 'wandb'}/offline-run-*"
-    assert _tracking_lines(out) == [f"tracking: {hint}"]
+def test_a_wandb_sweep_says_once_how_to_upload_its_offline_runs(swept):
+    results, out = swept
+    hint = f"wandb sync {results / 'wandb'}/offline-run-*"
+    assert _hint_of(out, "tracking: wandb") == [f"tracking: {hint}"]
     # the pattern (the shell expands it) names every job's offline run
-    folders = {str(tmp_path / r["info"]["tracking"]["wandb"]) for r in _records(tmp_path)}
+    folders = {str(results / r["info"]["tracking"]["wandb"]) for r in _records(results)}
     assert len(folders) == 2 and set(glob.glob(hint.split()[-1])) == folders
 
 
 @_missing("mlflow")
-def test_an_mlflow_sweep_says_once_how_to_view_its_runs(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    out = _sweep(tmp_path, "mlflow")
-    uri = f"file:{tmp_path / 'mlruns'}"
-    assert _tracking_lines(out) == [f"tracking: mlflow ui --backend-store-uri {uri}"]
+def test_an_mlflow_sweep_says_once_how_to_view_its_runs(swept, monkeypatch):
+    results, out = swept
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # for the client below, as for the sweep
+    uri = f"file:{results / 'mlruns'}"
+    assert _hint_of(out, "tracking: mlflow") == [f"tracking: mlflow ui --backend-store-uri {uri}"]
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)  # the store the line names holds every job's run
     runs = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
-    assert sorted(r.info.run_name for r in runs) == sorted(r["run_id"] for r in _records(tmp_path))
+    assert sorted(r.info.run_name for r in runs) == sorted(r["run_id"] for r in _records(results))
 
 
 @_missing("wandb")
