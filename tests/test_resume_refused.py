@@ -10,6 +10,8 @@ from pathlib import Path
 import torch
 from tiny_domain import harness, killed_mid_run
 
+from harness.cli import main
+
 SETS = ["--set", "epochs=6", "--set", "sleep_s=0.5"]
 RUN = ["run", "--domain", "tiny", "--loss", "infonce", *SETS, "--quiet", "--tracker", "none"]
 
@@ -22,7 +24,7 @@ def _folder(results: Path) -> dict[str, bytes]:
     return {p.relative_to(results).as_posix(): p.read_bytes() for p in sorted(results.rglob("*")) if p.is_file()}
 
 
-def test_a_refused_resume_writes_no_record_and_keeps_the_checkpoint(tmp_path):
+def test_a_refused_resume_writes_no_record_and_keeps_the_checkpoint(tmp_path, run_main):
     results, other = tmp_path / "results", tmp_path / "other"
     done = harness(*RUN, "--seeds", "0", "--results", str(results))
     assert done.returncode == 0, done.stderr
@@ -34,7 +36,8 @@ def test_a_refused_resume_writes_no_record_and_keeps_the_checkpoint(tmp_path):
                            (lambda: checkpoint.write_bytes(b"\x80\x02garbage"), "cannot be read")):
         plant()
         before = _folder(results)
-        out = harness(*RUN, "--seeds", "0", "--results", str(results), "--force", "--resume")
+        # through main in this process (what the command calls): the command's exit 2 is the next test's
+        out = run_main(main, *RUN, "--seeds", "0", "--results", str(results), "--force", "--resume")
         assert out.returncode == 2, out.stderr
         [line] = out.stderr.splitlines()
         assert line.startswith(f"error: the checkpoint {checkpoint} ") or line.startswith(f"error: {checkpoint} ")
