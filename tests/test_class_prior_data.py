@@ -4,15 +4,13 @@ prior, and every domain's evaluation reports the prior its labels give (``detail
 Checked against independent references: naive counting loops for the prior and the class proportions, networkx's
 isomorphism test for the motifs, the graphs' own edges for the motif each one carries, and the data fingerprints
 of committed records (digits, biased digits, synthetic-topics) or of the code before C existed (synthetic-motifs,
-of which no record is committed). One tiny run per domain at C = 4 goes through the CLI."""
+of which no record is committed). One tiny run per domain at C = 4 goes through the command's ``main``, in this process
+(a fresh interpreter per domain paid seconds of imports; the command's own process is other tests')."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -281,17 +279,12 @@ def naive_graph_share(batch_size: int) -> float:
     return same / total
 
 
-def _harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-
-
 @pytest.mark.parametrize("domain", sorted(TINY))
-def test_a_run_at_four_classes_records_the_prior(domain, tmp_path):
+def test_a_run_at_four_classes_records_the_prior(domain, tmp_path, run_main, monkeypatch):
     pytest.importorskip({"graph": "torch_geometric", "vision": "sklearn", "text": "pysbd"}[domain])
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     results = tmp_path / "results"
-    out = _harness(tmp_path, "run", "--domain", domain, "--loss", "infonce", "--seeds", "0", "--quiet",
+    out = run_main(main, "run", "--domain", domain, "--loss", "infonce", "--seeds", "0", "--quiet",
                    "--results", str(results), *TINY[domain])
     assert out.returncode == 0, out.stderr
     (path,) = results.glob("*.json")
