@@ -1,7 +1,7 @@
 """Helpers shared by several test files: a region where any host-device synchronisation raises, a run
 context that dies right after its first checkpoint (to test resuming), a checkpoint extra tampered with and the
-error that gives, a tiny TU-format dataset, the Ctrl-C a terminal gives a child process, and the packages'
-run-code digest computed here."""
+error that gives, a tiny TU-format dataset, the Ctrl-C a terminal gives a child process, the records of local runs that
+another executor's sweep must equal, and the packages' run-code digest computed here."""
 
 from __future__ import annotations
 
@@ -87,6 +87,21 @@ def record_metrics(results: Path) -> dict[str, tuple]:
 
     records = [json.loads(p.read_text()) for p in results.glob("*.json")]
     return {r["run_id"]: (r["status"], r["metrics"], [c["loss"] for c in r["curve"]]) for r in records}
+
+
+def local_records(results: Path, losses: list[str], *args: str) -> dict[str, tuple]:
+    """:func:`record_metrics` of ``harness run --domain tiny --loss LOSS *args`` for each of ``losses``, run in this
+    process into ``results``: what a sweep of those runs on another executor must write (a local sweep's jobs run
+    exactly these), without a local sweep's interpreters (its own, a probe and a pool of workers)."""
+    import tiny_domain  # noqa: F401  (registers the tiny domain in this process; not at the top: most users need not)
+
+    from harness.cli import main
+
+    for loss in losses:
+        code = main(["run", "--domain", "tiny", "--loss", loss, *args, "--results", str(results), "--quiet",
+                     "--tracker", "none"])
+        assert code == 0, f"harness run --loss {loss} {' '.join(args)} exited {code}"
+    return record_metrics(results)
 
 
 def run_code_digest(root: Path) -> str:

@@ -1,5 +1,6 @@
 """``harness sweep --executor ray`` on a real one-node Ray cluster (``ray start --head`` on this machine): the
-records equal a local sweep's, and a worker killed mid-sweep loses only its own run, which a rerun completes.
+records equal those of the same runs made here, and a worker killed mid-sweep loses only its own run, which a rerun
+completes.
 
 Ray turns a loopback address into this machine's own IP (``resolve_ip_for_localhost``), so the cluster listens
 there; it is started in its own process group and that group alone is ended after the tests."""
@@ -24,7 +25,7 @@ from typing import NamedTuple
 
 import psutil
 import pytest
-from support import record_metrics
+from support import local_records, record_metrics
 from tiny_domain import harness, harness_env
 
 from harness.run.stopping import EXIT_STOPPED
@@ -34,7 +35,8 @@ pytestmark = pytest.mark.ray
 if importlib.util.find_spec("ray") is None:
     pytest.skip("the ray extra is not installed (pip install 'contrastive-harness[ray]')", allow_module_level=True)
 
-GRID = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0,1", "--workers", "2"]
+LOSSES, SEEDS = ["infonce", "dcl"], "0,1"
+GRID = ["sweep", "--domains", "tiny", "--losses", ",".join(LOSSES), "--seeds", SEEDS, "--workers", "2"]
 
 
 def _free_port() -> int:
@@ -109,21 +111,19 @@ def _cmdline(proc: psutil.Process) -> list[str]:
         return []
 
 
-def test_a_ray_sweep_writes_the_records_of_a_local_sweep(tmp_path, ray_head):
-    local = harness(*GRID, "--set", "epochs=3", "--results", str(tmp_path / "local"), timeout=300)
-    assert local.returncode == 0, local.stderr
+def test_a_ray_sweep_writes_the_records_of_local_runs(tmp_path, ray_head):
     remote = harness(*GRID, "--set", "epochs=3", "--executor", "ray", "--ray-address", ray_head.address,
                      "--results", str(tmp_path / "ray"), timeout=300)
     assert remote.returncode == 0, remote.stderr
     assert "sweep done: 4 completed" in remote.stdout
-    expected = record_metrics(tmp_path / "local")
+    expected = local_records(tmp_path / "local", LOSSES, "--seeds", SEEDS, "--set", "epochs=3")
     assert len(expected) == 4 and record_metrics(tmp_path / "ray") == expected
 
 
 def test_a_killed_ray_worker_loses_only_its_run_and_a_rerun_completes_it(tmp_path, ray_head):
     # one seed: two jobs at once on the two CPUs, one of them killed
     args = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0", "--workers", "2", "--set",
-            "epochs=12", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address", ray_head.address,
+            "epochs=8", "--set", "sleep_s=0.5", "--executor", "ray", "--ray-address", ray_head.address,
             "--results", str(tmp_path)]
     sweep = subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=Path(__file__).parent.parent,
                              env=harness_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
