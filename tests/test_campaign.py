@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,7 +74,8 @@ def test_every_committed_plan_loads_and_orders_its_items_as_the_issue():
 def test_dry_run_prints_every_run_and_the_estimated_totals(tmp_path):
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 100", "tiny linear blobs dcl quick 0 50 epochs=2",
                       "tiny linear blobs_hard infonce quick 0-1 30")
-    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "10m", "--stage", str(tmp_path / "s"))
+    out = campaign("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "10m", "--stage", str(tmp_path / "s"),
+                   "--repo", str(_repo(tmp_path)))
     assert out.returncode == 0, out.stderr
     commands = [line for line in out.stdout.splitlines() if " -m harness run " in line]
     assert len(commands) == 6
@@ -114,14 +116,14 @@ def test_a_setting_never_completed_is_noted_before_its_seeds_start_side_by_side(
 
 
 def test_a_plan_that_cannot_fit_its_budget_is_refused(tmp_path, planned):
-    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300")
-    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m")
+    plan, repo = write_plan(tmp_path, "tiny linear blobs infonce quick 0-3 300"), str(_repo(tmp_path))
+    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--budget", "9m", "--repo", repo)
     assert out.returncode == 2
     assert "error: the plan cannot fit: at least 600 s with 2 jobs, over the 540 s given" in out.stderr
     out = planned("run", str(plan), "--jobs", "2", "--budget", "9m", "--stage", str(tmp_path / "s"))
     assert out.returncode == 2 and not (tmp_path / "s").exists()  # refused before anything runs
     # Without --budget a plan longer than one call's --time is one of several calls, each resuming the last.
-    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--time", "9m")
+    out = planned("run", str(plan), "--dry-run", "--jobs", "2", "--time", "9m", "--repo", repo)
     assert out.returncode == 0 and "the same command again resumes them" in out.stdout
 
 
@@ -130,8 +132,11 @@ def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_be
                       "tiny linear blobs dcl quick 0 10 lr=0.015",
                       "tiny linear blobs_hard dcl quick 0 10 lr=0.01  # lr=0.015 in a comment is no setting's")
 
+    repo = str(_repo(tmp_path))
+
     def chosen(*only: str) -> list[int]:
-        out = planned("run", str(plan), "--dry-run", *[arg for text in only for arg in ("--only", text)])
+        out = planned("run", str(plan), "--dry-run", "--repo", repo,
+                      *[arg for text in only for arg in ("--only", text)])
         assert out.returncode == 0, out.stderr
         return [int(line) for line in re.findall(r"\[line (\d+), estimate", out.stdout)]
 
@@ -139,25 +144,26 @@ def test_only_takes_whole_words_so_a_value_never_selects_the_longer_values_it_be
     assert chosen("lr=0.015") == [3]
     assert chosen("dcl quick") == [3, 4] and chosen("blobs dcl") == [3]  # words in a row
     assert chosen("infonce", "blobs_hard") == [2, 4]
-    out = planned("run", str(plan), "--dry-run", "--only", "lr=0.0")
+    out = planned("run", str(plan), "--dry-run", "--repo", repo, "--only", "lr=0.0")
     assert out.returncode == 2 and "no setting of" in out.stderr and "lr=0.0" in out.stderr
 
 
 def test_seeds_takes_those_seeds_of_every_chosen_setting(tmp_path, planned):
     """A short session runs one seed of every setting (a table's first full row) with --seeds, in the plan's order."""
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-2 10", "tiny linear blobs dcl quick 1-2 10")
+    repo = str(_repo(tmp_path))
 
     def chosen(*args: str) -> list[tuple[int, int]]:
-        out = planned("run", str(plan), "--dry-run", *args)
+        out = planned("run", str(plan), "--dry-run", "--repo", repo, *args)
         assert out.returncode == 0, out.stderr
         return [(int(line), int(seed)) for seed, line in re.findall(r"seed (\d+) \[line (\d+), estimate", out.stdout)]
 
     assert chosen() == [(2, 0), (2, 1), (2, 2), (3, 1), (3, 2)]
     assert chosen("--seeds", "0") == [(2, 0)]
     assert chosen("--seeds", "1-2", "--only", "dcl") == [(3, 1), (3, 2)]
-    out = planned("run", str(plan), "--dry-run", "--seeds", "5")
+    out = planned("run", str(plan), "--dry-run", "--repo", repo, "--seeds", "5")
     assert out.returncode == 2 and "has the seeds 5 (--seeds)" in out.stderr
-    out = planned("run", str(plan), "--dry-run", "--seeds", "x")
+    out = planned("run", str(plan), "--dry-run", "--repo", repo, "--seeds", "x")
     assert out.returncode == 2 and "--seeds expects" in out.stderr
 
 
@@ -189,9 +195,9 @@ def test_an_empty_plan_and_a_bad_records_folder_are_refused(tmp_path, planned, f
     assert out.returncode == 2 and "must be leaderboards/<folder>" in out.stderr
 
 
-def test_nothing_to_pack_fails_loudly(tmp_path):
+def test_nothing_to_pack_fails_loudly(tmp_path, planned):
     (tmp_path / "stage" / "leaderboards" / "results").mkdir(parents=True)
-    out = campaign("pack", "--stage", str(tmp_path / "stage"), "--out", str(tmp_path / "out"), "--repo", str(tmp_path))
+    out = planned("pack", "--stage", str(tmp_path / "stage"), "--out", str(tmp_path / "out"), "--repo", str(tmp_path))
     assert out.returncode == 2 and "error: nothing to pack" in out.stderr
     assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
 
@@ -205,11 +211,24 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwritten(tmp_path, planned):
-    """Through subprocesses as a user runs them; the later checks of the same commands in this process."""
-    repo, stage, out = _repo(tmp_path), tmp_path / "stage", tmp_path / "out"
-    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-1 5", "tiny linear blobs dcl quick 0 5 fail=true")
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """One campaign call through the script, shared by the tests that read what it made (each copies what it
+    changes): two seeds of infonce and a planted failure, on the CPU, 2 jobs at a time, into a stage seeded from a
+    repository. The repository, the stage, and the call's outcome."""
+    root = tmp_path_factory.mktemp("campaign")
+    repo, stage = _repo(root), root / "stage"
+    plan = write_plan(root, "tiny linear blobs infonce quick 0-1 5", "tiny linear blobs dcl quick 0 5 fail=true")
     done = campaign("run", str(plan), "--device", "cpu", "--jobs", "2", "--stage", str(stage), "--repo", str(repo))
+    return repo, stage, done
+
+
+def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwritten(tmp_path, planned, ran):
+    """Through subprocesses as a user runs them; the later checks of the same commands in this process."""
+    repo, stage, out = tmp_path / "repo", tmp_path / "stage", tmp_path / "out"
+    shutil.copytree(ran[0], repo)
+    shutil.copytree(ran[1], stage, symlinks=True)
+    done = ran[2]
     assert done.returncode == 1, done.stdout + done.stderr  # the planted failure
     assert "campaign: 2 completed, 0 not finished yet (exit 75), 0 not started, 1 failed" in done.stdout
     staged = stage / "leaderboards" / "results"
@@ -260,15 +279,19 @@ def test_runs_pack_and_unpack_round_trip_and_a_different_record_is_never_overwri
     assert json.loads(mine.read_text())["metrics"]["accuracy"] == 1.0 and not other.exists()
 
 
-def test_a_second_run_skips_what_the_repository_holds(tmp_path):
-    repo, stage = _repo(tmp_path), tmp_path / "stage"
+def test_a_second_run_skips_what_the_repository_holds(tmp_path, planned, ran, monkeypatch):
+    """In this process (a decision); a run it did not skip would start as the script starts it, with the tiny
+    domain plugged in, and write its log."""
+    repo = _repo(tmp_path)
     plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 5")
-    first = campaign("run", str(plan), "--device", "cpu", "--stage", str(stage), "--repo", str(repo))
-    assert first.returncode == 0, first.stdout + first.stderr
-    record, = (stage / "leaderboards" / "results").glob("*.json")
+    [record] = [path for path in (ran[1] / "leaderboards" / "results").glob("*.json")
+                if (made := json.loads(path.read_text()))["loss"] == "infonce" and made["seed"] == 0]
+    assert json.loads(record.read_text())["status"] == "completed", ran[2].stdout + ran[2].stderr
     (repo / "leaderboards" / "results" / record.name).write_bytes(record.read_bytes())  # committed since
+    for name in ("HARNESS_PLUGINS", "PYTHONPATH"):
+        monkeypatch.setenv(name, harness_env()[name])
     fresh = tmp_path / "fresh-stage"  # a new machine: the stage starts with the repository's records
-    second = campaign("run", str(plan), "--device", "cpu", "--stage", str(fresh), "--repo", str(repo))
+    second = planned("run", str(plan), "--device", "cpu", "--stage", str(fresh), "--repo", str(repo))
     assert second.returncode == 0, second.stdout + second.stderr
     assert (fresh / "leaderboards" / "results" / record.name).read_bytes() == record.read_bytes()  # skipped
     assert not list((fresh / "leaderboards" / "results").glob("*.log"))  # no run wrote a log
@@ -300,7 +323,8 @@ def _sized(path: Path, mib: float) -> None:
         f.truncate(int(mib * 2**20))  # sparse: its size counts, nothing is written
 
 
-def test_travel_says_which_packed_part_would_not_fit_one_call_and_the_max_mib_to_pack_with(tmp_path):
+def test_travel_says_which_packed_part_would_not_fit_one_call_and_the_max_mib_to_pack_with(tmp_path, planned):
+    """The call that finds a part over the limit through the script; the others in this process."""
     repo = tmp_path / "repo"
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (repo / ".gitignore").write_text("ignored.bin\n")
@@ -309,7 +333,7 @@ def test_travel_says_which_packed_part_would_not_fit_one_call_and_the_max_mib_to
     subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
     _sized(repo / "untracked.bin", 5)  # not ignored: it travels
     _sized(repo / "ignored.bin", 100)  # ignored: it stays here
-    out = campaign("travel", "--repo", str(repo))
+    out = planned("travel", "--repo", str(repo))
     assert out.returncode == 2 and "no .device-carry* folder" in out.stderr and "device-pack" in out.stderr
     _sized(repo / ".device-carry" / "site.tar.xz", 30)
     _sized(repo / ".device-carry-2" / "data" / "cifar10" / "train.parquet", 50)
@@ -323,13 +347,13 @@ def test_travel_says_which_packed_part_would_not_fit_one_call_and_the_max_mib_to
     assert re.search(r"\.device-carry-2\s+50\.0 MiB\s+the call sends\s+65\.\d MiB: OVER by 3\.\d MiB", out.stdout)
     assert out.stderr.startswith("error: .device-carry-2 will not fit one call") and "--max-mib 46 " in out.stderr
     assert re.search(r"\.device-carry\s+30\.0 MiB .*: fits", out.stdout)
-    out = campaign("travel", "--repo", str(repo), "--carry", "nothing-here")
+    out = planned("travel", "--repo", str(repo), "--carry", "nothing-here")
     assert out.returncode == 2 and "--carry nothing-here: no such path" in out.stderr
     (repo / ".device-carry-2" / "data" / "cifar10" / "train.parquet").unlink()
     _sized(repo / ".device-carry" / "site.tar.xz", 25)
     _sized(repo / "checkpoints" / "run.pt", 20)  # ignored by no rule, but named: counted once per call
     (repo / ".gitignore").write_text("ignored.bin\ncheckpoints/\n")
-    out = campaign("travel", "--repo", str(repo), "--carry", "checkpoints")
+    out = planned("travel", "--repo", str(repo), "--carry", "checkpoints")
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"checkpoints\s+20\.0 MiB\s+every call", out.stdout)
     assert "a part may hold up to 26 MiB (device-pack --max-mib 26)" in out.stdout
