@@ -6,18 +6,22 @@ brings the checkpoint again says so again, until it is set aside where the call 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
 from test_campaign import campaign, write_plan
-from tiny_domain import REPO, killed_mid_run
+from tiny_domain import REPO, harness_env, killed_mid_run
 
 from domains.context import START_OVER
+from harness.run.runner import run_ids
+from harness.suites.campaign import load_plan, refused_run, set_aside
 from harness.suites.campaign import main as campaign_main
-from harness.suites.campaign import refused_run, set_aside
 from harness.suites.pack import CAMPAIGN_LOG
 
-LINE = "tiny linear blobs infonce quick 0-1 5 epochs=6 sleep_s=0.5"
+LINE = "tiny linear blobs infonce quick 0-1 5 epochs=6 sleep_s=0.5"  # slow enough to be killed after epoch 2
 SUMMARY = "campaign: {} completed, 0 not finished yet (exit 75), 0 not started, 0 failed, {} refused to resume"
 
 
@@ -28,13 +32,38 @@ def _killed(records: Path, seed: int) -> Path:
                            "--device", "cpu", "--results", str(records), "--quiet", "--tracker", "none"], records, seed)
 
 
-def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_prints(tmp_path):
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory) -> Path:
+    """A records folder with LINE's two runs (seeds 0 and 1), each killed after its second epoch: their logs and
+    sound checkpoints. Made once, both runs at a time (each in a folder of its own, where its log is the only one
+    it waits on), for the tests to copy and damage."""
+    root = tmp_path_factory.mktemp("killed")
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda seed: _killed(root / f"s{seed}", seed), (0, 1)))
+    for seed in (0, 1):
+        shutil.copytree(root / f"s{seed}", root / "results", dirs_exist_ok=True)
+    return root / "results"
+
+
+def _copied(killed: Path, records: Path) -> tuple[Path, Path]:
+    """The killed runs' folder copied to ``records``; the checkpoints of seeds 0 and 1 there."""
+    shutil.copytree(killed, records)
+    [mine], [other] = ((records / ".work").glob(f"*-s{seed}/checkpoint.pt") for seed in (0, 1))
+    return mine, other
+
+
+def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_prints(tmp_path, run_main, monkeypatch):
+    """The first call through the script; the next two in this process (their runs start as the script starts
+    them, the tiny domain plugged in). The damaged checkpoint is no killed run's: any bytes at the run's work folder
+    do, and the runs are quick."""
     repo, stage = tmp_path / "repo", tmp_path / "stage"
     records = repo / "leaderboards" / "results"
-    checkpoint = _killed(records, 0)  # as a call carries it from the repository; then damaged
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0-1 5 epochs=2")
+    # where harness run looks for seed 0's checkpoint (elsewhere, the run would not read it: no refusal to check)
+    [rid] = run_ids(load_plan(plan).settings[0].request([0]))
+    checkpoint = records / ".work" / rid / "checkpoint.pt"  # as a call carries it from the repository, damaged
+    checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"\x80\x02garbage")
-    rid = checkpoint.parent.name
-    plan = write_plan(tmp_path, LINE)
     call = ["run", str(plan), "--device", "cpu", "--jobs", "1", "--stage", str(stage), "--repo", str(repo)]
 
     first = campaign(*call)
@@ -45,7 +74,7 @@ def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_print
     [record] = staged.glob("*.json")
     assert json.loads(record.read_text())["seed"] == 1
     [refused] = [line for line in lines if line.startswith("refused to resume: ")]
-    assert refused.startswith(f"refused to resume: {LINE.split(' 0-1 ')[0]} epochs=6 sleep_s=0.5 seed 0 [line 2, ")
+    assert refused.startswith("refused to resume: tiny linear blobs infonce quick epochs=2 seed 0 [line 2, ")
     assert refused.endswith("; the same command then starts it over")
     command = refused.split("in the repository the call came from: ", 1)[1].split(")", 1)[0]
     # The stage's copy went to .refused (not packed, not resumed on this machine); the repository's is as it was.
@@ -56,7 +85,9 @@ def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_print
 
     # The next call on the same machine, the repository's checkpoint carried again: refused again, and said again
     # (seed 1, recorded in the stage, is skipped as done).
-    again = campaign(*call)
+    for name in ("HARNESS_PLUGINS", "PYTHONPATH"):
+        monkeypatch.setenv(name, harness_env()[name])
+    again = run_main(campaign_main, *call)
     assert again.returncode == 2 and SUMMARY.format(1, 1) in again.stdout.splitlines(), again.stdout
     assert refused in again.stdout.splitlines()
 
@@ -64,7 +95,7 @@ def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_print
     subprocess.run(["bash", "-c", command], check=True)
     assert (records / ".refused" / rid / "checkpoint.pt").read_bytes() == b"\x80\x02garbage"
     assert not (records / ".work" / rid).exists()
-    cleared = campaign(*call)
+    cleared = run_main(campaign_main, *call)
     assert cleared.returncode == 0 and SUMMARY.format(2, 0) in cleared.stdout.splitlines(), cleared.stdout
     assert not [line for line in cleared.stdout.splitlines() if line.startswith("refused to resume: ")]
     done = {(r["seed"], r["status"], r["info"]["start_epoch"]) for r in map(json.loads, map(Path.read_text,
@@ -75,12 +106,12 @@ def test_a_refused_resume_is_skipped_counted_and_cleared_by_the_command_it_print
                           ).returncode == 0
 
 
-def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, run_main):
+def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, run_main, killed):
     """Before any device call: the dry run reads the checkpoints the call would carry, refuses what --resume would
     (damaged, another run's) with the command that sets each aside, and passes sound ones."""
     repo = tmp_path / "repo"
     records = repo / "leaderboards" / "results"
-    mine, other = _killed(records, 0), _killed(records, 1)
+    mine, other = _copied(killed, records)
     plan = write_plan(tmp_path, LINE)
 
     def dry_run() -> subprocess.CompletedProcess:
@@ -103,13 +134,13 @@ def test_a_dry_run_finds_here_a_checkpoint_that_resume_would_refuse(tmp_path, ru
     assert cleared.returncode == 0 and cleared.stderr == ""
 
 
-def test_a_dry_run_reads_the_checkpoint_of_the_run_id_not_another_configs(tmp_path, run_main):
+def test_a_dry_run_reads_the_checkpoint_of_the_run_id_not_another_configs(tmp_path, run_main, killed):
     """The dry run matched a checkpoint by domain, method, loss and seed: a damaged one of another config's run (its
     hash another) was refused too. Where the run id can be computed here (the tiny domain's data), only the
     checkpoint under it, as harness run named it, is read."""
     repo = tmp_path / "repo"
     records = repo / "leaderboards" / "results"
-    mine = _killed(records, 0)
+    mine, _ = _copied(killed, records)
     other = records / ".work" / "tiny-blobs-linear-infonce-0123abcd-s0" / "checkpoint.pt"
     other.parent.mkdir()
     other.write_bytes(b"\x80\x02garbage")
