@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main
+
 EVALUATION = ["--set", "kfold=3", "--seeds", "0", "--device", "cpu", "--quiet"]
 TINY = ["--set", "max_steps=3", "--set", "word_dim=16", "--set", "hidden_dim=32", "--set", "batch_size=50", *EVALUATION]
 
@@ -76,8 +78,10 @@ def test_cli_bag_of_words_on_the_default_dataset(tmp_path):
     assert 0 <= record["metrics"]["accuracy"] <= 100 and record["details"]["class_structure"]
 
 
-def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path):
-    out = _run(tmp_path, "--method", "hf", "--loss", "infonce", "--seeds", "0")
+def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path, monkeypatch, run_main):
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    out = run_main(main, "run", "--domain", "text", "--method", "hf", "--loss", "infonce", "--seeds", "0",
+                   "--results", str(tmp_path))  # a refusal: in this process (the others show the command's exit)
     assert out.returncode != 0
     assert "hf_model_dir" in out.stderr and "Traceback" not in out.stderr
 
