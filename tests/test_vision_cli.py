@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.cli import main
+
 QUICK = ["--set", "epochs=1", "--set", "batch_size=256", "--set", "linear_epochs=2", "--set", "knn_every=1",
          "--set", "proj_dim=32"]
 RUNS = {
@@ -61,8 +63,9 @@ def test_biased_run_reports_group_accuracies(records):
     assert rec["details"]["test_bias_aligned_fraction"] == pytest.approx(0.1, abs=0.03)
 
 
-def test_method_loss_mismatch_is_a_one_line_error():
-    proc = _harness(["--method", "simclr", "--loss", "supcon", "--results", "/nonexistent-results"])
-    stdout, stderr = proc.communicate(timeout=120)
+def test_method_loss_mismatch_is_a_one_line_error(run_main):
+    # a refusal: in this process (the quick runs above show the command's exit)
+    proc = run_main(main, "run", "--domain", "vision", "--seeds", "0", "--device", "cpu", "--quiet", "--method",
+                    "simclr", "--loss", "supcon", "--results", "/nonexistent-results")
     assert proc.returncode != 0
-    assert "use --method biased" in stdout + stderr and "Traceback" not in stderr
+    assert "use --method biased" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
