@@ -10,7 +10,8 @@ import signal
 import struct
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ from domains.base import RunSpec
 from domains.context import RunContext
 from domains.errors import UserError
 from domains.rl.update_stats import means_since
+from harness.cli import main
 from harness.run import tracking
 from harness.run.stopping import EXIT_STOPPED
 
@@ -47,22 +49,29 @@ def _tiny(results: Path, *args: str):
     return out
 
 
-def test_tensorboard_is_on_by_default_and_holds_the_curve_and_the_metrics(tmp_path):
-    out = _tiny(tmp_path)
-    record = _record(tmp_path)
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    """One tiny run with the default tracker, read by several tests: its results folder, output and record."""
+    results = tmp_path_factory.mktemp("default")
+    out = _tiny(results)
+    return results, out, _record(results)
+
+
+def test_tensorboard_is_on_by_default_and_holds_the_curve_and_the_metrics(default_run):
+    results, out, record = default_run
     rid = record["run_id"]
     assert record["info"]["tracking"] == {"tensorboard": f"tb/{rid}"}
     assert out.stderr.count("tracking: ") == 1
-    assert f"tracking: tensorboard --logdir {tmp_path / 'tb'}\n" in out.stderr
-    logged = _scalars(tmp_path / "tb" / rid)
+    assert f"tracking: tensorboard --logdir {results / 'tb'}\n" in out.stderr
+    logged = _scalars(results / "tb" / rid)
     assert logged["loss"] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
     assert logged["final/accuracy"] == [(3, pytest.approx(record["metrics"]["accuracy"]))]
 
 
-def test_trackers_change_neither_the_run_id_nor_the_record_otherwise(tmp_path):
-    _tiny(tmp_path / "tb-on")
+def test_trackers_change_neither_the_run_id_nor_the_record_otherwise(tmp_path, default_run):
+    _, _, on = default_run
     out = _tiny(tmp_path / "none", "--tracker", "none")
-    on, off = _record(tmp_path / "tb-on"), _record(tmp_path / "none")
+    off = _record(tmp_path / "none")
     assert on["run_id"] == off["run_id"] and on["curve"] == off["curve"] and on["metrics"] == off["metrics"]
     assert "tracking" not in off["info"] and "tracking: " not in out.stderr
     assert not (tmp_path / "none" / "tb").exists()
@@ -133,7 +142,7 @@ def test_log_scalars_passes_numbers_on_leaves_the_rest_out_and_refuses_tensors(t
     RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path).log_scalars(1, {"a": 1})
 
 
-def test_tracker_choices_and_a_missing_library(tmp_path):
+def test_tracker_choices_and_a_missing_library(tmp_path, monkeypatch, run_main):
     assert tracking.resolve(None) == ["tensorboard"]
     assert tracking.resolve(["none"]) == []
     assert tracking.resolve(["mlflow", "tensorboard", "mlflow"]) == ["mlflow", "tensorboard"]
@@ -143,11 +152,10 @@ def test_tracker_choices_and_a_missing_library(tmp_path):
     fake = tmp_path / "fake"
     (fake / "wandb").mkdir(parents=True)
     (fake / "wandb" / "__init__.py").write_text("raise ImportError('planted: no wandb here')\n")
-    env = tiny_domain.harness_env()
-    env["PYTHONPATH"] = f"{fake}:{env['PYTHONPATH']}"
-    out = subprocess.run([sys.executable, "-m", "harness", "run", "--domain", "tiny", "--loss", "infonce",
-                          "--seeds", "0", "--results", str(tmp_path / "results"), "--tracker", "wandb"],
-                         cwd=tiny_domain.REPO, env=env, capture_output=True, text=True, timeout=120)
+    monkeypatch.syspath_prepend(str(fake))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)  # else a W&B imported earlier here is reused
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results",
+                   str(tmp_path / "results"), "--tracker", "wandb")
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: this needs the Python package 'wandb' (planted: no wandb here); install it with: "
@@ -197,12 +205,35 @@ def _items(items) -> dict:
     return {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in items}
 
 
+def _installed(*names: str) -> list[str]:
+    """Those of the tracker libraries ``names`` that are installed (a test of one skips where it is not)."""
+    return [name for name in names if importlib.util.find_spec(name) is not None]
+
+
+@contextmanager
+def _tracker_env() -> Iterator[None]:
+    """W&B offline, and MLflow on the file store under the results folder (MLflow 3 reads it only when allowed)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("WANDB_MODE", raising=False)
+        env.delenv("MLFLOW_TRACKING_URI", raising=False)
+        env.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+        yield
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess, dict]:
+    """One tiny run logged by TensorBoard, W&B and MLflow at once (those installed), read by the test of each:
+    its results folder, output and record."""
+    results = tmp_path_factory.mktemp("tracked")
+    with _tracker_env():
+        out = _tiny(results, *_tracker_args(["tensorboard", *_installed("wandb", "mlflow")]))
+    return results, out, _record(results)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
-def test_wandb_writes_an_offline_run_with_the_curve_and_the_metrics(tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    out = _tiny(tmp_path, "--tracker", "wandb")
-    record = _record(tmp_path)
-    folder = tmp_path / record["info"]["tracking"]["wandb"]
+def test_wandb_writes_an_offline_run_with_the_curve_and_the_metrics(tracked_run):
+    results, out, record = tracked_run
+    folder = results / record["info"]["tracking"]["wandb"]
     assert f"tracking: wandb sync {folder}" in out.stderr
     assert "WARNING" not in out.stderr  # wandb's "URL not available in offline run" showed without -v (session 33)
     [log] = folder.glob("run-*.wandb")
@@ -221,13 +252,12 @@ def test_wandb_writes_an_offline_run_with_the_curve_and_the_metrics(tmp_path, mo
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
-def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, monkeypatch):
+def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, monkeypatch, tracked_run):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only with this set
-    out = _tiny(tmp_path, "--tracker", "mlflow", "--tracker", "tensorboard")
-    record = _record(tmp_path)
-    assert set(record["info"]["tracking"]) == {"mlflow", "tensorboard"}
-    uri = f"file:{tmp_path / 'mlruns'}"
+    results, out, record = tracked_run
+    assert set(record["info"]["tracking"]) == {"mlflow", "tensorboard", *_installed("wandb")}
+    uri = f"file:{results / 'mlruns'}"
     assert f"tracking: mlflow ui --backend-store-uri {uri}" in out.stderr
     from mlflow.tracking import MlflowClient
 
@@ -242,37 +272,36 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     failed = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
                      "--results", str(tmp_path), "--tracker", "mlflow")
     assert failed.returncode == 1
-    statuses = {r.info.run_name: r.info.status for r in client.search_runs([run.info.experiment_id])}
-    assert sorted(statuses.values()) == ["FAILED", "FINISHED"] and statuses[record["run_id"]] == "FINISHED"
+    assert _mlflow_statuses(tmp_path) == ["FAILED"]
 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
-def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_running(tmp_path, monkeypatch):
+def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_running(tmp_path, monkeypatch,
+                                                                                       default_run):
     """The trackers open before the log: where the log cannot then be opened (a folder in its place), the run
     stops with one error line naming it, and the MLflow run that opened ends FAILED, not RUNNING for ever."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    _tiny(tmp_path, "--tracker", "mlflow")
-    [record] = tmp_path.glob("*.json")
+    record = tmp_path / f"{default_run[2]['run_id']}.json"  # the tracker is not in the run id (a test above)
     log = record.with_suffix(".log")
-    record.unlink()
-    log.unlink()
     log.mkdir()
     out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(tmp_path),
                   "--tracker", "mlflow")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot write the run's log {log}: Is a directory"
     assert not record.exists()
-    from mlflow.tracking import MlflowClient
+    assert _mlflow_statuses(tmp_path) == ["FAILED"]
 
-    _mlflow_statuses(MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}"), ["FAILED", "FINISHED"])
+def _tracker_args(names: list[str]) -> list[str]:
+    return [arg for name in names for arg in ("--tracker", name)]
 
-def _stopped(results: Path, tracker: str, sig: signal.Signals = signal.SIGTERM) -> str:
+
+def _stopped(results: Path, trackers: list[str], sig: signal.Signals = signal.SIGTERM) -> str:
     """A tiny run of 6 epochs, stopped by ``sig`` after epoch 2 or later (SIGTERM: at a checkpoint, exit 75; SIGINT:
     Ctrl-C, at once, exit 130): its stderr."""
     proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set",
-                   "sleep_s=0.3", "--results", str(results), "--tracker", tracker])
+                   "sleep_s=0.3", "--results", str(results), *_tracker_args(trackers)])
     _wait_for_epoch(results, 2)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
@@ -280,30 +309,44 @@ def _stopped(results: Path, tracker: str, sig: signal.Signals = signal.SIGTERM) 
     return stderr
 
 
-def _stopped_then_resumed(results: Path, tracker: str,
-                          check_stopped: Callable[[], None] = lambda: None) -> tuple[dict, int, str]:
-    """:func:`_stopped` (SIGTERM), then ``check_stopped()``, then resumed with the command it printed (``--tracker``
-    included): the record, the epoch the first attempt stopped at, the resumed run's stderr."""
-    stderr = _stopped(results, tracker)
-    check_stopped()
-    hint = stderr.strip().splitlines()[-1]
-    out = harness(*resume_args(hint))
+def _mlflow_statuses(results: Path) -> list[str]:
+    """The statuses of the runs in the harness's MLflow experiment of ``results`` (its file store), sorted."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"file:{results / 'mlruns'}")
+    runs = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
+    return sorted(r.info.status for r in runs)
+
+
+@pytest.fixture(scope="module")
+def resumed_run(tmp_path_factory) -> tuple[Path, dict, int, str, list[str]]:
+    """One tiny run logged by W&B and MLflow at once (those installed), read by the test of each: :func:`_stopped`
+    (SIGTERM), then resumed with the command it printed (``--tracker`` included). Its results folder, record, the
+    epoch the first attempt stopped at, the resumed run's stderr, and the MLflow statuses between the attempts."""
+    trackers = _installed("wandb", "mlflow")
+    if not trackers:
+        pytest.skip("neither wandb nor mlflow is installed")
+    results = tmp_path_factory.mktemp("resumed")
+    with _tracker_env():
+        stderr = _stopped(results, trackers)
+        between = _mlflow_statuses(results) if "mlflow" in trackers else []
+        hint = stderr.strip().splitlines()[-1]
+        out = harness(*resume_args(hint))
     assert out.returncode == 0, out.stderr
     record = _record(results)
     assert record["resumed"] and 2 <= record["info"]["start_epoch"] < 6
-    return record, record["info"]["start_epoch"], out.stderr
+    return results, record, record["info"]["start_epoch"], out.stderr, between
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
-def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(tmp_path, monkeypatch):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    record, stopped, stderr = _stopped_then_resumed(tmp_path, "wandb")
-    logs = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
+def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(resumed_run):
+    results, record, stopped, stderr, _ = resumed_run
+    logs = sorted((results / "wandb").glob("offline-run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
     assert len(logs) == 2  # one offline folder per attempt
     attempts = [_wandb_records(log) for log in logs]
     ids = {r.run.run_id for found in attempts for r in found if r.HasField("run")}
     assert len(ids) == 1  # the resumed attempt reopened the interrupted attempt's W&B run
-    assert f"tracking: wandb sync {tmp_path / 'wandb'}/offline-run-*-{ids.pop()}*" in stderr
+    assert f"tracking: wandb sync {results / 'wandb'}/offline-run-*-{ids.pop()}*" in stderr
     steps = [[_items(r.history.item)["_step"] for r in found if r.HasField("history")] for found in attempts]
     assert steps == [list(range(1, stopped + 1)), list(range(stopped + 1, 7))]
     history = [_items(r.history.item) for found in attempts for r in found if r.HasField("history")]
@@ -317,13 +360,13 @@ def test_a_resumed_run_goes_on_in_the_same_wandb_run_one_value_a_step(tmp_path, 
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
-def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(tmp_path, monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(monkeypatch, resumed_run):
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}")
-    record, _, _ = _stopped_then_resumed(tmp_path, "mlflow", lambda: _mlflow_statuses(client, ["KILLED"]))
+    results, record, _, _, between = resumed_run
+    assert between == ["KILLED"]
+    client = MlflowClient(tracking_uri=f"file:{results / 'mlruns'}")
     [run] = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
     assert run.info.run_name == record["run_id"] and run.info.status == "FINISHED"
     history = client.get_metric_history(run.info.run_id, "loss")
@@ -332,22 +375,14 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(tmp_path,
         (6, pytest.approx(record["metrics"]["accuracy"]))]
 
 
-def _mlflow_statuses(client, expected: list[str]) -> None:
-    """The statuses of the runs in the harness's MLflow experiment are ``expected`` (sorted)."""
-    runs = client.search_runs([client.get_experiment_by_name("contrastive-harness").experiment_id])
-    assert sorted(r.info.status for r in runs) == expected
-
-
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
 def test_mlflow_marks_a_run_stopped_by_ctrl_c_killed_not_failed(tmp_path, monkeypatch):
     """Ctrl-C ends a run at once, with its checkpoint kept for --resume, as a stop signal does at a checkpoint
     (the resumed test above): MLflow's status for a run stopped on purpose is KILLED; FAILED is a failure's."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    from mlflow.tracking import MlflowClient
-
-    _stopped(tmp_path, "mlflow", signal.SIGINT)
-    _mlflow_statuses(MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}"), ["KILLED"])
+    _stopped(tmp_path, ["mlflow"], signal.SIGINT)
+    assert _mlflow_statuses(tmp_path) == ["KILLED"]
 
 
 def _crashed_then_resumed(kind: type, results: Path, work: Path) -> None:
@@ -395,7 +430,8 @@ def test_wandb_logs_only_the_steps_after_the_interrupted_attempts_last(tmp_path,
 
 
 @pytest.mark.parametrize("name, folder", [("tensorboard", "tb"), ("wandb", "wandb"), ("mlflow", "mlruns")])
-def test_a_tracker_folder_that_is_a_symbolic_link_is_refused_before_training(tmp_path, monkeypatch, name, folder):
+def test_a_tracker_folder_that_is_a_symbolic_link_is_refused_before_training(tmp_path, monkeypatch, run_main, name,
+                                                                             folder):
     """A linked wandb/ or mlruns/ was written through (to wherever it pointed), where tb/ was refused: each is
     refused, the run not trained (no record) and nothing written where the link points."""
     if importlib.util.find_spec(name) is None:
@@ -405,8 +441,8 @@ def test_a_tracker_folder_that_is_a_symbolic_link_is_refused_before_training(tmp
     elsewhere.mkdir()
     results.mkdir()
     (results / folder).symlink_to(elsewhere)
-    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(results),
-                  "--tracker", name)
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(results),
+                   "--tracker", name)
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert f"{results / folder} is a symbolic link" in out.stderr
     assert list(elsewhere.iterdir()) == [] and not list(results.glob("*.json"))
