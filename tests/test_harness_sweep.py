@@ -8,6 +8,7 @@ import json
 import re
 import shlex
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,7 @@ def test_the_dry_run_lines_start_with_the_data_root_then_the_plugins(tmp_path, c
     assert line("--data-root", "mine").startswith(f"HARNESS_DATA_ROOT={Path('mine').resolve()} {start}")
 
 
-def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path):
+def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path, run_main):
     """``sweep --resume --dry-run`` printed its jobs without --resume: the line pasted to run one job by hand
     started it over, dropping the checkpoint the sweep would have gone on from."""
     config = ["--seeds", "0", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results", str(tmp_path)]
@@ -63,7 +64,7 @@ def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path):
     _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
     assert proc.communicate(timeout=60) and proc.returncode == EXIT_STOPPED
-    plan = harness("sweep", "--domains", "tiny", "--losses", "infonce", *config, "--resume", "--dry-run")
+    plan = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce", *config, "--resume", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     [line] = [x for x in plan.stdout.splitlines() if " harness run " in x]
     words = shlex.split(line)
@@ -150,33 +151,40 @@ def test_a_set_applies_where_it_can_and_contradictions_are_refused(tmp_path, cap
         assert message in capsys.readouterr().err
 
 
-def test_an_invalid_grid_point_fails_the_sweep_after_the_others_ran(tmp_path):
-    args = ["sweep", "--domains", "tiny", "--losses", "pucl", "--grid", "loss.alpha=0.1,abc", "--seeds", "0",
-            "--set", "epochs=1", "--results", str(tmp_path), "--tracker", "none"]
-    assert main([*args, "--dry-run"]) == 1
-    out = harness(*args, timeout=300)  # the workers must know the tiny domain: a subprocess
+_GRID_SWEEP = ["sweep", "--domains", "tiny", "--losses", "pucl", "--grid", "loss.alpha=0.1,0.5,abc", "--grid",
+               "epochs=1", "--set", "lr=0.1", "--seeds", "0", "--tracker", "none"]
+
+
+@pytest.fixture(scope="module")
+def grid_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One sweep of pucl over three --grid values of loss.alpha, one of them invalid, read by several tests: its
+    results folder and output. (The workers must know the tiny domain: a subprocess.)"""
+    results = tmp_path_factory.mktemp("grid")
+    return results, harness(*_GRID_SWEEP, "--results", str(results), timeout=300)
+
+
+def test_an_invalid_grid_point_fails_the_sweep_after_the_others_ran(tmp_path, grid_sweep):
+    assert main([*_GRID_SWEEP, "--results", str(tmp_path), "--dry-run"]) == 1
+    results, out = grid_sweep
     assert out.returncode == 1, out.stderr
     assert "[invalid]" in out.stdout and "loss.alpha=abc" in out.stdout
-    assert "sweep done: 1 completed, 1 invalid combination not run (listed above)" in out.stdout
-    assert len(list(tmp_path.glob("*.json"))) == 1
+    assert "sweep done: 2 completed, 1 invalid combination not run (listed above)" in out.stdout
+    assert len(list(results.glob("*.json"))) == 2
 
 
-
-def test_each_jobs_line_names_its_point_of_the_grid(tmp_path):
+def test_each_jobs_line_names_its_point_of_the_grid(grid_sweep):
     """Two jobs of one loss and seed that differ only in a --grid value: each line says which it ran (the keys
     that vary only, not a --set or a --grid of one value)."""
-    out = harness("sweep", "--domains", "tiny", "--losses", "pucl", "--grid", "loss.alpha=0.1,0.5", "--grid",
-                  "epochs=1", "--set", "lr=0.1", "--seeds", "0", "--results", str(tmp_path),
-                  "--tracker", "none", timeout=300)
-    assert out.returncode == 0, out.stderr
+    results, out = grid_sweep
     lines = [line for line in out.stdout.splitlines() if line.startswith("[completed]")]
     assert sorted(line.split(" ")[2] for line in lines) == ["(loss.alpha=0.1):", "(loss.alpha=0.5):"], lines
-    records = {r["run_id"]: r for r in (json.loads(p.read_text()) for p in tmp_path.glob("*.json"))}
+    records = {r["run_id"]: r for r in (json.loads(p.read_text()) for p in results.glob("*.json"))}
     for line in lines:  # each metric to the pages' decimals, as harness run prints a seed's (n_test=60.00, not 60)
         metrics = records[line.split(" ")[1]]["metrics"]
         assert line.endswith(": " + ", ".join(f"{k}={page_decimals(v)}" for k, v in sorted(metrics.items()))), line
 
-def test_sweep_skips_existing_records(tmp_path):
+
+def test_sweep_skips_existing_records(tmp_path, run_main):
     # Two of the six runs exist already.
     assert main(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=2",
                  "--results", str(tmp_path), "--quiet"]) == 0
@@ -191,8 +199,8 @@ def test_sweep_skips_existing_records(tmp_path):
     assert len(records) == 6 and all(r["status"] == "completed" for r in records)
     assert sorted(r["loss_params"].get("alpha", 0) for r in records) == [0, 0, 0.1, 0.1, 0.5, 0.5]
     assert all(p.read_text() == text for p in tmp_path.glob("*.json") if (text := before.get(p.name)))
-    again = harness("sweep", "--domains", "tiny", "--losses", "infonce,pucl", "--grid", "loss.alpha=0.1,0.5",
-                    "--set", "epochs=2", "--seeds", "0,1", "--results", str(tmp_path))
+    again = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce,pucl", "--grid", "loss.alpha=0.1,0.5",
+                     "--set", "epochs=2", "--seeds", "0,1", "--results", str(tmp_path))
     assert again.returncode == 0 and "6 with a completed record (skipped), 0 to run" in again.stdout
 
 
