@@ -210,6 +210,11 @@ def _installed(*names: str) -> list[str]:
     return [name for name in names if importlib.util.find_spec(name) is not None]
 
 
+def _tracker_args(names: list[str]) -> list[str]:
+    """``--tracker`` once for each of ``names``."""
+    return [arg for name in names for arg in ("--tracker", name)]
+
+
 @contextmanager
 def _tracker_env() -> Iterator[None]:
     """W&B offline, and MLflow on the file store under the results folder (MLflow 3 reads it only when allowed)."""
@@ -292,9 +297,6 @@ def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_run
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot write the run's log {log}: Is a directory"
     assert not record.exists()
     assert _mlflow_statuses(tmp_path) == ["FAILED"]
-
-def _tracker_args(names: list[str]) -> list[str]:
-    return [arg for name in names for arg in ("--tracker", name)]
 
 
 def _stopped(results: Path, trackers: list[str], sig: signal.Signals = signal.SIGTERM) -> str:
