@@ -197,13 +197,13 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
         zero_rows = int(len(directed) - directed.sum())
         if zero_rows:
             embeddings, labels = embeddings[torch.from_numpy(directed).to(embeddings.device)], labels[directed]
-            if len(labels) < MIN_ROWS or not _scorable(labels):
+            if len(labels) < MIN_ROWS or not scorable(labels):
                 return {"zero_rows": zero_rows}
-    if not _scorable(labels):
+    if not scorable(labels):
         raise ValueError(f"class_structure needs at least 2 classes and more rows than classes, got "
                          f"{len(np.unique(labels))} classes")
     _, labels, distances, tree = _ward("class_structure", embeddings, labels, sample, seed)
-    if not _scorable(labels):  # a draw that more classes than ``sample`` left with too few
+    if not scorable(labels):  # a draw that more classes than ``sample`` left with too few
         return {"zero_rows": zero_rows}
     classes = np.unique(labels, return_inverse=True)[1]
     k = int(classes.max()) + 1
@@ -212,9 +212,9 @@ def class_structure(embeddings: Tensor, labels: Tensor | np.ndarray, *, seed: in
             "zero_rows": zero_rows}
 
 
-def _scorable(labels: np.ndarray) -> bool:
+def scorable(labels: np.ndarray) -> bool:
     """Whether :func:`class_structure` can score rows of these ``labels``: 2 classes or more, more rows than classes
-    (the silhouette is undefined otherwise)."""
+    (the silhouette is undefined otherwise). Domains check their evaluation sets with it before training."""
     return 2 <= len(np.unique(labels)) < len(labels)
 
 

@@ -43,7 +43,7 @@ from domains.vision.images import VisionData
 from domains.vision.method import DataInfo, Method
 from domains.vision.moco import MoCo
 from domains.vision.simclr import SimCLR
-from losses.prior import MIN_ROWS, class_structure
+from losses.prior import MIN_ROWS, class_structure, scorable
 
 METHODS = {"simclr": SimCLR, "cmc": CMC, "moco": MoCo, "biased": Biased}
 # The networks of each method that --save-model keeps: what it trains (MoCo's momentum encoder too; the biased
@@ -269,10 +269,11 @@ def _probe_set_problem(labels: torch.Tensor) -> str | None:
     What the data decides is refused before training; only what training decides (all-zero features) is left to
     the evaluation, which records what it can."""
     where = "training images (the linear probe's set, after any held-out test images)"
-    count, classes = len(labels), len(torch.unique(labels))
+    count = len(labels)
     if count < MIN_ROWS:
         return f"{count} {where}; the evaluation needs at least {MIN_ROWS}"
-    if not 2 <= classes < count:
+    if not scorable(labels.cpu().numpy()):
+        classes = len(torch.unique(labels))
         return (f"its {count} {where} are of {counted(classes, 'class', 'classes')}; the evaluation needs 2 classes "
                 "or more, and more images than classes")
     return None
