@@ -134,6 +134,11 @@ def exit_with(status: int | None) -> None:
     with that status. None (the command raised): each signal's handler from before :func:`own_process`."""
     for sig in ENDING_SIGNALS:
         signal.signal(sig, _before[sig] if status is None else functools.partial(_exit_now, status))
+    # CPython marks a KeyboardInterrupt raised in code run by exec() of a string (a dataclass's or a namedtuple's
+    # methods, made as an import runs) unhandled even where the command caught it (Ctrl-C, exit 130), and at the
+    # end of its teardown `python -m harness` then kills itself with SIGINT (exit -2). Each such exec clears the
+    # mark first (a KeyboardInterrupt that escapes main() is marked again where python -m ran it, as it should be).
+    exec("")
 
 
 def _exit_now(status: int, signum: int, frame: object) -> None:
