@@ -3,6 +3,7 @@ Longer presets print one time estimate. Through the CLI in a subprocess, as a us
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,29 +13,37 @@ from tiny_domain import harness
 from harness.cli import main
 from harness.run import estimate
 
-GRAPH_RUN = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
-             "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--set", "download=false"]
+GRAPH_RUN = ["run", "--domain", "graph", "--loss", "infonce", "--set", "svm_folds=2", "--set", "svm_inner_folds=2",
+             "--set", "download=false"]
 
 
-def _graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str,
-           datasets: tuple[str, ...] = ("synthetic-motifs", "TOY")) -> str:
-    """stderr of a graph run on the embedded data and then on a fresh TU set (read and cached on first use)."""
+def _graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *extra: str, dataset: str = "TOY",
+           preset: tuple[str, ...] = ("--seeds", "0", "--set", "epochs=1")) -> subprocess.CompletedProcess:
+    """A graph run on ``dataset``: a fresh TU set (read and cached on first use), or the embedded data."""
     pytest.importorskip("torch_geometric")
     monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PYTEST_CURRENT_TEST")  # PyG stays silent under pytest; the user's shell has no such variable
-    toy_tu(tmp_path / "data")
-    err = ""
-    for dataset in datasets:
-        proc = harness(*GRAPH_RUN, "--dataset", dataset, "--data-root", str(tmp_path / "data"), "--results",
-                       str(tmp_path / "results"), *extra)
-        assert proc.returncode == 0, proc.stderr
-        assert "[completed]" in proc.stdout
-        err += proc.stderr
-    return err
+    if dataset == "TOY":
+        toy_tu(tmp_path / "data")
+    proc = harness(*GRAPH_RUN, *preset, "--dataset", dataset, "--data-root", str(tmp_path / "data"), "--results",
+                   str(tmp_path / "results"), *extra)
+    assert proc.returncode == 0, proc.stderr
+    assert "[completed]" in proc.stdout
+    return proc
 
 
-def test_a_normal_run_prints_no_warning_no_processing_and_no_log_line(tmp_path, monkeypatch):
-    err = _graph(tmp_path, monkeypatch)
+@pytest.fixture(scope="module")
+def paper_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess:
+    """One normal run of a longer preset on the embedded data, shared by the checks of what a normal run prints
+    and of its estimate: two seeds, two epochs (the second one's start is the first timed step past a tenth of
+    them, where the estimate is printed)."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        return _graph(tmp_path_factory.mktemp("paper"), monkeypatch, dataset="synthetic-motifs",
+                      preset=("--preset", "paper", "--seeds", "0,1", "--set", "epochs=2"))
+
+
+def test_a_normal_run_prints_no_warning_no_processing_and_no_log_line(tmp_path, monkeypatch, paper_run):
+    err = paper_run.stderr + _graph(tmp_path, monkeypatch).stderr
     assert "Warning" not in err and "warn" not in err
     assert "Processing" not in err and "Done!" not in err
     assert "INFO" not in err
@@ -43,7 +52,7 @@ def test_a_normal_run_prints_no_warning_no_processing_and_no_log_line(tmp_path, 
 def test_verbose_shows_the_log_lines(tmp_path, monkeypatch):
     """(PyG's "Processing..." is no longer among them: TU sets are read with its reader, not processed by
     ``TUDataset``, :mod:`domains.graph.tucache`.)"""
-    err = _graph(tmp_path, monkeypatch, "-v", datasets=("TOY",))  # (the log lines do not depend on the data)
+    err = _graph(tmp_path, monkeypatch, "-v").stderr  # (the log lines do not depend on the data)
     assert "INFO harness: run graph-TOY-" in err
 
 
@@ -73,17 +82,12 @@ def test_the_estimate_waits_for_the_steps_past_a_cheap_first_phase(monkeypatch, 
                     "seed, plus each seed's evaluation"), line
 
 
-def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path, run_main):
-    """The estimate is printed once per run, from its first seed, and names the seeds it covers. (Two epochs: the
-    second one's start is the first timed step past a tenth of them, where the estimate is printed.)"""
-    pytest.importorskip("torch_geometric")
-    args = ["run", "--domain", "graph", "--loss", "infonce", "--seeds", "0,1", "--set", "epochs=2",
-            "--set", "svm_folds=2", "--set", "svm_inner_folds=2", "--results", str(tmp_path), "--quiet"]
-    paper = harness(*args, "--preset", "paper")
-    assert paper.returncode == 0, paper.stderr
-    lines = [line for line in paper.stderr.splitlines() if line.startswith("estimate: ")]
-    assert len(lines) == 1 and "over 2 seeds" in lines[0] and " per epoch; " in lines[0], paper.stderr
-    quick = run_main(main, *args[:6], "0", *args[7:], "--preset", "quick")  # (one seed, in this process)
+def test_a_longer_preset_prints_one_estimate_and_quick_none(tmp_path, run_main, paper_run):
+    """The estimate is printed once per run, from its first seed, and names the seeds it covers."""
+    lines = [line for line in paper_run.stderr.splitlines() if line.startswith("estimate: ")]
+    assert len(lines) == 1 and "over 2 seeds" in lines[0] and " per epoch; " in lines[0], paper_run.stderr
+    quick = run_main(main, *GRAPH_RUN, "--seeds", "0", "--set", "epochs=2", "--results", str(tmp_path), "--quiet",
+                     "--preset", "quick")  # (one seed, in this process)
     assert quick.returncode == 0 and "estimate" not in quick.stderr, quick.stderr
 
 
