@@ -7,15 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from test_faults import _start
 from test_tracking import _scalars
-from tiny_domain import REPO, harness, harness_env, resume_args
+from tiny_domain import harness, resume_args
 
+from harness.cli import main
 from harness.run.stopping import EXIT_STOPPED
 
 RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set", "sleep_s=0.2"]
@@ -32,16 +31,17 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
-def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earlier_record(tmp_path):
+def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earlier_record(tmp_path, monkeypatch,
+                                                                                          run_main):
     results = ["--results", str(tmp_path)]
     assert harness(*RUN, *results).returncode == 0
     [record_path] = tmp_path.glob("*.json")
     earlier_record, rid = record_path.read_bytes(), json.loads(record_path.read_text())["run_id"]
     earlier_log = _files(tmp_path / "tb" / rid)
 
-    failed = subprocess.run([sys.executable, "-m", "harness", *RUN, *results, "--force"], cwd=REPO,
-                            env={**harness_env(), "TINY_DOMAIN_FAIL": "1"}, capture_output=True, text=True,
-                            timeout=120)
+    with monkeypatch.context() as failing:  # in this process: what a failure leaves, not the process boundary
+        failing.setenv("TINY_DOMAIN_FAIL", "1")
+        failed = run_main(main, *RUN, *results, "--force")
     assert failed.returncode == 1, failed.stderr
     assert record_path.read_bytes() == earlier_record and _files(tmp_path / "tb" / rid) == earlier_log
 
@@ -68,7 +68,6 @@ def test_a_rerun_whose_log_cannot_take_its_place_keeps_its_written_record(tmp_pa
     write the record ... rerun with --resume", exit 2, of a record that was written."""
     import errno
 
-    from harness.cli import main
     from harness.run import tracking
 
     args = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=2", "--quiet",
