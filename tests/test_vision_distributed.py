@@ -66,8 +66,10 @@ def test_harness_run_under_torchrun_with_two_ranks_writes_one_record(tmp_path):
 
     from tiny_domain import REPO, harness_env
 
+    # (one epoch of linear evaluation, not 100: the check is of the ranks and the record, not of the accuracy)
     args = ["--domain", "vision", "--loss", "dcl", "--seeds", "0", "--quiet", "--device", "cpu", "--set", "epochs=1",
-            "--set", "batch_size=128", "--set", "knn_every=0", "--set", "proj_dim=32", "--results", str(tmp_path)]
+            "--set", "batch_size=256", "--set", "knn_every=0", "--set", "linear_epochs=1", "--set", "proj_dim=32",
+            "--results", str(tmp_path)]
     env = dict(harness_env(), OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            str(_free_port()), "-m", "harness", "run", *args], cwd=REPO, env=env,
