@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from tiny_domain import REPO, harness_env
 
+import domains
+from harness.cli import main as harness_main
+
 KERNEL = "def kernel(scores):\n    return scores.logits.logsumexp(-1).mean() + {shift}\n"
 
 
@@ -95,8 +98,7 @@ def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
     [record] = [json.loads(p.read_text()) for p in results.glob("*.json")]
     assert set(record["software"]["plugins"]) == {"tiny_domain", "reg"}
 
-    again = _run(plugins, names, "split_nce", results)
-    [line] = [ln.split("reproduce: ", 1)[1] for ln in again.stdout.splitlines() if "reproduce: " in ln]
+    [line] = [ln.split("reproduce: ", 1)[1] for ln in first.stdout.splitlines() if "reproduce: " in ln]
     # after the data root where this test's is not the default (harness.run.data_root_prefix)
     assert line.split(" harness run ")[0].split()[-1] in ("HARNESS_PLUGINS=reg,tiny_domain",
                                                           "HARNESS_PLUGINS=tiny_domain,reg")
@@ -112,6 +114,12 @@ def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
     assert edited.returncode == 0 and "[completed]" in edited.stdout and "[skipped]" not in edited.stdout
 
 
+def _one_error_line(out: subprocess.CompletedProcess, folder: Path, error: str, line: int) -> None:
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith(f"error: plugin 'bad_plugin' (HARNESS_PLUGINS) failed on import: {error}")
+    assert out.stderr.rstrip().endswith(f"(at {folder / 'bad_plugin.py'}:{line})")
+
+
 @pytest.mark.parametrize(("source", "error", "line"), [
     ("x = 1\ny = x / 0\n", "ZeroDivisionError: division by zero", 2),
     ("x = 1\n\ndef f(:\n    pass\n", "SyntaxError: ", 3),
@@ -122,9 +130,20 @@ def test_the_plugin_named_for_a_loss_is_the_module_that_registered_it(tmp_path):
     ("import no_such_dependency_of_a_plugin\n", "ModuleNotFoundError: No module named "
      "'no_such_dependency_of_a_plugin'", 1),
 ])
-def test_a_plugin_that_fails_on_import_is_one_error_line_naming_it_and_where(tmp_path, source, error, line):
+def test_a_plugin_that_fails_on_import_is_one_error_line_naming_it_and_where(tmp_path, run_main, monkeypatch, source,
+                                                                             error, line):
+    """``harness list losses`` in this process, its plugins loaded afresh: only ``bad_plugin`` (the tiny domain's,
+    loaded already, are left registered)."""
     (tmp_path / "bad_plugin.py").write_text(source)
-    out = _harness(tmp_path, "bad_plugin", "list", "losses")
-    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1, out.stderr
-    assert out.stderr.startswith(f"error: plugin 'bad_plugin' (HARNESS_PLUGINS) failed on import: {error}")
-    assert out.stderr.rstrip().endswith(f"(at {tmp_path / 'bad_plugin.py'}:{line})")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bad_plugin", raising=False)
+    monkeypatch.setenv("HARNESS_PLUGINS", "bad_plugin")
+    monkeypatch.setattr(domains, "_plugins_loaded", False)
+    _one_error_line(run_main(harness_main, "list", "losses"), tmp_path, error, line)
+
+
+def test_a_plugin_that_fails_on_import_is_one_error_line_of_the_command(tmp_path):
+    """The same line through the command a user types: the process's exit status and its stderr alone."""
+    (tmp_path / "bad_plugin.py").write_text("x = 1\ny = x / 0\n")
+    _one_error_line(_harness(tmp_path, "bad_plugin", "list", "losses"), tmp_path,
+                    "ZeroDivisionError: division by zero", 2)
