@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tiny_domain import harness
+import tiny_domain  # noqa: F401  (registers the tiny domain for the in-process run)
 
 from harness.cli import main
 from harness.pages.leaderboard import MANIFEST
@@ -67,11 +67,13 @@ def test_every_link_of_the_committed_pages_exists():
     assert not broken, f"links to missing files: {broken[:5]}"
 
 
-def test_a_users_run_into_the_committed_folder_leaves_the_check_passing(tmp_path):
+def test_a_users_run_into_the_committed_folder_leaves_the_check_passing(tmp_path, run_main):
     """The README's order: the main job writes a record into leaderboards/results, then the tests run. The run adds
     its own files under results/ and changes none the check reads (the pages, the list of records and the records it
     lists, from which :func:`test_committed_pages_are_regenerated_from_the_records_they_list` regenerates the
-    pages); its record is not among the listed ones, which regenerating from the whole folder would count."""
+    pages); its record is not among the listed ones, which regenerating from the whole folder would count. The run
+    is called in this process: what it writes, not its process, is checked (``harness run`` has its own subprocess
+    tests)."""
     board = tmp_path / "leaderboards"
     shutil.copytree(COMMITTED, board, ignore=shutil.ignore_patterns(".*"))
 
@@ -79,8 +81,8 @@ def test_a_users_run_into_the_committed_folder_leaves_the_check_passing(tmp_path
         return {p.relative_to(board): p.read_bytes() for p in board.rglob("*") if p.is_file()}
 
     before = files()
-    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
-                  "--results", str(board / "results"), "--quiet")
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=1",
+                   "--results", str(board / "results"), "--quiet")
     assert out.returncode == 0, out.stderr
     after = files()
     assert not [path for path, data in before.items() if after.get(path) != data]  # none changed, none removed
