@@ -79,3 +79,25 @@ def run_main(capsys, monkeypatch) -> Callable[..., subprocess.CompletedProcess]:
         return subprocess.CompletedProcess(list(args), code, said.out, said.err)
 
     return call
+
+
+@pytest.fixture
+def suite_in_process(run_main, monkeypatch) -> Callable[..., subprocess.CompletedProcess]:
+    """``suite_in_process(*ARGS, **env)``: ``tools/regression-suite ARGS`` called in this process (``run_main``), the
+    runs and the comparison it starts (subprocesses) with the tiny domain plugged in and ``env`` set: without the
+    script's interpreter of seconds of imports. The script itself runs once in a dry run, and in the slow end-to-end
+    tests (tests/test_regression_suite.py)."""
+    from tiny_domain import harness_env
+
+    from harness.suites.__main__ import main as suite_main
+
+    for name in ("HARNESS_PLUGINS", "PYTHONPATH", "PYTHONUNBUFFERED"):
+        monkeypatch.setenv(name, harness_env()[name])
+
+    def call(*args: str, **env: str) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as scoped:
+            for name, value in env.items():
+                scoped.setenv(name, value)
+            return run_main(suite_main, *args)
+
+    return call

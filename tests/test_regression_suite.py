@@ -27,24 +27,6 @@ def script(*args: str, **env: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.fixture
-def in_process(run_main, monkeypatch):
-    """``in_process(*ARGS, **env)``: ``tools/regression-suite ARGS`` called in this process (conftest's ``run_main``),
-    the runs and the comparison it starts (subprocesses) with the tiny domain plugged in and ``env`` set: without
-    the script's interpreter of seconds of imports. The script itself runs once in a dry run, and in the slow
-    end-to-end tests."""
-    for name in ("HARNESS_PLUGINS", "PYTHONPATH", "PYTHONUNBUFFERED"):
-        monkeypatch.setenv(name, harness_env()[name])
-
-    def call(*args: str, **env: str) -> subprocess.CompletedProcess:
-        with monkeypatch.context() as scoped:
-            for name, value in env.items():
-                scoped.setenv(name, value)
-            return run_main(suite_main, *args)
-
-    return call
-
-
 def test_the_suite_names_a_regression_setting_of_every_domain():
     settings = load_suite(suite_path("regression"))
     assert sorted(s.domain for s in settings) == ["graph", "rl", "text", "vision"]
@@ -74,10 +56,10 @@ def test_a_bad_line_names_its_file_and_line(tmp_path, line, message):
     assert str(error.value).startswith(f"{path}:4: ")
 
 
-def test_two_tolerances_for_one_domain_and_dataset_are_refused(in_process, tmp_path):
+def test_two_tolerances_for_one_domain_and_dataset_are_refused(suite_in_process, tmp_path):
     suite = tmp_path / "suite.txt"
     suite.write_text("tiny linear blobs infonce quick 0-2 1\ntiny linear blobs dcl quick 0-2 2 loss.tau_plus=0.1\n")
-    out = in_process("--suite", str(suite), "--dry-run")
+    out = suite_in_process("--suite", str(suite), "--dry-run")
     assert out.returncode == 2 and "lines 1 and 2 give tiny/blobs two tolerances (1 and 2)" in out.stderr
 
 
@@ -106,17 +88,17 @@ def test_dry_run_prints_one_run_per_seed_then_the_comparison(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
-def test_dry_run_of_an_update_runs_beside_the_baseline_and_removes_nothing(in_process, tmp_path):
+def test_dry_run_of_an_update_runs_beside_the_baseline_and_removes_nothing(suite_in_process, tmp_path):
     (tmp_path / "kept.json").write_text("{}")
-    out = in_process("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
+    out = suite_in_process("--dry-run", "--update-baseline", "--baseline", str(tmp_path))
     assert out.returncode == 0, out.stderr
     new = tmp_path.parent / f".{tmp_path.name}-new-XXXXXX"  # the new baseline's folder, swapped in when complete
     assert all(f"--results {new} --quiet" in line for line in out.stdout.splitlines())
     assert "compare" not in out.stdout and (tmp_path / "kept.json").exists() and not new.exists()
 
 
-def test_dry_run_of_one_domains_update_runs_only_its_settings(in_process, tmp_path):
-    out = in_process("--dry-run", "--update-baseline", "--domain", "graph", "--baseline", str(tmp_path))
+def test_dry_run_of_one_domains_update_runs_only_its_settings(suite_in_process, tmp_path):
+    out = suite_in_process("--dry-run", "--update-baseline", "--domain", "graph", "--baseline", str(tmp_path))
     assert out.returncode == 0, out.stderr
     graph = [s for s in load_suite(suite_path("regression")) if s.domain == "graph"]
     lines = out.stdout.splitlines()
@@ -162,12 +144,12 @@ def test_an_update_refuses_a_folder_of_other_runs_and_removes_nothing(tmp_path, 
     (["--domain", "graph"], "error: --domain applies to --update-baseline only"),
     (["--update-baseline", "--domain", "chemistry"], "no setting of that domain (its domains: rl, text"),
 ])
-def test_bad_arguments_exit_2_before_any_run(in_process, args, message):
-    out = in_process(*args, "--dry-run")
+def test_bad_arguments_exit_2_before_any_run(suite_in_process, args, message):
+    out = suite_in_process(*args, "--dry-run")
     assert out.returncode == 2 and message in out.stderr and out.stdout == ""
 
 
-def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(in_process, tmp_path):
+def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(suite_in_process, tmp_path):
     """No baseline folder, one without a completed record, or --results that is the baseline folder (however
     spelt): refused before the suite runs, not after minutes of runs (nor with runs written among the baseline)."""
     suite = tmp_path / "tiny.txt"
@@ -184,12 +166,13 @@ def test_a_baseline_the_gate_cannot_use_exits_2_before_any_run(in_process, tmp_p
                             str(tmp_path / "runs" / "report.json")], "would be read as a run record"),
                           (["--baseline", str(base), "--report", str(base / "report.json")],
                            "would be read as a run record")):
-        out = in_process("--suite", str(suite), *args)
+        out = suite_in_process("--suite", str(suite), *args)
         assert out.returncode == 2 and message in out.stderr and out.stdout == "", out.stdout + out.stderr
     assert sorted(base.iterdir()) == before and not (tmp_path / "runs").exists()
 
 
-def test_a_results_folder_the_gate_cannot_read_back_is_an_error_not_a_traceback(in_process, tmp_path, monkeypatch):
+def test_a_results_folder_the_gate_cannot_read_back_is_an_error_not_a_traceback(suite_in_process, tmp_path,
+                                                                                 monkeypatch):
     """After compare's verdict the gate reads the runs' records back (settings without a baseline): a stray .json
     in --results ended the suite with a traceback (an audit, session 33)."""
     suite = tmp_path / "tiny.txt"
@@ -199,7 +182,7 @@ def test_a_results_folder_the_gate_cannot_read_back_is_an_error_not_a_traceback(
     write_records(runs, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
     (runs / "notes.json").write_text("[]")  # no record
     monkeypatch.setattr("harness.suites.__main__.run_all", lambda commands, jobs: [0 for _ in commands])
-    out = in_process("--suite", str(suite), "--baseline", str(base), "--results", str(runs))
+    out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(runs))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "error:" in out.stderr and "notes.json" in out.stderr
 
@@ -244,14 +227,14 @@ def test_the_gate_end_to_end_on_the_tiny_domain(tmp_path):
 
 
 
-def test_an_update_whose_run_diverged_keeps_the_old_baseline(in_process, tmp_path):
+def test_an_update_whose_run_diverged_keeps_the_old_baseline(suite_in_process, tmp_path):
     """A seed that diverged completes (exit 0), but a baseline of it would fail every gate after it: refused."""
     suite = tmp_path / "tiny.txt"
     suite.write_text("tiny linear blobs_hard infonce quick 0 1\n")
     base = tmp_path / "baseline"
     write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard", version="0.0.1")])
     before = {path.name: path.read_bytes() for path in base.iterdir()}
-    out = in_process("--suite", str(suite), "--baseline", str(base), "--update-baseline", TINY_DOMAIN_DIVERGE="1")
+    out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--update-baseline", TINY_DOMAIN_DIVERGE="1")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "1 diverged (a non-finite metric" in out.stderr and f"the baseline {base} is unchanged" in out.stderr
     assert {path.name: path.read_bytes() for path in base.iterdir()} == before
@@ -272,7 +255,7 @@ def test_one_domains_update_keeps_the_other_domains_baseline(tmp_path):
     assert (base / other.name).read_bytes() == other.read_bytes() and len(_records(base)) == 4
 
 
-def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed(in_process, tmp_path):
+def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed(suite_in_process, tmp_path):
     """compare lists a candidate group the baseline lacks as added and passes: a setting added to the suite without
     its baseline was gated by nothing, and CI passed."""
     suite = tmp_path / "tiny.txt"
@@ -280,14 +263,14 @@ def test_a_setting_without_a_baseline_record_fails_the_gate_it_would_have_passed
                      "tiny linear blobs_hard dcl quick 0 100 loss.tau_plus=0.1\n")
     base = tmp_path / "baseline"
     write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])  # infonce's only
-    out = in_process("--suite", str(suite), "--baseline", str(base), "--results", str(tmp_path / "cand"))
+    out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(tmp_path / "cand"))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "PASS" in (tmp_path / "cand" / "regression-report.md").read_text()  # compare alone passed it
     assert "1 setting(s) of the suite have no completed baseline record" in out.stderr
     assert "tiny / blobs_hard / linear / dcl (tau_plus=0.1, quick)" in out.stderr and "infonce" not in out.stderr
 
 
-def test_a_run_busy_in_another_process_is_not_a_failure_and_not_a_pass(in_process, tmp_path):
+def test_a_run_busy_in_another_process_is_not_a_failure_and_not_a_pass(suite_in_process, tmp_path):
     """A seed another process holds exits 75 (not finished): the gate said "a run failed", exit 1."""
     from filelock import FileLock
 
@@ -295,10 +278,10 @@ def test_a_run_busy_in_another_process_is_not_a_failure_and_not_a_pass(in_proces
     suite.write_text("tiny linear blobs_hard infonce quick 0 100\n")
     base, cand = tmp_path / "baseline", tmp_path / "cand"
     write_records(base, [synthetic_record("infonce", 0, 50.0, dataset="blobs_hard")])
-    assert in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand)).returncode == 0
+    assert suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand)).returncode == 0
     [record] = _records(cand)
     record.unlink()  # to be run again, while another process holds its lock
     with FileLock(str(cand / ".work" / f"{record.stem}.lock"), timeout=0):
-        out = in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+        out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     assert out.returncode == 2, out.stdout + out.stderr
     assert "a run is not finished" in out.stderr and "a run failed" not in out.stderr

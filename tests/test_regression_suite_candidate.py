@@ -1,9 +1,9 @@
 """The regression suite gates the records of the code it ran, not the newest code its results folder holds. The gate of
-the code that ran is called in this process (``in_process``), its runs and comparisons in subprocesses."""
+the code that ran is called in this process (``suite_in_process``), its runs and comparisons in subprocesses."""
 
 from __future__ import annotations
 
-from test_regression_suite import in_process, script  # noqa: F401  (in_process: a fixture)
+from test_regression_suite import script
 from tiny_domain import synthetic_record, write_records
 
 from harness.version import source_digest
@@ -12,7 +12,7 @@ from harness.version import source_digest
 LATER = {"source_digest": "f" * 64, "git_commit": "f" * 40, "git_commit_date": "2099-01-01T00:00:00+00:00"}
 
 
-def test_a_reused_results_folder_holding_a_newer_codes_records_gates_the_code_that_ran(tmp_path, in_process):  # noqa: F811 (the fixture)
+def test_a_reused_results_folder_holding_a_newer_codes_records_gates_the_code_that_ran(tmp_path, suite_in_process):
     """A results folder kept between runs (``--results`` to go on, or a cached CI folder) held another code's
     records of the suite's setting, with a later commit date: compare judged those, and passed, while the code
     that ran was never compared. An accuracy of 1000 (percent) is one no run reaches: the baseline's and the other
@@ -22,13 +22,13 @@ def test_a_reused_results_folder_holding_a_newer_codes_records_gates_the_code_th
     base, cand = tmp_path / "baseline", tmp_path / "cand"
     write_records(base, [synthetic_record("infonce", 0, 1000.0, dataset="blobs_hard")])
     write_records(cand, [synthetic_record("infonce", 0, 1000.0, dataset="blobs_hard", software=LATER)])
-    out = in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     report = (cand / "regression-report.md").read_text()
     assert "**CANNOT DECIDE: 1 untestable" in report and out.returncode == 2, out.stdout + out.stderr
     assert f"{cand}@{source_digest('tiny', 'infonce')}" in report and "| 1000.0 (1) | 1000.0 (1) |" not in report
     # Another code's setting that the suite did not run is not one it left without a baseline record.
     write_records(cand, [synthetic_record("dcl", 0, 1000.0, dataset="blobs_hard", software=LATER)])
-    out = in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
+    out = suite_in_process("--suite", str(suite), "--baseline", str(base), "--results", str(cand))
     assert out.returncode == 2 and "no completed baseline record" not in out.stderr, out.stdout + out.stderr
 
 
