@@ -44,6 +44,10 @@ def test_a_job_that_crashes_outside_its_run_fails_alone_in_one_line(tmp_path):
         assert line.startswith(f"[failed] faulty/{dataset}/infonce seed 0: JSONDecodeError: ")
         assert line.endswith("(sweep -v shows its traceback)"), line
     assert "Traceback" not in out.stderr
+    # where the sweep's own look for the record crashed, it says so before the job runs (not only the job's line)
+    [said] = [x for x in out.stderr.splitlines() if x.startswith("warning: ")]
+    assert said.startswith("warning: harness run --domain faulty --dataset unhashable ") and said.endswith("); it runs")
+    assert ": its record could not be looked for (JSONDecodeError: " in said
     assert _last(out).startswith("sweep done: 1 completed, 2 failed; continue with: ")
     assert resume_args(_last(out))[:2] == ["sweep", "--domains"]
     [record] = _records(tmp_path)  # the job after the crash ran

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import signal
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from harness.run.runner import (
     RunRequest,
     check_results,
     default_data_root,
+    error_line,
     fingerprint,
     force_mark,
     plan,
@@ -232,7 +234,10 @@ def pending(requests: list[RunRequest], mark_in: Path | None = None,
         except UserError as exc:
             invalid.append(f"{job_line(request)}: {exc}")
             continue
-        except Exception:  # noqa: BLE001  (a crash here, e.g. a damaged data file: the job runs, and fails alone)
+        except Exception as exc:  # noqa: BLE001  (a crash here, e.g. a damaged data file: the job runs, and fails alone)
+            # said, not only counted: a job whose record exists would otherwise run as if it had none, unexplained
+            print(f"warning: {job_line(request)}: its record could not be looked for ({error_line(exc)}); it runs",
+                  file=sys.stderr)
             todo.append(request)
             continue
         if mark_in is not None and not exists:
