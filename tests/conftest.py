@@ -101,3 +101,16 @@ def suite_in_process(run_main, monkeypatch) -> Callable[..., subprocess.Complete
             return run_main(suite_main, *args)
 
     return call
+
+
+@pytest.fixture
+def plugins_afresh(monkeypatch) -> Callable[[str], None]:
+    """``plugins_afresh(NAMES)``: the next command called in this process loads ``HARNESS_PLUGINS=NAMES`` as a fresh
+    process would (the plugins it loaded already stay registered)."""
+    import domains
+
+    def load(names: str) -> None:
+        monkeypatch.setenv("HARNESS_PLUGINS", names)
+        monkeypatch.setattr(domains, "_plugins_loaded", False)
+
+    return load

@@ -28,17 +28,14 @@ def test_list_everything_in_a_subprocess():
     assert "baseline: infonce; linear2: supcon)" in text
 
 
-def test_a_plugin_that_cannot_be_imported_is_one_line(run_main, monkeypatch):
+def test_a_plugin_that_cannot_be_imported_is_one_line(run_main, plugins_afresh):
     env = {**harness_env(), "HARNESS_PLUGINS": "tiny_domain, no_such_plugin_module"}
     out = subprocess.run([sys.executable, "-m", "harness", "list", "domains"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")
     # run too, through main in this process as a fresh one that loads its plugins
-    import domains
-
-    monkeypatch.setenv("HARNESS_PLUGINS", env["HARNESS_PLUGINS"])
-    monkeypatch.setattr(domains, "_plugins_loaded", False)
+    plugins_afresh(env["HARNESS_PLUGINS"])
     out = run_main(main, "run", "--domain", "graph", "--loss", "pucl")
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert out.stderr.startswith("error: HARNESS_PLUGINS names 'no_such_plugin_module'")

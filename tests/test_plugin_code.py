@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from tiny_domain import REPO, harness_env
 
-import domains
 from harness.cli import main as harness_main
 
 KERNEL = "def kernel(scores):\n    return scores.logits.logsumexp(-1).mean() + {shift}\n"
@@ -130,15 +129,14 @@ def _one_error_line(out: subprocess.CompletedProcess, folder: Path, error: str, 
     ("import no_such_dependency_of_a_plugin\n", "ModuleNotFoundError: No module named "
      "'no_such_dependency_of_a_plugin'", 1),
 ])
-def test_a_plugin_that_fails_on_import_is_one_error_line_naming_it_and_where(tmp_path, run_main, monkeypatch, source,
-                                                                             error, line):
+def test_a_plugin_that_fails_on_import_is_one_error_line_naming_it_and_where(tmp_path, run_main, monkeypatch,
+                                                                             plugins_afresh, source, error, line):
     """``harness list losses`` in this process, its plugins loaded afresh: only ``bad_plugin`` (the tiny domain's,
     loaded already, are left registered)."""
     (tmp_path / "bad_plugin.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bad_plugin", raising=False)
-    monkeypatch.setenv("HARNESS_PLUGINS", "bad_plugin")
-    monkeypatch.setattr(domains, "_plugins_loaded", False)
+    plugins_afresh("bad_plugin")
     _one_error_line(run_main(harness_main, "list", "losses"), tmp_path, error, line)
 
 

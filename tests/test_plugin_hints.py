@@ -62,12 +62,9 @@ def test_a_plugin_in_the_current_folder_that_the_installed_script_cannot_import_
 
 
 @pytest.mark.parametrize("module", ["no_such_plugin", "my_pkg.losses"])
-def test_a_plugin_that_is_nowhere_keeps_the_plain_message(tmp_path, run_main, monkeypatch, module):
+def test_a_plugin_that_is_nowhere_keeps_the_plain_message(tmp_path, run_main, monkeypatch, plugins_afresh, module):
     """In this process, as a fresh one that loads its plugins (the script's own refusal is the test above's)."""
-    import domains
-
-    monkeypatch.setenv("HARNESS_PLUGINS", module)
-    monkeypatch.setattr(domains, "_plugins_loaded", False)
+    plugins_afresh(module)
     monkeypatch.chdir(tmp_path)
     out = run_main(main, "list", "losses")
     assert out.returncode == 2 and out.stderr.rstrip().endswith("; fix or remove it"), out.stderr

@@ -153,7 +153,7 @@ def _plugin(folder: Path, module: str, decorator: str, kernel: str) -> None:
 
 
 @pytest.fixture
-def listed_with(tmp_path, run_main, monkeypatch):
+def listed_with(tmp_path, run_main, monkeypatch, plugins_afresh):
     """``listed_with(module, decorator, kernel)``: ``harness list losses`` with that plugin (:func:`_plugin`) in
     ``tmp_path``, through ``main`` in this process (the command's own refusal is the built-in-name test's), as a
     process that has loaded no plugin yet; a refused plugin registers nothing (checked)."""
@@ -161,8 +161,7 @@ def listed_with(tmp_path, run_main, monkeypatch):
     def listed(module: str, decorator: str, kernel: str) -> subprocess.CompletedProcess:
         _plugin(tmp_path, module, decorator, kernel)
         monkeypatch.syspath_prepend(str(tmp_path))
-        monkeypatch.setenv("HARNESS_PLUGINS", module)
-        monkeypatch.setattr(domains, "_plugins_loaded", False)
+        plugins_afresh(module)
         before = dict(loss_registry._REGISTRY)
         out = run_main(main, "list", "losses")
         assert loss_registry._REGISTRY == before and module not in sys.modules
