@@ -194,6 +194,7 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         print(f"{target}: kept {len(done)} of {len(todo)} parts from {path}", flush=True)
     longest = 0.0
     failed: list[str] = []
+    measured_here = False
     for part in todo:
         if part.name in done:
             continue
@@ -218,7 +219,9 @@ def bench_one(target: str, args: argparse.Namespace, device: torch.device) -> tu
         if measured is None:
             continue
         done[part.name] = [{**row, PART_KEY: part.name} for row in measured]
-        sessions = _add_session(sessions, env, part.name, seconds)
+        # This call's first measured part starts its session: two calls in the same second have the same date.
+        sessions = _add_session(sessions, env, part.name, seconds, starts=not measured_here)
+        measured_here = True
         rows = _in_order(done, names)
         # The file's keys are written sorted, so the rows' column order is kept beside them for the page.
         columns = list(dict.fromkeys(key for row in map(figures, rows) for key in row))
@@ -256,11 +259,11 @@ def _in_order(done: dict[str, list[dict[str, Any]]], names: list[str]) -> list[d
     return [row for name in names if name in done for row in done[name]]
 
 
-def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str,
-                 seconds: float) -> list[dict[str, Any]]:
+def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str, seconds: float,
+                 starts: bool) -> list[dict[str, Any]]:
     """Which process measured which parts, and how long each took (what plans a GPU call): its date and commit
-    (the code is the same: ``source_digest``)."""
-    if not sessions or sessions[-1]["date"] != env["date"]:
+    (the code is the same: ``source_digest``). ``starts``: the part is the first this process measured."""
+    if starts or not sessions:
         sessions = [*sessions, {"date": env["date"], "git_commit": env["software"]["git_commit"], "parts": [],
                                 "seconds": {}}]
     last = sessions[-1]

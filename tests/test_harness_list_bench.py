@@ -240,6 +240,23 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     assert third.returncode == 0 and "measuring" not in third.stdout and _pids(tmp_path / "tiny-cpu.json") == pids
 
 
+def test_a_resumed_benchmark_is_a_session_of_its_own_in_the_same_second(tmp_path, monkeypatch):
+    """Sessions are told apart by the call that measured them, not by their date (to the second): a stopped
+    benchmark resumed within the same second (here, its clock stands still) still has two sessions."""
+    import harness.bench
+
+    monkeypatch.setattr(harness.bench, "utc_now", lambda: "2030-01-02T03:04:05+00:00")
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
+    args = ["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]
+    assert main([*args, "--time-limit", "2.5s"]) == 75
+    first = json.loads((tmp_path / "tiny-cpu.json").read_text())["parts_done"]
+    monkeypatch.setenv("TINY_BENCH_SLEEP", "0")
+    assert main([*args, "--resume"]) == 0
+    saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
+    rest = [part for part in saved["parts"] if part not in first]
+    assert [s["parts"] for s in saved["sessions"]] == [first, rest] and rest
+
+
 def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monkeypatch):
     """Parts of 1 s under a 2.5 s limit: a part starts only while the longest part so far still fits."""
     monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
