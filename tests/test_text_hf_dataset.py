@@ -67,7 +67,7 @@ def test_a_trained_run_resolves_its_dataset_once(tmp_path, monkeypatch):
     builder_for = hf_text.builder_for
     monkeypatch.setattr(hf_text, "builder_for", lambda *args: resolved.append(args) or builder_for(*args))
     prepared = TEXT.prepare(spec, ctx)
-    assert len(resolved) == 1 and prepared.data.sentences == SENTENCES
+    assert len(resolved) == 1 and prepared.data.corpus.sentences == SENTENCES
     assert prepared.fingerprint == TEXT.data_fingerprint(spec, ctx)
 
 

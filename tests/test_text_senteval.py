@@ -180,3 +180,25 @@ def test_option_to_run_the_senteval_package(data_root, monkeypatch):
     assert metrics == {"CR": 80.0, "MRPC": 80.0, "MRPC_f1": 85.0, "accuracy": 80.0}
     assert details["protocol"] == "senteval package"
     assert seen["CR"].shape == (2, 3) and not seen["CR"][1].any()  # dense rows, the empty sentence is zero
+
+
+def test_a_run_reads_each_senteval_task_once(data_root, tmp_path, monkeypatch):
+    """``prepare`` read the tasks to refuse labels the protocol cannot score, then every seed's evaluation read them
+    again (about a second a run on SentEval's six): a run of two seeds read each task 3 times, now once. What the
+    seeds score from the tasks kept is what the protocol scores on tasks read afresh."""
+    from domains.text import senteval
+    from domains.text.config import TextConfig
+    from harness.run import runner
+
+    sets = {"senteval_tasks": "CR,TREC", "senteval_max_samples": "200", "kfold": "2"}
+    cfg = TextConfig(senteval_tasks=("CR", "TREC"), senteval_max_samples=200, kfold=2)
+    expected, _ = senteval.evaluate_senteval(BowEncoder(), data_root, cfg, log=lambda _: None)
+    read = []
+    monkeypatch.setattr(senteval, "read_task", lambda root, name: read.append(name) or read_task(root, name))
+    request = runner.RunRequest(domain="text", method="bow", dataset="books", loss="infonce", seeds=[0, 1],
+                                sets=sets, device="cpu", data_root=str(data_root),
+                                results=str(tmp_path / "results"), quiet=True, trackers=[])
+    outcomes = runner.execute(request)
+    assert [o.status for o in outcomes] == ["completed", "completed"], [o.error for o in outcomes]
+    assert sorted(read) == ["CR", "TREC"]
+    assert all(o.record.metrics == pytest.approx(expected) for o in outcomes)

@@ -157,11 +157,11 @@ def test_a_checkpoint_extra_of_the_wrong_type_is_the_clean_error(tmp_path, name,
         return RunContext(seed=0, device=torch.device("cpu"), data_root=tmp_path, work_dir=tmp_path, resume=resume,
                           quiet=True)
 
-    corpus = text.prepare(spec, ctx(False)).data
-    text.pretrain(spec, ctx(False), corpus)  # "killed" after its checkpoint at step 2
+    data = text.prepare(spec, ctx(False)).data
+    text.pretrain(spec, ctx(False), data)  # "killed" after its checkpoint at step 2
     tamper_extra(tmp_path / "checkpoint.pt", name, value)
     with pytest.raises(UserError, match=mistyped_extra(name)):
-        text.pretrain(replace(spec, config=replace(SMALL, max_steps=4)), ctx(True), corpus)
+        text.pretrain(replace(spec, config=replace(SMALL, max_steps=4)), ctx(True), data)
 
 
 def test_encoder_gives_concatenated_embeddings(tmp_path):

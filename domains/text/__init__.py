@@ -12,7 +12,7 @@ words), ``torch_probe`` (SentEval's PyTorch logistic regression, batched, on any
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,8 @@ from domains.text.corpus import (
     synthetic_sentences,
 )
 from domains.text.hf_text import Source, file_hashes, resolve
-from domains.text.senteval import check_tasks, classifiers_ran
+from domains.text.senteval import checked_tasks, classifiers_ran
+from domains.text.senteval_tasks import Task
 
 TRAINED = ("quickthought", "quickthought-bert")
 # What the class prior (``details["label_prior"]``) of a trained run counts: the pretraining sentences' classes. The
@@ -54,6 +55,17 @@ TRAINED = ("quickthought", "quickthought-bert")
 _LABELS_OF_SENTENCES = {"synthetic-topics": "the topic of each training sentence",
                         "books": "the book each training sentence comes from"}
 _CLASSIFIER_LABELS = {"torch": "torch", "sklearn": "scikit-learn"}
+
+
+@dataclass(frozen=True)
+class TextData:
+    """What ``prepare`` hands every seed of a run: the pretraining corpus (None for bow and hf, which train nothing)
+    and the SentEval tasks, read and checked once for all the seeds (None on synthetic-topics, whose task is
+    generated, and for the senteval package, which reads its files itself). Kept through the training: the six
+    tasks take about 8 MB, where reading them again took about a second a run."""
+
+    corpus: Corpus | None
+    tasks: list[Task] | None
 
 
 @register
@@ -222,16 +234,17 @@ class TextDomain(Domain):
             raise UserError("use_senteval_package applies to the SentEval tasks: use --dataset books or hf-text")
 
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
-        """The pretraining corpus of a trained method (None for bow and hf, which train nothing) and the
-        fingerprint. The evaluation's SentEval files are read by the protocol, and here first: labels it cannot score
-        stop the run before the training (:func:`domains.text.senteval.check_tasks`); the fingerprint hashes them."""
+        """The run's :class:`TextData` and the fingerprint. The evaluation's SentEval tasks are read here, before
+        the training, so that labels the protocol cannot score stop the run then
+        (:func:`domains.text.senteval.checked_tasks`); the fingerprint hashes their files."""
         source = _hf_source(spec, ctx)  # resolved once: the corpus and the fingerprint read the same files
+        tasks = None
         if spec.dataset != "synthetic-topics" and not spec.config.use_senteval_package:
-            check_tasks(ctx.data_root, spec.config)  # labels that would fail the evaluation, after the training
+            tasks = checked_tasks(ctx.data_root, spec.config)
         corpus = load_corpus(spec.dataset, spec.config, ctx, source) if spec.method in TRAINED else None
-        return Prepared(corpus, self._fingerprint(spec, ctx, source))
+        return Prepared(TextData(corpus, tasks), self._fingerprint(spec, ctx, source))
 
-    def pretrain(self, spec: RunSpec, ctx: RunContext, corpus: Corpus | None) -> PretrainResult:
+    def pretrain(self, spec: RunSpec, ctx: RunContext, data: TextData) -> PretrainResult:
         from domains.text.models import HFEncoder, QuickThoughtEncoder, build_model
         from domains.text.senteval import BowEncoder
 
@@ -245,6 +258,7 @@ class TextDomain(Domain):
         from domains.text.quickthought import QuickThoughtExtras, train
         from domains.text.tokenize import SentenceTokenizer, train_tokenizer
 
+        corpus = data.corpus
         bert = spec.method == "quickthought-bert"
         kind = _tokenizer_kind(spec.method)
         saved = ctx.saved_extras(QuickThoughtExtras)
@@ -261,17 +275,17 @@ class TextDomain(Domain):
         encoder = QuickThoughtEncoder(model, tokenizer, ctx.device, cfg.eval_batch_size, truncate=bert)
         return PretrainResult(encoder, curve, throughput, info)
 
-    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext,
-                 corpus: Corpus | None) -> EvalResult:
+    def evaluate(self, spec: RunSpec, pretrained: PretrainResult, ctx: RunContext, data: TextData) -> EvalResult:
         """The protocol of the dataset (``domains.text.evaluate``). A trained run's details also give the class
         prior of its pretraining sentences (``label_prior``, Σ p², and ``label_classes``): on synthetic-topics
         their topic, on books the book each sentence comes from (``label_prior_of`` says which)."""
         from domains.text.evaluate import evaluate_encoder
 
         metrics, details = evaluate_encoder(pretrained.model, spec.dataset, spec.config, ctx.data_root, ctx.log,
-                                            ctx.device)
-        if corpus is not None and spec.dataset in _LABELS_OF_SENTENCES:
-            details.update(label_prior(sentence_labels(corpus)), label_prior_of=_LABELS_OF_SENTENCES[spec.dataset])
+                                            ctx.device, data.tasks)
+        if data.corpus is not None and spec.dataset in _LABELS_OF_SENTENCES:
+            details.update(label_prior(sentence_labels(data.corpus)),
+                           label_prior_of=_LABELS_OF_SENTENCES[spec.dataset])
         return EvalResult(metrics, details)
 
     def trained_modules(self, spec: RunSpec, pretrained: PretrainResult) -> KeptModel | None:

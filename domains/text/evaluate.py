@@ -10,6 +10,7 @@ Both record the protocol that ran (``details["protocol"]``, ``details["standardi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from scipy import sparse
 from domains.text.config import TextConfig
 from domains.text.corpus import synthetic_task
 from domains.text.senteval import evaluate_senteval, protocol_details, run_protocol
+from domains.text.senteval_tasks import Task
 from losses.prior import class_structure
 
 
@@ -42,11 +44,12 @@ def _dense(embeddings: Any) -> torch.Tensor:
     return torch.from_numpy(np.asarray(embeddings.toarray() if sparse.issparse(embeddings) else embeddings))
 
 
-def evaluate_encoder(encoder, dataset: str, cfg: TextConfig, data_root: Path, log=print,
-                     device: str | Any = "cpu") -> tuple[dict, dict]:
-    """Metrics and details of ``encoder`` with the protocol of ``dataset`` (a torch classifier on ``device``)."""
+def evaluate_encoder(encoder, dataset: str, cfg: TextConfig, data_root: Path, log=print, device: str | Any = "cpu",
+                     tasks: Sequence[Task] | None = None) -> tuple[dict, dict]:
+    """Metrics and details of ``encoder`` with the protocol of ``dataset`` (a torch classifier on ``device``), on
+    the SentEval ``tasks`` already read (None: read here)."""
     if dataset == "synthetic-topics":
         return evaluate_synthetic(encoder, cfg, device)
-    metrics, details = evaluate_senteval(encoder, data_root, cfg, log, device)
+    metrics, details = evaluate_senteval(encoder, data_root, cfg, log, device, tasks)
     details["primary"] = f"mean accuracy over the SentEval tasks {', '.join(cfg.senteval_tasks)} (percent)"
     return metrics, details

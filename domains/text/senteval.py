@@ -245,13 +245,13 @@ def load_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
     return tasks
 
 
-def check_tasks(data_root: Path, cfg: TextConfig) -> None:
-    """UserError, before any training, naming the first SentEval task of ``cfg`` (read and subsampled as the
-    evaluation reads it: a damaged file is named here) that the protocol cannot score: ``kfold`` stratified folds need
-    a class of ``kfold`` sentences, in the whole training set and in each outer training fold (both classifiers fail
-    on fewer), and scikit-learn's logistic regression fails on a training fold of one class (the torch classifier
-    fits it)."""
-    for task in load_tasks(data_root, cfg):
+def checked_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
+    """The SentEval tasks of ``cfg``, read and subsampled (:func:`load_tasks`: a damaged file is named here); UserError,
+    before any training, naming the first one the protocol cannot score: ``kfold`` stratified folds need a class of
+    ``kfold`` sentences, in the whole training set and in each outer training fold (both classifiers fail on fewer),
+    and scikit-learn's logistic regression fails on a training fold of one class (the torch classifier fits it)."""
+    tasks = load_tasks(data_root, cfg)
+    for task in tasks:
         y, k = task.train.labels, cfg.kfold
         sizes = ", ".join(str(n) for n in sorted(np.unique(y, return_counts=True)[1].tolist(), reverse=True))
         where = (f"SentEval task {task.name} ({Path(data_root) / 'senteval' / task.name}): its {len(y)} training "
@@ -266,6 +266,7 @@ def check_tasks(data_root: Path, cfg: TextConfig) -> None:
         if cfg.classifier == "sklearn" and any(len(np.unique(y[rows])) < 2 for rows in training):
             raise UserError(f"{where}: kfold={k} leaves a training fold of one class, which scikit-learn's logistic "
                             "regression cannot fit; give each class more sentences")
+    return tasks
 
 
 def _training_rows(y: np.ndarray, k: int, seed: int, cross_validated: bool) -> list[np.ndarray]:
@@ -285,14 +286,15 @@ def summarise(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     return metrics
 
 
-def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print,
-                      device: str | Any = "cpu") -> tuple[dict[str, float], dict]:
+def evaluate_senteval(encoder, data_root: Path, cfg: TextConfig, log=print, device: str | Any = "cpu",
+                      tasks: Sequence[Task] | None = None) -> tuple[dict[str, float], dict]:
     """Every task of ``cfg.senteval_tasks`` with our protocol (or the `senteval` package); a torch classifier
-    trains on ``device``."""
+    trains on ``device``. ``tasks``: those the run's ``prepare`` read (:func:`checked_tasks`), so that a run reads
+    its files once; None reads them here."""
     if cfg.use_senteval_package:
         return run_senteval_package(encoder, data_root, cfg)
     results = {}
-    for task in load_tasks(data_root, cfg):
+    for task in checked_tasks(data_root, cfg) if tasks is None else tasks:
         results[task.name] = evaluate_task(encoder, task, cfg, device)
         log(f"SentEval {task.name}: accuracy {results[task.name]['accuracy']:.2f} "
             f"({results[task.name]['seconds']:.1f}s, {results[task.name]['classifier']})")
