@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -76,6 +77,25 @@ def test_cli_bag_of_words_on_the_default_dataset(tmp_path):
     record = _record(tmp_path)
     assert record["status"] == "completed" and record["loss_used"] is False
     assert 0 <= record["metrics"]["accuracy"] <= 100 and record["details"]["class_structure"]
+
+
+@pytest.mark.parametrize(("sets", "message"), [
+    ((), "use_senteval_package=true needs the `senteval` package, which does not import (No module named 'senteval'): "
+         "install it with pip install git+https://github.com/facebookresearch/SentEval"),
+    (("senteval_max_samples=300",), "senteval_max_samples cannot be used with use_senteval_package=true"),
+])
+def test_cli_the_senteval_package_is_checked_before_training(tmp_path, data_root, sets, message):
+    """use_senteval_package=true trained quick-thought and only then found the package missing (it is no dependency,
+    and not installed here), or senteval_max_samples set: both are refused before the run, one line, no record."""
+    if not sets and importlib.util.find_spec("senteval") is not None:
+        pytest.skip("the senteval package is installed here")
+    settings = [arg for value in ("use_senteval_package=true", "senteval_tasks=MR", "books=blake-poems",
+                                  "max_sentences=200", *sets) for arg in ("--set", value)]
+    out = _run(tmp_path, "--loss", "infonce", "--dataset", "books", *settings, *TINY, data_root=data_root)
+    assert out.returncode == 2, out.stderr
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith("error: ") and message in line
+    assert not list(tmp_path.glob("text-*.json"))
 
 
 def test_cli_hf_without_a_model_directory_is_a_one_line_error(tmp_path, monkeypatch, run_main):

@@ -46,7 +46,7 @@ from domains.text.corpus import (
     synthetic_sentences,
 )
 from domains.text.hf_text import Source, file_hashes, resolve
-from domains.text.senteval import checked_tasks, classifiers_ran
+from domains.text.senteval import checked_tasks, classifiers_ran, senteval_engine
 from domains.text.senteval_tasks import Task
 
 TRAINED = ("quickthought", "quickthought-bert")
@@ -236,10 +236,13 @@ class TextDomain(Domain):
     def prepare(self, spec: RunSpec, ctx: RunContext) -> Prepared:
         """The run's :class:`TextData` and the fingerprint. The evaluation's SentEval tasks are read here, before
         the training, so that labels the protocol cannot score stop the run then
-        (:func:`domains.text.senteval.checked_tasks`); the fingerprint hashes their files."""
+        (:func:`domains.text.senteval.checked_tasks`), as does a `senteval` package that does not import; the
+        fingerprint hashes their files."""
         source = _hf_source(spec, ctx)  # resolved once: the corpus and the fingerprint read the same files
         tasks = None
-        if spec.dataset != "synthetic-topics" and not spec.config.use_senteval_package:
+        if spec.config.use_senteval_package:
+            senteval_engine()  # a package that does not import stops the run here, not after the training
+        elif spec.dataset != "synthetic-topics":
             tasks = checked_tasks(ctx.data_root, spec.config)
         corpus = load_corpus(spec.dataset, spec.config, ctx, source) if spec.method in TRAINED else None
         return Prepared(TextData(corpus, tasks), self._fingerprint(spec, ctx, source))

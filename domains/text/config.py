@@ -123,6 +123,9 @@ class TextConfig:
         if self.probe_standardize and self.use_senteval_package:
             raise ValueError("probe_standardize=true cannot be used with use_senteval_package=true (the package "
                              "feeds its classifier raw features)")
+        if self.senteval_max_samples and self.use_senteval_package:
+            raise ValueError("senteval_max_samples cannot be used with use_senteval_package=true (the package reads "
+                             "every sentence of its files)")
         if self.bert_hidden % self.bert_heads:
             raise ValueError("bert_hidden must be a multiple of bert_heads")
         return self

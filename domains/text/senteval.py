@@ -322,15 +322,20 @@ def protocol_details(results: Iterable[dict[str, Any]], cfg: TextConfig) -> dict
             "standardized": cfg.probe_standardize}
 
 
-def run_senteval_package(encoder, data_root: Path, cfg: TextConfig) -> tuple[dict[str, float], dict]:
-    """The original SentEval (``senteval.engine.SE``, scikit-learn classifier) when it is importable."""
+def senteval_engine() -> Any:
+    """The original SentEval's ``senteval.engine``; a UserError saying how to install it where it does not import.
+    (Not :func:`domains.base.require`, which names an extra of this project: SentEval is none, nor on PyPI.)"""
     try:
-        engine = importlib.import_module("senteval.engine")
-    except ImportError:
-        raise UserError("use_senteval_package=true needs the `senteval` package (github.com/facebookresearch/"
-                        "SentEval) importable; or leave it false to use our protocol") from None
-    if cfg.senteval_max_samples:
-        raise UserError("senteval_max_samples cannot be used with use_senteval_package=true")
+        return importlib.import_module("senteval.engine")
+    except ImportError as exc:
+        raise UserError(f"use_senteval_package=true needs the `senteval` package, which does not import ({exc}): "
+                        "install it with pip install git+https://github.com/facebookresearch/SentEval, or leave "
+                        "use_senteval_package false to use our protocol") from None
+
+
+def run_senteval_package(encoder, data_root: Path, cfg: TextConfig) -> tuple[dict[str, float], dict]:
+    """The original SentEval (``senteval.engine.SE``, scikit-learn classifier)."""
+    engine = senteval_engine()
 
     def batcher(_params, batch):
         out = encoder.encode([" ".join(words) for words in batch])
