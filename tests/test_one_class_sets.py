@@ -155,20 +155,23 @@ def _senteval_root(tmp_path: Path, data_root: Path, positive: int, negative: int
     return root
 
 
+ONE_CLASS_FOLD = ("SentEval task MR ({root}/senteval/MR): its 31 training sentences are in classes of 30, 1: kfold=10 "
+                  "leaves a training fold of one class, on which a classifier learns to predict that class only")
+
+
 @pytest.mark.parametrize(("sizes", "sets", "message"), [
     # a task of one class: its other file is empty (read only by the evaluation, after the training)
     ((30, 0), (), "MR/rt-polarity.neg is empty: restore SentEval's file"),
-    # a class of one sentence: scikit-learn's logistic regression fails on the training folds without it
-    ((30, 1), ("classifier=sklearn",), "SentEval task MR ({root}/senteval/MR): its 31 training sentences are in "
-                                       "classes of 30, 1: kfold=10 leaves a training fold of one class, which "
-                                       "scikit-learn's logistic regression cannot fit"),
+    # a class of one sentence, under either classifier: the training folds without it are of one class
+    *(((30, 1), (f"classifier={name}",), ONE_CLASS_FOLD) for name in ("sklearn", "torch")),
     # fewer sentences than the folds (a subsample for a smoke run): StratifiedKFold refuses to split them
     ((30, 30), ("senteval_max_samples=5",), "its 5 training sentences are in classes of"),
 ])
 def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(tmp_path, data_root, sizes, sets,
                                                                                message):
     """Each trained quick-thought, then failed: the empty file's UserError, 'ValueError: This solver needs samples of
-    at least 2 classes', or 'Cannot have number of splits n_splits=10 greater than the number of samples'."""
+    at least 2 classes' (scikit-learn; the torch classifier completed, its accuracy that of models that predict one
+    class on some folds), or 'Cannot have number of splits n_splits=10 greater than the number of samples'."""
     root = _senteval_root(tmp_path, data_root, *sizes)
     settings = [arg for value in ("senteval_tasks=MR", "max_steps=2", "word_dim=16", "hidden_dim=32", "batch_size=50",
                                   "max_sentences=200", *sets) for arg in ("--set", value)]
@@ -178,3 +181,22 @@ def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and message.format(root=root) in line
     assert not (tmp_path / "results").exists()  # refused before the run: no record
+
+
+def test_an_evaluation_without_prepare_refuses_a_one_class_fold_too(tmp_path, data_root):
+    """The evaluation reads the tasks itself where no ``prepare`` read them, under the same rule: the torch classifier
+    is refused a training fold of one class as in a run, where it fitted models that predict one class."""
+    from domains.errors import UserError
+    from domains.text.config import TextConfig
+    from domains.text.senteval import evaluate_senteval
+
+    class Dense:  # dense rows, so that the torch classifier (not scikit-learn's, for sparse ones) would run
+        def prepare(self, sentences) -> None:
+            pass
+
+        def encode(self, sentences) -> np.ndarray:
+            return np.array([[len(s), "fine" in s] for s in sentences], dtype=np.float32)
+
+    root = _senteval_root(tmp_path, data_root, 30, 1)
+    with pytest.raises(UserError, match=r"kfold=10 leaves a training fold of one class"):
+        evaluate_senteval(Dense(), root, TextConfig(senteval_tasks=("MR",), classifier="torch"), log=lambda _: None)

@@ -249,7 +249,10 @@ def checked_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
     """The SentEval tasks of ``cfg``, read and subsampled (:func:`load_tasks`: a damaged file is named here); UserError,
     before any training, naming the first one the protocol cannot score: ``kfold`` stratified folds need a class of
     ``kfold`` sentences, in the whole training set and in each outer training fold (both classifiers fail on fewer),
-    and scikit-learn's logistic regression fails on a training fold of one class (the torch classifier fits it)."""
+    and a training fold of one class is refused for both classifiers: scikit-learn's logistic regression fails on
+    it, and the torch one, like SentEval's (sized by the task's classes), fits a model that only ever predicts that
+    class, whose accuracy is the share of the class in what it is scored on. SentEval's own tasks have no such
+    fold."""
     tasks = load_tasks(data_root, cfg)
     for task in tasks:
         y, k = task.train.labels, cfg.kfold
@@ -263,9 +266,9 @@ def checked_tasks(data_root: Path, cfg: TextConfig) -> list[Task]:
         except ValueError:
             raise UserError(f"{where}: kfold={k} needs a class of at least {k} sentences, in the set and in each "
                             "training fold it splits again; use a smaller kfold, or more sentences") from None
-        if cfg.classifier == "sklearn" and any(len(np.unique(y[rows])) < 2 for rows in training):
-            raise UserError(f"{where}: kfold={k} leaves a training fold of one class, which scikit-learn's logistic "
-                            "regression cannot fit; give each class more sentences")
+        if any(len(np.unique(y[rows])) < 2 for rows in training):
+            raise UserError(f"{where}: kfold={k} leaves a training fold of one class, on which a classifier learns "
+                            "to predict that class only (scikit-learn's cannot fit it); give each class more sentences")
     return tasks
 
 
