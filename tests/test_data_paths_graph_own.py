@@ -95,7 +95,7 @@ def test_a_set_of_one_class_is_refused_before_training(tmp_path):
                    "--set", "epochs=1", "--set", "svm_folds=2", "--set", "svm_inner_folds=2",
                    "--data-root", str(tmp_path / "data"), "--results", str(tmp_path / "results"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip().splitlines() == ["error: graph data: all 24 graphs have the same class label: the "
+    assert proc.stderr.strip().splitlines() == ["error: TOY: all 24 graphs have the same class label: the "
                                                 "SVM protocol needs at least two classes"]
     assert not list((tmp_path / "results").glob("*.json"))  # no record: nothing ran
 

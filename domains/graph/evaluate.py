@@ -54,7 +54,7 @@ def check_folds(y: np.ndarray, folds: int, inner_folds: int, dataset: str) -> No
     (after the training): a class of 1 or 2 graphs leaves some."""
     counts = np.bincount(y) if len(y) else np.zeros(0, dtype=np.int64)
     if np.count_nonzero(counts) < 2:
-        raise UserError(f"graph data: all {len(y)} graphs have the same class label: the SVM protocol needs at "
+        raise UserError(f"{dataset}: all {len(y)} graphs have the same class label: the SVM protocol needs at "
                         "least two classes")
     largest = int(counts.max())
     in_training_fold = largest * (folds - 1) // folds
