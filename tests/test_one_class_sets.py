@@ -18,6 +18,7 @@ from scipy.cluster.hierarchy import fcluster, linkage
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 from support import toy_tu
 
+from domains.errors import UserError
 from domains.graph import evaluate
 from losses import prior
 
@@ -120,6 +121,14 @@ def test_a_graph_set_the_evaluation_cannot_score_is_refused_before_training(tmp_
     assert not (tmp_path / "results").exists()  # refused before the run: no record
 
 
+def test_folds_larger_than_the_largest_class_are_refused_naming_the_set():
+    with pytest.raises(UserError) as refused:
+        evaluate.check_folds(np.array([0] * 5 + [1] * 5), 10, 5, "OWN")
+    assert str(refused.value) == ("OWN: svm_folds=10 and svm_inner_folds=5 cannot split it (its largest class has 5 "
+                                  "graphs, about 4 in an outer training fold); use at most svm_folds=5 and "
+                                  "svm_inner_folds=4")
+
+
 def test_a_graph_set_whose_small_class_has_the_graphs_the_refusal_names_runs(tmp_path):
     """Three graphs of the small class, as the refusal asks, are enough for every training fold of every seed."""
     proc = _graph(tmp_path, [0] * 21 + [1] * 3)
@@ -186,7 +195,6 @@ def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(
 def test_an_evaluation_without_prepare_refuses_a_one_class_fold_too(tmp_path, data_root):
     """The evaluation reads the tasks itself where no ``prepare`` read them, under the same rule: the torch classifier
     is refused a training fold of one class as in a run, where it fitted models that predict one class."""
-    from domains.errors import UserError
     from domains.text.config import TextConfig
     from domains.text.senteval import evaluate_senteval
 

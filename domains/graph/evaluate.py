@@ -59,8 +59,8 @@ def check_folds(y: np.ndarray, folds: int, inner_folds: int, dataset: str) -> No
     largest = int(counts.max())
     in_training_fold = largest * (folds - 1) // folds
     if folds > largest or inner_folds > in_training_fold:
-        raise UserError(f"graph config: svm_folds={folds} and svm_inner_folds={inner_folds} cannot split this "
-                        f"dataset (its largest class has {largest} graphs, about {in_training_fold} in an outer "
+        raise UserError(f"{dataset}: svm_folds={folds} and svm_inner_folds={inner_folds} cannot split it "
+                        f"(its largest class has {largest} graphs, about {in_training_fold} in an outer "
                         f"training fold); use at most svm_folds={largest} and svm_inner_folds={in_training_fold}")
     # How many graphs of each class a fold holds does not depend on the seed (StratifiedKFold deals each class's
     # graphs out as evenly as it can; the seed only picks which), so one seed's splits stand for every seed's.
