@@ -43,7 +43,7 @@ from domains.base import BenchPart, did_you_mean
 from domains.errors import UserError
 from domains.files import refuse_link
 from harness.machine import hardware_info
-from harness.pages.bench import PART_KEY, TARGETS, figures
+from harness.pages.bench import PART_KEY, TARGETS, figures, number
 from harness.records import utc_now, write_json_atomic
 from harness.run import resume_command, stopping, time_limit
 from harness.run.output import output_settings
@@ -57,16 +57,13 @@ SKIPPED_EXIT = 3
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
-    """Rows of flat dicts as an aligned text table (columns in first-seen order)."""
+    """Rows of flat dicts as an aligned text table (columns in first-seen order), each value as bench.md prints it
+    (:func:`harness.pages.bench.number`)."""
     if not rows:
         return "(no rows)"
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    cells = [[_cell(row.get(c, "")) for c in columns] for row in rows]
+    cells = [[number(row.get(c, "")) for c in columns] for row in rows]
     return text(columns, cells, right=[all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns])
-
-
-def _cell(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def environment(device: torch.device, domain: str | None = None) -> dict[str, Any]:

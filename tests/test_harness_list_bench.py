@@ -119,6 +119,12 @@ def test_format_table_aligns_columns():
     assert table.splitlines() == ["a         b", "----  -----", "x     1.235", "long     10"]
 
 
+def test_format_table_prints_big_and_small_floats_without_exponents_as_the_bench_page_does():
+    table = format_table([{"updates/s": 12345.6, "ms": 0.000123456}, {"updates/s": 250.0, "ms": 4.0}])
+    assert table.splitlines() == ["  updates/s         ms", "-----------  ---------", "      12346  0.0001235",
+                                  "        250          4"]
+
+
 def test_bench_all_runs_every_named_target_in_one_invocation(tmp_path):
     """The real loss benchmark and the real graph benchmark, through a subprocess; with no data the graph
     datasets are reported as skipped rows, so the exit status is 3 (something was skipped), not a crash."""

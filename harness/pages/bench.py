@@ -131,7 +131,8 @@ _OPS = {"<=": operator.le, ">=": operator.ge}
 
 
 def number(value: Any) -> str:
-    """A cell: floats to 4 significant digits without exponents for big rates, None as "–"."""
+    """A cell of bench.md and of ``harness bench``'s table: floats to 4 significant digits, but whole from 1000 up
+    (``12346``, not ``1.235e+04``: a rate or a time in a table is read without exponents), None as "–"."""
     if value is None:
         return NONE
     if isinstance(value, float):
