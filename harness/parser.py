@@ -1,6 +1,6 @@
 """The ``harness`` command line's shape: each command's options (:func:`build_parser`), the parser that raises
 :class:`CommandLineRefused` where argparse would exit, and what ``--out`` may be (:func:`check_out`). It imports no
-command: ``harness.cli`` parses with it and then imports the one command it runs, and a compare command line that
+command: ``harness.command`` parses with it and then imports the one command it runs, and a compare command line that
 argparse refused is read again by compare's own options (:mod:`harness.compare.refused`)."""
 
 from __future__ import annotations

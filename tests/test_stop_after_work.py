@@ -1,4 +1,4 @@
-"""A stop signal that comes once a command's work is saved (harness.run.stopping.own_process): a run whose seeds all
+"""A stop signal that comes once a command's work is saved (harness.ending.own_process): a run whose seeds all
 have their records is done and exits 0, whenever SIGTERM comes after the last record is written (the record's
 write, the summary after the stop handling has ended, Python's teardown); it exits 75 only where a seed is left
 to run. Signalled by the ``late_sigterm`` test plugin at a fixed point of the process."""

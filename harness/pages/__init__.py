@@ -6,5 +6,5 @@ learning curves) and ``bench`` (``bench.md``), all written by ``harness leaderbo
 (``harness report``), ``prior`` (``harness prior``; its runs in ``prior_runs``, its tables in ``prior_tables``),
 ``history`` (``harness history``). ``generated`` says which files at ``--out`` a page command may replace or
 remove: only those a page command generated. A new page is one module here, its options in
-``harness/parser.py`` and one branch in ``harness/cli.py``.
+``harness/parser.py`` and one branch in ``harness/command.py``.
 """

@@ -12,20 +12,17 @@ results folder, which every one of them writes its records into anyway.
 from __future__ import annotations
 
 import contextlib
-import functools
-import os
 import re
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from domains.errors import UserError
+from harness import ending
+from harness.ending import STOP_SIGNALS
 
 EXIT_STOPPED = 75  # EX_TEMPFAIL of sysexits.h: stopped at a checkpoint, to be resumed
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-ENDING_SIGNALS = (*STOP_SIGNALS, signal.SIGINT)  # what ends a command's process once its work is over (exit_with)
 SWEEP_STOPPED = "the sweep was stopped"  # the reason a stop file gives
 FILE_POLL_S = 0.5  # a stop file is looked for at most this often (a step boundary can come every millisecond)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -34,8 +31,6 @@ _reason: str | None = None
 _deadline: float | None = None  # time.monotonic() at which a --time-limit stops the process
 _stop_file: Path | None = None
 _file_checked = 0.0
-_own_process = False  # own_process(): graceful() leaves the stop signals ignored, for exit_with()
-_before: dict[signal.Signals, object] = {}  # the handlers own_process() found, which exit_with(None) puts back
 
 
 def stop_reason() -> str | None:
@@ -114,38 +109,10 @@ def graceful(signals: tuple[signal.Signals, ...] = STOP_SIGNALS, time_limit_s: f
         yield
     finally:
         # Past the block the work is over: saved, or stopped at a checkpoint. In the command's own process a stop
-        # signal has nothing left to stop, so it waits, ignored, for exit_with (see own_process).
+        # signal has nothing left to stop, so it waits, ignored, for exit_with (see harness.ending.own_process).
         for sig, old in previous.items():
-            signal.signal(sig, signal.SIG_IGN if _own_process else old)
+            signal.signal(sig, signal.SIG_IGN if ending.owned() else old)
         reset()
-
-
-def own_process() -> None:
-    """This process runs one harness command from its command line (``harness.cli.main`` without ``argv``): from
-    the end of a :func:`graceful` block (a run's, a sweep's, a benchmark's) until :func:`exit_with` it ignores the
-    stop signals, whose default action would kill it after its work is saved (exit 143, read as unfinished)."""
-    global _own_process, _before
-    _own_process, _before = True, {sig: signal.getsignal(sig) for sig in ENDING_SIGNALS}
-
-
-def exit_with(status: int | None) -> None:
-    """The command of this process (:func:`own_process`) is over with exit ``status``: a stop signal in Python's
-    teardown after it (a second or more with torch and the trackers' libraries loaded) ends the process at once
-    with that status. None (the command raised): each signal's handler from before :func:`own_process`."""
-    for sig in ENDING_SIGNALS:
-        signal.signal(sig, _before[sig] if status is None else functools.partial(_exit_now, status))
-    # CPython marks a KeyboardInterrupt raised in code run by exec() of a string (a dataclass's or a namedtuple's
-    # methods, made as an import runs) unhandled even where the command caught it (Ctrl-C, exit 130), and at the
-    # end of its teardown `python -m harness` then kills itself with SIGINT (exit -2). Each such exec clears the
-    # mark first (a KeyboardInterrupt that escapes main() is marked again where python -m ran it, as it should be).
-    exec("")
-
-
-def _exit_now(status: int, signum: int, frame: object) -> None:
-    for stream in (sys.stdout, sys.stderr):  # os._exit drops what Python has not flushed yet
-        with contextlib.suppress(OSError, ValueError):  # a closed or broken stream has nothing to flush
-            stream.flush()
-    os._exit(status)
 
 
 def reset() -> None:
