@@ -2,8 +2,9 @@
 KeyboardInterrupt was raised within code run by ``exec`` of a string (an import making a dataclass as the signal
 came): CPython then marks the interrupt unhandled even though the command caught it, and the process killed itself
 with SIGINT after its teardown. In a run (with the resume hint), and in the seconds the command's imports take,
-before anything of the command runs (one line), by the installed script as by ``python -m harness``. Signalled at a
-fixed point: by the ``sigint_in_exec`` test plugin, or by ``tests/sigint_at/sitecustomize.py``."""
+before anything of the command runs (one line), by the installed script as by ``python -m harness``; and in the
+regression suite (``python -m harness.suites``). Signalled at a fixed point: by the ``sigint_in_exec`` test plugin,
+or by ``tests/sigint_at/sitecustomize.py``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from support import default_sigint
+from test_regression_suite_stop import tiny_suite
 from tiny_domain import AS_MODULE, REPO, harness_env
 
 TINY_RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--quiet", "--tracker", "none"]
@@ -55,3 +57,13 @@ def test_a_ctrl_c_while_the_command_imports_torch_exits_130_with_one_line(tmp_pa
     out = interrupted_at("import:torch", [*start, *TINY_RUN, "--results", str(tmp_path / "results")], REPO)
     assert (out.returncode, out.stderr, out.stdout) == (130, "interrupted\n", "")
     assert not (tmp_path / "results").exists()
+
+
+def test_a_ctrl_c_that_the_regression_suite_caught_exits_130_with_its_line(tmp_path):
+    """Raised as its pool waits for its runs, which it catches to stop them and say so (its one run is stopped at
+    once, or never started)."""
+    suite = ["-m", "harness.suites", "--suite", str(tiny_suite(tmp_path)), "--baseline", str(tmp_path / "baseline"),
+             "--update-baseline"]
+    out = interrupted_at("call:harness.suites.pool:as_completed", suite, REPO)
+    assert out.returncode == 130 and "Traceback" not in out.stderr, (out.returncode, out.stderr)
+    assert out.stderr.splitlines()[-1].startswith("regression suite stopped by SIGINT: 0 runs finished, "), out.stderr

@@ -26,7 +26,8 @@ replaces only D's records (those whose ``domain`` is D, and their logs): the oth
 is, so a change to one domain's ``regression`` preset reruns that domain alone.
 
 Ctrl-C or SIGTERM stops the suite: no further run starts, the running ones are stopped, and one line says what
-was stopped and how to go on; exit 130 (SIGINT) or 75 (SIGTERM).
+was stopped and how to go on; exit 130 (SIGINT) or 75 (SIGTERM). The process ends as a ``harness`` command's does
+(:func:`harness.ending.own_command`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from domains.errors import UserError
 from harness.compare.sides import RUN_FOLDERS, refuse_report_among_records
+from harness.ending import own_command
 from harness.groups import command_key, group_name, group_records
 from harness.records import load_record_files
 from harness.run.stopping import EXIT_STOPPED, handled
@@ -319,4 +321,4 @@ def _suite(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(own_command(main))

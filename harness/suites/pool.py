@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
 
+from harness.ending import EXIT_INTERRUPTED
 from harness.run.stopping import EXIT_STOPPED, handled
 
 KILLED = -9  # what a run killed at the deadline returns (SIGKILL)
 # How each exit status reads in the progress lines; any other is "exit N".
 STATUS = {0: "ok", EXIT_STOPPED: "stopped at a checkpoint: not finished yet", KILLED: "killed at the deadline"}
 STOP_GRACE_S = 20.0  # how long a stopped run has to reach its checkpoint and exit before it is killed
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as the shell reports Ctrl-C (and as `harness` exits on it)
 Prepare = Callable[[int, list[str]], "list[str] | None"]
 Finished = Callable[[int, int, str], None]  # a finished run's index, exit status and output
 
