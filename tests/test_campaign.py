@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sigint_race import interrupted_at
 from tiny_domain import REPO, harness_env
 
 from harness.suites.campaign import PLANS, load_plan
@@ -315,6 +316,16 @@ def test_sigterm_stops_the_campaigns_runs_and_says_the_same_command_resumes_them
     assert proc.returncode == 75 and "Traceback" not in stderr, stderr
     assert "1 running stopped, 1 not started; the same command again resumes them" in stderr
     assert "campaign: stopped by SIGTERM" in (stage / CAMPAIGN_LOG).read_text()
+
+
+def test_a_ctrl_c_that_the_campaign_caught_within_an_exec_of_a_string_exits_130_with_its_line(tmp_path):
+    """Raised as its pool waits for its runs (test_sigint_race.py says why an exec of a string matters)."""
+    plan = write_plan(tmp_path, "tiny linear blobs infonce quick 0 5")
+    command = ["-m", "harness.suites.campaign", "run", str(plan), "--device", "cpu", "--jobs", "1", "--stage",
+               str(tmp_path / "stage"), "--repo", str(_repo(tmp_path))]
+    out = interrupted_at("call:harness.suites.pool:as_completed", command, REPO)
+    assert out.returncode == 130 and "Traceback" not in out.stderr, (out.returncode, out.stderr)
+    assert out.stderr.splitlines()[-1].startswith("campaign: stopped by SIGINT: 0 runs finished, "), out.stderr
 
 
 def _sized(path: Path, mib: float) -> None:

@@ -64,6 +64,7 @@ import torch
 
 from domains.context import START_OVER, RunContext
 from domains.errors import ResumeRefused, UserError
+from harness.ending import own_command
 from harness.records import read_record
 from harness.run import runner
 from harness.run.config import parse_seeds
@@ -448,4 +449,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(own_command(main))
