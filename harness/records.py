@@ -294,19 +294,22 @@ def run_id(spec: RunSpec, data_fingerprint: dict[str, Any]) -> str:
     return f"{domain}-{dataset}-{method}-{loss}"[:MAX_NAME - len(tail)] + tail
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+def utc_now(timespec: str = "seconds") -> str:
+    """Now, in UTC, as ISO 8601 to ``timespec``: a record's times take ``"microseconds"``, which order two runs
+    made within one second (the newest of two codes, a seed's latest record), where the second alone tied them."""
+    return datetime.now(timezone.utc).isoformat(timespec=timespec)
 
 
 def utc_iso(stamp: str) -> str:
-    """An ISO 8601 time as :func:`utc_now` writes it (UTC); a time without an offset is taken as UTC, and text
-    that is not a time is returned as it is."""
+    """An ISO 8601 time in UTC, to the second or, where it has them, the microsecond; a time without an offset is
+    taken as UTC, and text that is not a time is returned as it is. Such times compare as text: a whole second
+    (``...:05+00:00``) sorts before any fraction of it (``...:05.000001+00:00``)."""
     try:
         moment = datetime.fromisoformat(stamp)
     except ValueError:
         return stamp
     moment = moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
-    return moment.isoformat(timespec="seconds")
+    return moment.isoformat()
 
 
 def jsonable(obj: Any) -> Any:

@@ -427,7 +427,7 @@ def _run_one(the_plan: Plan, spec: RunSpec, rid: str, data: PlanData, path: Path
         "command": command_for(spec, the_plan.overrides, device), "hardware": hardware_info(device),
         "software": software_info(spec.domain, spec.loss, spec.dataset),
         # Resumed: a checkpoint was there to go on from (a --resume of a seed that never started starts fresh).
-        "started_at": records.utc_now(), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
+        "started_at": records.utc_now("microseconds"), "resumed": req.resume and (work_dir / "checkpoint.pt").exists(),
         "data_fingerprint": data.fingerprint,
     }
     try:
@@ -541,7 +541,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
         if domain.primary_metric not in result.metrics:
             raise RuntimeError(f"domain '{domain.name}' did not report its primary metric '{domain.primary_metric}'")
         record = records.RunRecord(
-            **fields, status="completed", finished_at=records.utc_now(), loss_used=pretrained.loss_used,
+            **fields, status="completed", finished_at=records.utc_now("microseconds"), loss_used=pretrained.loss_used,
             **records.jsonable({"metrics": result.metrics, "details": result.details, "curve": pretrained.curve,
                                 "throughput": pretrained.throughput, "info": pretrained.info,
                                 "timings": timings(ctx, pretrain_s=t1 - t0, evaluate_s=t2 - t1,
@@ -565,7 +565,7 @@ def _attempt(domain: Domain, spec: RunSpec, ctx: RunContext, data: Any, fields: 
             LOGGER.error("run %s failed:\n%s", rid, traceback.format_exc())
         # Training that diverged has a result, a non-finite one (RunRecord.diverged); other failures have none.
         metrics = {fields["primary_metric"]: None} if isinstance(exc, NonFiniteLossError) else {}
-        failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now(),
+        failed = records.RunRecord(**fields, status="failed", error=error, finished_at=records.utc_now("microseconds"),
                                    metrics=metrics, details={}, curve=[], throughput={}, info={},
                                    timings=timings(ctx, total_s=ctx.clock() - start))
         return Outcome(rid, "failed", path, failed, error=error, user_error=user), None
