@@ -12,8 +12,10 @@ import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
 from tiny_domain import REPO, RESUMES_WITH, harness, harness_env
 
+from harness import bench
 from harness.bench import format_table
 from harness.cli import main
+from harness.run import stopping
 
 
 def test_list_everything_in_a_subprocess():
@@ -216,6 +218,18 @@ def test_bench_all_on_cuda_records_the_gpu(cuda, tmp_path):
     assert saved["hardware"]["cuda"] and saved["hardware"]["cudnn"] and saved["rows"][0]["device"] == "cuda"
 
 
+@pytest.fixture
+def part_clock(monkeypatch) -> None:
+    """One clock for the time limit (``stopping``), a part's seconds (``harness.bench``) and the tiny parts' sleep
+    (TINY_BENCH_SLEEP), which alone moves it: which parts fit a limit follows from the parts' seconds, not from how
+    long a loaded machine takes to set the benchmark up (git, the hardware facts), which the real clock counted."""
+    now = [0.0]
+    clock = types.SimpleNamespace(monotonic=lambda: now[0], perf_counter=lambda: now[0],
+                                  sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
+    for module in (stopping, bench, tiny_domain):
+        monkeypatch.setattr(module, "time", clock)
+
+
 def _pids(path) -> dict[str, int]:
     return {row["part"]: row["pid"] for row in json.loads(path.read_text())["rows"]}
 
@@ -246,12 +260,10 @@ def test_a_benchmark_stopped_by_sigterm_keeps_its_parts_and_resumes_with_the_res
     assert third.returncode == 0 and "measuring" not in third.stdout and _pids(tmp_path / "tiny-cpu.json") == pids
 
 
-def test_a_resumed_benchmark_is_a_session_of_its_own_in_the_same_second(tmp_path, monkeypatch):
+def test_a_resumed_benchmark_is_a_session_of_its_own_in_the_same_second(tmp_path, monkeypatch, part_clock):
     """Sessions are told apart by the call that measured them, not by their date (to the second): a stopped
     benchmark resumed within the same second (here, its clock stands still) still has two sessions."""
-    import harness.bench
-
-    monkeypatch.setattr(harness.bench, "utc_now", lambda: "2030-01-02T03:04:05+00:00")
+    monkeypatch.setattr(bench, "utc_now", lambda: "2030-01-02T03:04:05+00:00")
     monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
     args = ["bench", "tiny", "--device", "cpu", "--out", str(tmp_path)]
     assert main([*args, "--time-limit", "2.5s"]) == 75
@@ -259,18 +271,18 @@ def test_a_resumed_benchmark_is_a_session_of_its_own_in_the_same_second(tmp_path
     monkeypatch.setenv("TINY_BENCH_SLEEP", "0")
     assert main([*args, "--resume"]) == 0
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
-    rest = [part for part in saved["parts"] if part not in first]
-    assert [s["parts"] for s in saved["sessions"]] == [first, rest] and rest
+    assert [s["parts"] for s in saved["sessions"]] == [first, ["B=1024"]] and first == ["B=64", "B=256"]
 
 
-def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monkeypatch):
-    """Parts of 1 s under a 2.5 s limit: a part starts only while the longest part so far still fits."""
+def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monkeypatch, part_clock):
+    """Parts of 1 s under a 2.5 s limit (2.375 s less its margin): a part starts only while the longest part so
+    far still fits, so the second starts at 1 s and the third, at 2 s, does not."""
     monkeypatch.setenv("TINY_BENCH_SLEEP", "1")
     args = ["bench", "all", "--targets", "tiny,losses", "--batch-sizes", "8", "--device", "cpu", "--out",
             str(tmp_path)]
     assert main([*args, "--time-limit", "2.5s"]) == 75
     saved = json.loads((tmp_path / "tiny-cpu.json").read_text())
-    assert saved["complete"] is False and 1 <= len(saved["parts_done"]) < 3
+    assert saved["complete"] is False and saved["parts_done"] == ["B=64", "B=256"]
     assert not (tmp_path / "losses-cpu.json").exists()  # 'all' starts no target after a stopped one
     monkeypatch.setenv("TINY_BENCH_SLEEP", "0")
     assert main([*args, "--resume"]) == 0
@@ -278,7 +290,7 @@ def test_bench_time_limit_stops_before_a_part_that_would_not_fit(tmp_path, monke
     assert (tmp_path / "losses-cpu.json").exists()
 
 
-def test_bench_time_limit_expects_a_part_to_take_what_it_took_before(tmp_path, monkeypatch, capsys):
+def test_bench_time_limit_expects_a_part_to_take_what_it_took_before(tmp_path, monkeypatch, capsys, part_clock):
     """Before a part, the time limit expects the part's own earlier time from the file at --out (measured on this
     kind of machine, by any code), not only the longest part so far: here the second part once took 30 s, so with
     1 s parts and a 2.5 s limit it is not started, where the longest part so far (1 s) would have let it."""
