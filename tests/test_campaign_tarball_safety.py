@@ -9,12 +9,14 @@ import hashlib
 import io
 import json
 import tarfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from tiny_domain import synthetic_record
 
 from domains.errors import UserError
+from harness.suites import pack as pack_module
 from harness.suites import unpack as unpack_module
 from harness.suites.campaign import main as campaign_main
 from harness.suites.pack import MANIFEST, pack
@@ -223,6 +225,33 @@ def test_a_checkpoint_that_moved_on_between_two_calls_replaces_the_one_the_first
     local.write_bytes(b"epoch 3")
     unpack(second, here, tmp_path / "side3")
     assert local.read_bytes() == b"epoch 6"
+
+
+def test_two_packs_into_one_folder_in_one_second_keep_both_tarballs(tmp_path, monkeypatch):
+    """The tarball is named by the time to the second: a second pack (here without the checkpoints) within it
+    wrote over the first, and the checkpoint that only the first held was lost."""
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+    monkeypatch.setattr(pack_module, "datetime", Frozen)
+    repo, stage, out = tmp_path / "repo", tmp_path / "stage", tmp_path / "out"
+    (repo / "leaderboards" / "results").mkdir(parents=True)
+    record, data = _record()
+    (stage / record).parent.mkdir(parents=True)
+    (stage / record).write_bytes(data)
+    checkpoint = "leaderboards/results/.work/tiny-blobs-linear-infonce-0123abcd-s1/checkpoint.pt"
+    (stage / checkpoint).parent.mkdir(parents=True)
+    (stage / checkpoint).write_bytes(b"epoch 3")
+    first = pack(stage, out, repo, checkpoints=True)
+    second = pack(stage, out, repo)
+    assert sorted(p.name for p in out.iterdir()) == ["campaign-20300102T030405-2.tar.gz",
+                                                     "campaign-20300102T030405.tar.gz"]
+    with tarfile.open(first) as tar:
+        assert checkpoint in tar.getnames() and record in tar.getnames()
+    with tarfile.open(second) as tar:
+        assert checkpoint not in tar.getnames() and record in tar.getnames()
 
 
 @pytest.mark.parametrize("obstacle", ["link", "folder", "file above"])

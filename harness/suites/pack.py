@@ -174,9 +174,23 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+def _new_tarball(out: Path) -> Path:
+    """``out/campaign-<UTC time>.tar.gz``, created empty here (``-2``, ``-3``, ... after the time where the name is
+    taken): the time is to the second, and a second pack into the same folder within it wrote over the first's
+    tarball (and removed it, where its own did not fit)."""
+    stamp, n = f"campaign-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}", 1
+    while True:
+        tarball = out / f"{stamp}{'' if n == 1 else f'-{n}'}.tar.gz"
+        try:
+            tarball.open("x").close()
+            return tarball
+        except FileExistsError:
+            n += 1
+
+
 def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib: float = 16.0) -> Path:
-    """Pack what is new in ``stage`` into ``out/campaign-<UTC time>.tar.gz`` (at most ``max_mib``); UserError when
-    nothing new is there or the records alone do not fit."""
+    """Pack what is new in ``stage`` into a new tarball ``out/campaign-<UTC time>.tar.gz`` (:func:`_new_tarball`;
+    at most ``max_mib``); UserError when nothing new is there or the records alone do not fit."""
     members, saved = collect(stage, repo, checkpoints)
     kinds = [m.kind for m in members]
     failed = any(m.path.parent == SIDE / "failed" for m in members)
@@ -187,7 +201,7 @@ def pack(stage: Path, out: Path, repo: Path, checkpoints: bool = False, max_mib:
                         f"{' and no checkpoint' if checkpoints else ''} that {repo / 'leaderboards'} does not already "
                         f"have{hint}")
     out.mkdir(parents=True, exist_ok=True)
-    tarball = out / f"campaign-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.tar.gz"
+    tarball = _new_tarball(out)
     limit = int(max_mib * MIB)
     size = _write(tarball, members, [])
     if size > limit:
