@@ -1,7 +1,8 @@
 """Helpers shared by several test files: a region where any host-device synchronisation raises, a run
 context that dies right after its first checkpoint (to test resuming), a checkpoint extra tampered with and the
 error that gives, a tiny TU-format dataset, the Ctrl-C a terminal gives a child process, the records of local runs that
-another executor's sweep must equal, and the packages' run-code digest computed here."""
+another executor's sweep must equal, the packages' run-code digest computed here, and the wait for a subprocess to
+reach a point."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import hashlib
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,22 @@ def no_sync() -> Iterator[None]:
         yield
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+# How long a test waits for a subprocess to reach a point (an epoch logged, a checkpoint saved): a loaded CI machine
+# (two test workers on two cores, each starting subprocesses) has taken over a minute to get a run to its epoch 2.
+WAIT_S = 300.0
+
+
+def wait_for(what: str, reached: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    """Poll ``reached`` until it holds; fail, naming ``what``, where it does not within ``timeout`` seconds. A wait
+    that went on regardless sent its signal (or kill) before the point the test meant, and the test then failed
+    further on, on a symptom of that."""
+    deadline = time.monotonic() + timeout
+    while not reached():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.05)
 
 
 def default_sigint() -> None:

@@ -14,10 +14,10 @@ import signal
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
+from support import wait_for
 from test_sigint_race import interrupted_at
 from tiny_domain import REPO, harness_env
 
@@ -304,9 +304,8 @@ def test_sigterm_stops_the_campaigns_runs_and_says_the_same_command_resumes_them
     proc = subprocess.Popen([str(SCRIPT), "run", str(plan), "--device", "cpu", "--jobs", "1", "--stage", str(stage),
                              "--repo", str(_repo(tmp_path))], cwd=REPO, env={**harness_env(), "PYTHON": sys.executable},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    end = time.monotonic() + 90
-    while not list(stage.glob("**/.work/*.lock")) and proc.poll() is None and time.monotonic() < end:
-        time.sleep(0.2)
+    wait_for("a campaign run to take its lock, or the campaign to end",
+             lambda: bool(list(stage.glob("**/.work/*.lock"))) or proc.poll() is not None)
     proc.send_signal(signal.SIGTERM)
     try:
         _, stderr = proc.communicate(timeout=60)

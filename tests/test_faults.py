@@ -13,13 +13,12 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
-from support import default_sigint, toy_tu
+from support import default_sigint, toy_tu, wait_for
 from tiny_domain import (
     REPO,
     RESUMES_WITH,
@@ -55,10 +54,10 @@ def _start(args: list[str]) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
-def _wait_for_epoch(results: Path, epoch: int, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and f"epoch {epoch}:" not in "".join(p.read_text() for p in results.glob("*.log")):
-        time.sleep(0.05)
+def _wait_for_epoch(results: Path, epoch: int) -> None:
+    """Until a run's log in ``results`` says it ended ``epoch``."""
+    wait_for(f"a log in {results} to reach epoch {epoch}",
+             lambda: f"epoch {epoch}:" in "".join(p.read_text() for p in results.glob("*.log")))
 
 
 # --- runs: kill -9, Ctrl-C, concurrent writers ---------------------------------------------------------------
@@ -66,7 +65,7 @@ def _wait_for_epoch(results: Path, epoch: int, timeout: float = 60) -> None:
 def test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_run(tmp_path):
     args = [*TINY[:-2], "0,1", "--quiet", "--set", "epochs=8", "--set", "sleep_s=0.3", "--results", str(tmp_path)]
     proc = _start([*args, "--force"])
-    _wait_for_epoch(tmp_path, 2, timeout=300)  # a loaded machine can take over a minute to get there
+    _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr

@@ -10,12 +10,12 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
+from support import wait_for
 from tiny_domain import REPO, harness, harness_env, synthetic_record, write_records
 
 from domains import context
@@ -64,9 +64,7 @@ def test_a_sweep_killed_at_once_leaves_no_worker_and_its_job_resumes(tmp_path):
     args = [sys.executable, "-m", "harness", "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0",
             "--set", "epochs=40", "--set", "sleep_s=0.2", "--results", str(tmp_path)]
     sweep = subprocess.Popen(args, cwd=REPO, env=harness_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list((tmp_path / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.05)
+    wait_for(f"a checkpoint in {tmp_path / '.work'}", lambda: bool(list((tmp_path / ".work").glob("*/checkpoint.pt"))))
     workers = psutil.Process(sweep.pid).children(recursive=True)
     assert workers
     sweep.kill()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import default_sigint
+from support import WAIT_S, default_sigint
 from test_regression_suite import SCRIPT, script
 from tiny_domain import REPO, harness_env, synthetic_record, write_records
 
@@ -106,7 +106,7 @@ def start(*args: str) -> subprocess.Popen:
                             preexec_fn=default_sigint)
 
 
-def wait_for_runs(folder: Path, count: int, proc: subprocess.Popen, timeout: float = 90) -> None:
+def wait_for_runs(folder: Path, count: int, proc: subprocess.Popen, timeout: float = WAIT_S) -> None:
     """Wait until ``count`` runs have taken their lock (``<results>/.work/<run id>.lock``) under ``folder``."""
     end = time.monotonic() + timeout
     while len(list(folder.glob("**/.work/*.lock"))) < count:

@@ -134,7 +134,7 @@ def _one_job_at_epoch(env: dict[str, str], results: Path, epochs: int, epoch: in
     proc = _sweep(env, "sweep", "--domains", "tiny", "--losses", "infonce", "--seeds", "0", "--set",
                   f"epochs={epochs}", "--set", "sleep_s=0.5", "--executor", "slurm", "--timeout-min", "5",
                   *options, "--results", str(results))
-    _wait_for_epoch(results, epoch, timeout=120)  # a Slurm job starts later than a local run
+    _wait_for_epoch(results, epoch)
     job = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True).stdout.split()
     assert len(job) == 1, job
     return proc, job[0]

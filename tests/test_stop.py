@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import subprocess
-import time
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,7 @@ import psutil
 import pytest
 import tiny_domain  # noqa: F401  (registers the tiny domain in this process)
 import torch
+from support import wait_for
 from test_faults import _start, _wait_for_epoch
 from tiny_domain import harness, resume_args
 
@@ -58,7 +58,7 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
     records)."""
     results = tmp_path_factory.mktemp("usr1")
     proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results", str(results)])
-    _wait_for_epoch(results, 2, timeout=300)  # a loaded machine can take over a minute to get there
+    _wait_for_epoch(results, 2)
     [log] = results.glob("*.log")
     logged = max(int(n) for n in re.findall(r"epoch (\d+):", log.read_text()))
     proc.send_signal(signal.SIGUSR1)
@@ -188,9 +188,7 @@ def assert_resumed_as_uninterrupted(resumed: dict, whole: dict) -> None:
 def signal_at_first_checkpoint(args: list[str], results: Path, sig: signal.Signals) -> subprocess.Popen:
     """``harness *args`` (writing into ``results``) started, and sent ``sig`` once it has saved a checkpoint."""
     proc = _start(args)
-    deadline = time.time() + 120
-    while time.time() < deadline and not list((results / ".work").glob("*/checkpoint.pt")):
-        time.sleep(0.02)
+    wait_for(f"a checkpoint in {results / '.work'}", lambda: bool(list((results / ".work").glob("*/checkpoint.pt"))))
     proc.send_signal(sig)
     return proc
 
@@ -269,9 +267,8 @@ SWEEP = ["sweep", "--domains", "tiny", "--losses", "infonce,dcl,hcl", "--seeds",
 
 def _wait_for_both_jobs(results: Path, epoch: int) -> None:
     """Until both running jobs' logs say ``epoch`` (a loaded machine can take over 90 s to start them)."""
-    deadline = time.time() + 300
-    while time.time() < deadline and sum(f"epoch {epoch}:" in p.read_text() for p in results.glob("*.log")) < 2:
-        time.sleep(0.05)
+    wait_for(f"two logs in {results} to reach epoch {epoch}",
+             lambda: sum(f"epoch {epoch}:" in p.read_text() for p in results.glob("*.log")) >= 2)
 
 
 def _assert_stopped_as_a_whole(sig: signal.Signals, code: int, stdout: str, stderr: str, results: Path,

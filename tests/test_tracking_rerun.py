@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
+from support import wait_for
 from test_faults import _start
 from test_tracking import _scalars
 from tiny_domain import harness, resume_args
@@ -22,9 +22,7 @@ RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", 
 
 def _wait_for_line(log: Path, line: str, times: int) -> None:
     """Until the run's log (every attempt's, appended) holds ``line`` ``times`` times."""
-    deadline = time.time() + 60
-    while time.time() < deadline and log.read_text().count(line) < times:
-        time.sleep(0.05)
+    wait_for(f"{log} to say {line!r} {times} times", lambda: log.read_text().count(line) >= times)
 
 
 def _files(folder: Path) -> dict[str, bytes]:
