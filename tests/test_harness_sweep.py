@@ -193,7 +193,7 @@ def test_sweep_skips_existing_records(tmp_path, run_main):
                   "--set", "epochs=2", "--seeds", "0,1", "--executor", "local", "--workers", "2",
                   "--results", str(tmp_path), timeout=300)
     assert out.returncode == 0, out.stderr
-    assert "6 runs, 2 with a completed record (skipped), 4 to run" in out.stdout
+    assert "6 runs, 2 with a completed record (skipped), 4 to run" in out.stdout, out.stdout + out.stderr
     assert "sweep done: 4 completed" in out.stdout
     records = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     assert len(records) == 6 and all(r["status"] == "completed" for r in records)
