@@ -6,9 +6,9 @@ trained run failed after it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +20,7 @@ from support import toy_tu
 
 from domains.errors import UserError
 from domains.graph import evaluate
+from harness.cli import main
 from losses import prior
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,14 +69,25 @@ def test_a_draw_that_more_classes_than_rows_leave_unscorable_gives_the_count_alo
     assert prior.class_structure(torch.randn(40, 4), labels, seed=1, sample=10) == {"zero_rows": 0}
 
 
+@pytest.fixture
+def harness_run(tmp_path, run_main, monkeypatch) -> Callable[..., subprocess.CompletedProcess]:
+    """``harness_run(*ARGS, fresh=False)``: ``harness run --seeds 0 --quiet ARGS --results tmp_path/results`` with a
+    cache of the test's own, called in this process (``run_main``: a refusal or a record, without a fresh
+    interpreter's seconds of imports), or with ``fresh`` in a subprocess (each domain's check of what a user sees)."""
+    monkeypatch.setenv("HARNESS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+    def call(*args: str, fresh: bool = False) -> subprocess.CompletedProcess:
+        argv = ["run", "--seeds", "0", "--quiet", *args, "--results", str(tmp_path / "results")]
+        if not fresh:
+            return run_main(main, *argv)
+        return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=600,
+                              cwd=REPO)
+
+    return call
+
+
 # --- graph: a TU-format set of one's own -------------------------------------------------------------------------
-
-def _harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HARNESS_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "harness", "run", "--seeds", "0", "--quiet", *args,
-                           "--results", str(tmp_path / "results")],
-                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
-
 
 def _tu_set(tmp_path: Path, labels: list[int]) -> str:
     """``toy_tu``'s first ``len(labels)`` graphs (triangles and 4-paths), labelled ``labels``."""
@@ -90,31 +102,34 @@ def _tu_set(tmp_path: Path, labels: list[int]) -> str:
     return "OWN"
 
 
-def _graph(tmp_path: Path, labels: list[int], *sets: str) -> subprocess.CompletedProcess:
+def _graph(harness_run: Callable[..., subprocess.CompletedProcess], tmp_path: Path, labels: list[int], *sets: str,
+           fresh: bool = False) -> subprocess.CompletedProcess:
     pytest.importorskip("torch_geometric")
     dataset = _tu_set(tmp_path, labels)
     settings = [arg for value in ("epochs=1", "hidden=8", *sets) for arg in ("--set", value)]
-    return _harness(tmp_path, "--domain", "graph", "--dataset", dataset, "--loss", "jsd", *settings,
-                    "--data-root", str(tmp_path / "data"))
+    return harness_run("--domain", "graph", "--dataset", dataset, "--loss", "jsd", *settings, "--data-root",
+                       str(tmp_path / "data"), fresh=fresh)
 
 
-@pytest.mark.parametrize(("labels", "sets", "message"), [
-    # the SVM's default folds (10 outer, 5 inner) leave an outer training fold of one class: a class of one graph
+@pytest.mark.parametrize(("labels", "sets", "message", "fresh"), [
+    # the SVM's default folds (10 outer, 5 inner) leave an outer training fold of one class: a class of one graph;
+    # in a subprocess, as a user meets it (the others in this process)
     ([0] * 23 + [1], (), "OWN: svm_folds=10 and svm_inner_folds=5 leave a training fold whose graphs are all of one "
                         "class (the classes have 23, 1 graphs): the SVM needs two classes in each; two classes of "
-                        "at least 3 graphs each always give them"),
+                        "at least 3 graphs each always give them", True),
     # a class of two graphs: an inner training fold of one class
-    ([0] * 22 + [1] * 2, (), "(the classes have 22, 2 graphs)"),
+    ([0] * 22 + [1] * 2, (), "(the classes have 22, 2 graphs)", False),
     # two small classes beside a large one: each outer training fold holds one of them, some inner fold neither
-    ([0] * 22 + [1, 2], (), "(the classes have 22, 1, 1 graphs)"),
+    ([0] * 22 + [1, 2], (), "(the classes have 22, 1, 1 graphs)", False),
     # fewer graphs than the class structure scores, with folds that split them
     ([0, 1] * 4, ("svm_folds=2", "svm_inner_folds=2"), "OWN: 8 graphs; the evaluation's class structure needs at "
-                                                       "least 10"),
+                                                       "least 10", False),
 ])
-def test_a_graph_set_the_evaluation_cannot_score_is_refused_before_training(tmp_path, labels, sets, message):
+def test_a_graph_set_the_evaluation_cannot_score_is_refused_before_training(tmp_path, harness_run, labels, sets,
+                                                                            message, fresh):
     """Each trained, then failed: 'ValueError: The number of classes has to be greater than one' (the SVM) or
     'class_structure needs at least 10 embeddings'. (A set of one class was refused up front already.)"""
-    proc = _graph(tmp_path, labels, *sets)
+    proc = _graph(harness_run, tmp_path, labels, *sets, fresh=fresh)
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and message in line
@@ -129,9 +144,9 @@ def test_folds_larger_than_the_largest_class_are_refused_naming_the_set():
                                   "svm_inner_folds=4")
 
 
-def test_a_graph_set_whose_small_class_has_the_graphs_the_refusal_names_runs(tmp_path):
+def test_a_graph_set_whose_small_class_has_the_graphs_the_refusal_names_runs(tmp_path, harness_run):
     """Three graphs of the small class, as the refusal asks, are enough for every training fold of every seed."""
-    proc = _graph(tmp_path, [0] * 21 + [1] * 3)
+    proc = _graph(harness_run, tmp_path, [0] * 21 + [1] * 3)
     assert proc.returncode == 0, proc.stderr
     [record] = [json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")]
     assert record["status"] == "completed" and 0 <= record["metrics"]["accuracy"] <= 100
@@ -168,24 +183,25 @@ ONE_CLASS_FOLD = ("SentEval task MR ({root}/senteval/MR): its 31 training senten
                   "leaves a training fold of one class, on which a classifier learns to predict that class only")
 
 
-@pytest.mark.parametrize(("sizes", "sets", "message"), [
-    # a task of one class: its other file is empty (read only by the evaluation, after the training)
-    ((30, 0), (), "MR/rt-polarity.neg is empty: restore SentEval's file"),
+@pytest.mark.parametrize(("sizes", "sets", "message", "fresh"), [
+    # a task of one class: its other file is empty (read only by the evaluation, after the training); in a
+    # subprocess, as a user meets it (the others in this process)
+    ((30, 0), (), "MR/rt-polarity.neg is empty: restore SentEval's file", True),
     # a class of one sentence, under either classifier: the training folds without it are of one class
-    *(((30, 1), (f"classifier={name}",), ONE_CLASS_FOLD) for name in ("sklearn", "torch")),
+    *(((30, 1), (f"classifier={name}",), ONE_CLASS_FOLD, False) for name in ("sklearn", "torch")),
     # fewer sentences than the folds (a subsample for a smoke run): StratifiedKFold refuses to split them
-    ((30, 30), ("senteval_max_samples=5",), "its 5 training sentences are in classes of"),
+    ((30, 30), ("senteval_max_samples=5",), "its 5 training sentences are in classes of", False),
 ])
-def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(tmp_path, data_root, sizes, sets,
-                                                                               message):
+def test_a_senteval_task_the_evaluation_cannot_score_is_refused_before_training(tmp_path, data_root, harness_run,
+                                                                               sizes, sets, message, fresh):
     """Each trained quick-thought, then failed: the empty file's UserError, 'ValueError: This solver needs samples of
     at least 2 classes' (scikit-learn; the torch classifier completed, its accuracy that of models that predict one
     class on some folds), or 'Cannot have number of splits n_splits=10 greater than the number of samples'."""
     root = _senteval_root(tmp_path, data_root, *sizes)
     settings = [arg for value in ("senteval_tasks=MR", "max_steps=2", "word_dim=16", "hidden_dim=32", "batch_size=50",
                                   "max_sentences=200", *sets) for arg in ("--set", value)]
-    proc = _harness(tmp_path, "--domain", "text", "--dataset", "books", "--loss", "infonce", "--device", "cpu",
-                    *settings, "--data-root", str(root))
+    proc = harness_run("--domain", "text", "--dataset", "books", "--loss", "infonce", "--device", "cpu", *settings,
+                       "--data-root", str(root), fresh=fresh)
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("error: ") and message.format(root=root) in line
