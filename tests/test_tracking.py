@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import signal
 import struct
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import numpy as np
@@ -68,18 +69,20 @@ def test_tensorboard_is_on_by_default_and_holds_the_curve_and_the_metrics(defaul
     assert logged["final/accuracy"] == [(3, pytest.approx(record["metrics"]["accuracy"]))]
 
 
-def test_trackers_change_neither_the_run_id_nor_the_record_otherwise(tmp_path, default_run):
+def test_trackers_change_neither_the_run_id_nor_the_record_otherwise(tmp_path, default_run, run_main):
     _, _, on = default_run
-    out = _tiny(tmp_path / "none", "--tracker", "none")
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results",
+                   str(tmp_path / "none"), "--tracker", "none")
+    assert out.returncode == 0, out.stderr
     off = _record(tmp_path / "none")
     assert on["run_id"] == off["run_id"] and on["curve"] == off["curve"] and on["metrics"] == off["metrics"]
     assert "tracking" not in off["info"] and "tracking: " not in out.stderr
     assert not (tmp_path / "none" / "tb").exists()
 
 
-def test_a_real_domain_logs_its_step_losses_and_class_prior_estimates(tmp_path):
-    out = harness("run", "--domain", "graph", "--loss", "dcl", "--set", "loss.tau_plus=auto", "--set", "epochs=1",
-                  "--seeds", "0", "--results", str(tmp_path), "--quiet")
+def test_a_real_domain_logs_its_step_losses_and_class_prior_estimates(tmp_path, run_main):
+    out = run_main(main, "run", "--domain", "graph", "--loss", "dcl", "--set", "loss.tau_plus=auto", "--set",
+                   "epochs=1", "--seeds", "0", "--results", str(tmp_path), "--quiet")
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
     logged = _scalars(tmp_path / record["info"]["tracking"]["tensorboard"])
@@ -163,9 +166,12 @@ def test_tracker_choices_and_a_missing_library(tmp_path, monkeypatch, run_main):
     assert not (tmp_path / "results").exists()
 
 
-def test_a_sweep_logs_each_job(tmp_path):
-    out = harness("sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0", "--results",
-                  str(tmp_path), timeout=300)
+def test_a_sweep_logs_each_job(tmp_path, run_main, monkeypatch):
+    """The sweep through ``main`` in this process (its command's subprocess tests are test_harness_sweep_outcomes'):
+    its jobs run in the worker it spawns, which loads the tiny domain as a plugin."""
+    monkeypatch.setenv("HARNESS_PLUGINS", "tiny_domain")
+    out = run_main(main, "sweep", "--domains", "tiny", "--losses", "infonce,dcl", "--seeds", "0", "--results",
+                   str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"tracking: tensorboard --logdir {tmp_path / 'tb'}" in out.stdout
     for path in tmp_path.glob("*.json"):
@@ -257,7 +263,7 @@ def test_wandb_writes_an_offline_run_with_the_curve_and_the_metrics(tracked_run)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
-def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, monkeypatch, tracked_run):
+def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, monkeypatch, tracked_run, run_main):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads its file store only with this set
     results, out, record = tracked_run
@@ -274,8 +280,8 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
     history = client.get_metric_history(run.info.run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(p["epoch"], pytest.approx(p["loss"])) for p in record["curve"]]
     assert run.data.metrics["final/accuracy"] == pytest.approx(record["metrics"]["accuracy"])
-    failed = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
-                     "--results", str(tmp_path), "--tracker", "mlflow")
+    failed = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "fail=true",
+                      "--results", str(tmp_path), "--tracker", "mlflow")
     assert failed.returncode == 1
     assert _mlflow_statuses(tmp_path) == ["FAILED"]
 
@@ -283,7 +289,7 @@ def test_mlflow_file_store_holds_the_curve_the_params_and_the_metrics(tmp_path, 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
 def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_running(tmp_path, monkeypatch,
-                                                                                       default_run):
+                                                                                       default_run, run_main):
     """The trackers open before the log: where the log cannot then be opened (a folder in its place), the run
     stops with one error line naming it, and the MLflow run that opened ends FAILED, not RUNNING for ever."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -291,23 +297,22 @@ def test_a_log_that_cannot_be_written_is_one_error_and_leaves_no_tracker_run_run
     record = tmp_path / f"{default_run[2]['run_id']}.json"  # the tracker is not in the run id (a test above)
     log = record.with_suffix(".log")
     log.mkdir()
-    out = harness("run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(tmp_path),
-                  "--tracker", "mlflow")
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--results", str(tmp_path),
+                   "--tracker", "mlflow")
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.strip().splitlines()[-1] == f"error: cannot write the run's log {log}: Is a directory"
     assert not record.exists()
     assert _mlflow_statuses(tmp_path) == ["FAILED"]
 
 
-def _stopped(results: Path, trackers: list[str], sig: signal.Signals = signal.SIGTERM) -> str:
-    """A tiny run of 6 epochs, stopped by ``sig`` after epoch 2 or later (SIGTERM: at a checkpoint, exit 75; SIGINT:
-    Ctrl-C, at once, exit 130): its stderr."""
+def _stopped(results: Path, trackers: list[str]) -> str:
+    """A tiny run of 6 epochs, stopped by SIGTERM after epoch 2 or later (at a checkpoint, exit 75): its stderr."""
     proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set",
                    "sleep_s=0.3", "--results", str(results), *_tracker_args(trackers)])
     _wait_for_epoch(results, 2)
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == (130 if sig == signal.SIGINT else EXIT_STOPPED), stderr
+    assert proc.returncode == EXIT_STOPPED, stderr
     return stderr
 
 
@@ -323,8 +328,9 @@ def _mlflow_statuses(results: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def resumed_run(tmp_path_factory) -> tuple[Path, dict, int, str, list[str]]:
     """One tiny run logged by W&B and MLflow at once (those installed), read by the test of each: :func:`_stopped`
-    (SIGTERM), then resumed with the command it printed (``--tracker`` included). Its results folder, record, the
-    epoch the first attempt stopped at, the resumed run's stderr, and the MLflow statuses between the attempts."""
+    (SIGTERM), then resumed with the command it printed (``--tracker`` included), through ``main`` in this process
+    (the resume of a subprocess is test_faults'). Its results folder, record, the epoch the first attempt stopped at,
+    the resumed run's stderr, and the MLflow statuses between the attempts."""
     trackers = _installed("wandb", "mlflow")
     if not trackers:
         pytest.skip("neither wandb nor mlflow is installed")
@@ -333,11 +339,14 @@ def resumed_run(tmp_path_factory) -> tuple[Path, dict, int, str, list[str]]:
         stderr = _stopped(results, trackers)
         between = _mlflow_statuses(results) if "mlflow" in trackers else []
         hint = stderr.strip().splitlines()[-1]
-        out = harness(*resume_args(hint))
-    assert out.returncode == 0, out.stderr
+        said = io.StringIO()
+        # not run_main: a fixture of each test, this one is of the module's
+        with redirect_stderr(said), redirect_stdout(io.StringIO()):
+            code = main(resume_args(hint))
+    assert code == 0, said.getvalue()
     record = _record(results)
     assert record["resumed"] and 2 <= record["info"]["start_epoch"] < 6
-    return results, record, record["info"]["start_epoch"], out.stderr, between
+    return results, record, record["info"]["start_epoch"], said.getvalue(), between
 
 
 @pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (the [wandb] extra)")
@@ -378,12 +387,24 @@ def test_a_resumed_run_goes_on_in_the_same_mlflow_run_one_value_a_step(monkeypat
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mlflow") is None, reason="mlflow is not installed (the [mlflow] extra)")
-def test_mlflow_marks_a_run_stopped_by_ctrl_c_killed_not_failed(tmp_path, monkeypatch):
+def test_mlflow_marks_a_run_stopped_by_ctrl_c_killed_not_failed(tmp_path, monkeypatch, run_main):
     """Ctrl-C ends a run at once, with its checkpoint kept for --resume, as a stop signal does at a checkpoint
-    (the resumed test above): MLflow's status for a run stopped on purpose is KILLED; FAILED is a failure's."""
+    (the resumed test above): MLflow's status for a run stopped on purpose is KILLED; FAILED is a failure's. In this
+    process, the KeyboardInterrupt a Ctrl-C raises right after the second checkpoint (the signal's way to it, exit
+    130, is test_faults.test_ctrl_c_exits_130_with_the_resume_command_and_the_command_finishes_the_run's)."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
-    _stopped(tmp_path, ["mlflow"], signal.SIGINT)
+    save = RunContext.save_checkpoint
+
+    def interrupted(self, objects, **extra):
+        save(self, objects, **extra)
+        if extra["epoch"] == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunContext, "save_checkpoint", interrupted)
+    out = run_main(main, "run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6",
+                   "--results", str(tmp_path), "--tracker", "mlflow")
+    assert out.returncode == 130 and "interrupted; continue with: " in out.stderr, out.stderr
     assert _mlflow_statuses(tmp_path) == ["KILLED"]
 
 
