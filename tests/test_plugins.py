@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,26 @@ def _harness(plugins: Path, *args: str, names: str = "tiny_domain,tiny_loss") ->
                           timeout=180)
 
 
+@pytest.fixture
+def plugged_in(monkeypatch, plugins_afresh) -> Iterator[Callable[[Path, str], None]]:
+    """``plugged_in(folder, NAMES)``: the next command called in this process loads the plugin modules ``NAMES`` (in
+    ``folder``, ahead of the path) afresh, as a fresh process would; after the test, the losses they registered and
+    the modules this process had not imported before are gone (another test's plugin of the same name is its own)."""
+    before = set(sys.modules)
+    monkeypatch.setattr(loss_registry, "_REGISTRY", dict(loss_registry._REGISTRY))
+    monkeypatch.setitem(domains._LOADED_BY, "loss", dict(domains._LOADED_BY["loss"]))
+    names: list[str] = []
+
+    def load(folder: Path, modules: str) -> None:
+        monkeypatch.syspath_prepend(str(folder))
+        names.extend(modules.split(","))
+        plugins_afresh(modules)
+
+    yield load
+    for name in set(names) - before:
+        sys.modules.pop(name, None)
+
+
 def _records(results: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(results.glob("*.json"))}
 
@@ -46,15 +67,18 @@ def test_without_plugins_the_code_identity_is_the_packages_digest():
     assert "plugins" not in software and "package_digest" not in software  # a record as it was written before
 
 
-def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_run_id(tmp_path):
+def test_a_plugin_loss_runs_in_worker_processes_and_its_source_is_part_of_the_run_id(tmp_path, run_main, plugged_in):
+    """The listing through ``main`` in this process (:func:`plugged_in`); the sweep's one worker process runs both
+    seeds (a second worker loads the plugin alike, for seconds of imports)."""
     plugins, results = tmp_path / "plugins", tmp_path / "results"
     plugins.mkdir()
     shutil.copy(REPO / "tests" / "tiny_loss.py", plugins / "tiny_loss.py")
-    listed = _harness(plugins, "list", "losses")
+    plugged_in(plugins, "tiny_domain,tiny_loss")
+    listed = run_main(main, "list", "losses")
     assert listed.returncode == 0, listed.stderr
     assert any(line.startswith(LOSS) and "tiny" in line.split("domains:")[1] for line in listed.stdout.splitlines())
 
-    swept = _harness(plugins, "sweep", "--domains", "tiny", "--losses", LOSS, "--seeds", "0,1", "--workers", "2",
+    swept = _harness(plugins, "sweep", "--domains", "tiny", "--losses", LOSS, "--seeds", "0,1", "--workers", "1",
                      "--set", "epochs=1", "--tracker", "none", "--results", str(results))
     assert swept.returncode == 0, swept.stderr
     first = _records(results)
@@ -99,7 +123,9 @@ def _pasted(plugins: Path, line: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", line], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
 
 
-def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted_in_a_new_shell(tmp_path):
+def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted_in_a_new_shell(tmp_path, run_main,
+                                                                                                plugged_in):
+    """The dry run through ``main`` in this process (:func:`plugged_in`): what it prints is a plan."""
     plugins, results = tmp_path / "plugins", tmp_path / "results"
     plugins.mkdir()
     shutil.copy(REPO / "tests" / "tiny_loss.py", plugins / "tiny_loss.py")
@@ -120,7 +146,8 @@ def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted
 
     sweep = ["sweep", "--domains", "tiny", "--losses", LOSS, "--seeds", "1", "--set", "epochs=1", "--tracker", "none",
              "--results", str(results)]
-    dry = _harness(plugins, *sweep, "--dry-run")
+    plugged_in(plugins, "tiny_domain,tiny_loss")
+    dry = run_main(main, *sweep, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     [job] = [line for line in dry.stdout.splitlines() if " run --domain tiny " in line]
     assert job.startswith(f"{subprocess_data_root()}HARNESS_PLUGINS=tiny_domain,tiny_loss harness run "), job
@@ -128,19 +155,25 @@ def test_the_printed_resume_and_dry_run_commands_name_the_plugins_and_run_pasted
     assert pasted.returncode == 0 and "[completed]" in pasted.stdout, pasted.stderr
 
 
-@pytest.mark.parametrize(("body", "returned"), [
-    ("scores.logits.logsumexp(1)", "a tensor of shape ("),
-    ("scores.logits.logsumexp(1).mean().item()", "a float ("),
-    ("scores.logits.logsumexp(1).mean().detach()", "a tensor that does not require grad"),
+@pytest.mark.parametrize(("body", "returned", "fresh"), [
+    ("scores.logits.logsumexp(1)", "a tensor of shape (", True),  # the command a user types, in a subprocess
+    ("scores.logits.logsumexp(1).mean().item()", "a float (", False),
+    ("scores.logits.logsumexp(1).mean().detach()", "a tensor that does not require grad", False),
 ])
-def test_a_plugin_kernel_that_returns_no_loss_fails_its_run_in_one_line_naming_the_loss(tmp_path, body, returned):
+def test_a_plugin_kernel_that_returns_no_loss_fails_its_run_in_one_line_naming_the_loss(tmp_path, run_main, plugged_in,
+                                                                                         body, returned, fresh):
+    """The others through ``main`` in this process (:func:`plugged_in`)."""
     (tmp_path / "bad_kernel.py").write_text(
         "from losses import register_loss\n\n\n"
         "@register_loss('bad_kernel', paper='-', summary='-')\n"
         f"def bad_kernel(scores):\n    return {body}\n")
-    out = _harness(tmp_path, "run", "--domain", "tiny", "--loss", "bad_kernel", "--seeds", "0", "--set", "epochs=1",
-                   "--quiet", "--tracker", "none", "--results", str(tmp_path / "results"),
-                   names="tiny_domain,bad_kernel")
+    run = ["run", "--domain", "tiny", "--loss", "bad_kernel", "--seeds", "0", "--set", "epochs=1", "--quiet",
+           "--tracker", "none", "--results", str(tmp_path / "results")]
+    if fresh:
+        out = _harness(tmp_path, *run, names="tiny_domain,bad_kernel")
+    else:
+        plugged_in(tmp_path, "tiny_domain,bad_kernel")
+        out = run_main(main, *run)
     assert out.returncode == 2, out.stderr  # the user's code to fix, not a crash
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.startswith(f"error: loss 'bad_kernel' (bad_kernel) returned {returned}"), out.stderr
