@@ -17,7 +17,7 @@ from tiny_domain import harness, resume_args
 from harness.cli import main
 from harness.run.stopping import EXIT_STOPPED
 
-RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6", "--set", "sleep_s=0.2"]
+RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6"]
 
 
 def _wait_for_line(log: Path, line: str, times: int) -> None:
@@ -43,9 +43,14 @@ def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earli
     assert failed.returncode == 1, failed.stderr
     assert record_path.read_bytes() == earlier_record and _files(tmp_path / "tb" / rid) == earlier_log
 
-    proc = _start([*RUN, *results, "--force"])
+    # The rerun holds after its epoch 2 till `release` exists: SIGTERM reaches it mid-run however it is scheduled.
+    release = tmp_path.parent / f"{tmp_path.name}-release"
+    with monkeypatch.context() as held:
+        held.setenv("TINY_HOLD_AT", f"2:{release}")
+        proc = _start([*RUN, *results, "--force"])
     _wait_for_line(record_path.with_suffix(".log"), "epoch 2:", 2)  # the rerun's epoch 2, not the first run's
     proc.send_signal(signal.SIGTERM)
+    release.touch()
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_STOPPED, stderr
     assert record_path.read_bytes() == earlier_record and _files(tmp_path / "tb" / rid) == earlier_log

@@ -4,8 +4,10 @@ A linear encoder on a synthetic Gaussian mixture, pretrained for a few epochs wi
 ``pair_scores`` of two noisy views (or the domain's own objective ``ce``, supervised cross-entropy), and
 evaluated by nearest-centroid accuracy (percent) on a held-out half. Seconds per run. It checkpoints every
 epoch and can sleep per epoch (``sleep_s``) so a test can kill it mid-run; ``info["start_epoch"]`` says
-where a run started, so resuming is observable. ``fail=true`` (or the env var TINY_DOMAIN_FAIL) makes pretraining raise;
-the env var TINY_DOMAIN_DIVERGE makes the accuracy NaN (a run that diverged).
+where a run started, so resuming is observable. The env var TINY_HOLD_AT=<epoch>:<path> holds a run after that
+epoch's checkpoint and log line until <path> exists, so a test signals a run that is provably at that point.
+``fail=true`` (or the env var TINY_DOMAIN_FAIL) makes pretraining raise; the env var TINY_DOMAIN_DIVERGE makes
+the accuracy NaN (a run that diverged).
 Also the helpers that call the CLI in a subprocess with this domain plugged in.
 """
 
@@ -144,6 +146,7 @@ class TinyDomain(Domain):
             ctx.log_scalars(epoch + 1, curve[-1])
             ctx.save_checkpoint(training, epoch=epoch + 1, curve=curve)
             ctx.log(f"epoch {epoch + 1}: loss {loss.item():.4f}")
+            _hold(epoch + 1)
             time.sleep(c.sleep_s)
         took = max(time.perf_counter() - t0, 1e-9)
         return PretrainResult(encoder, curve, {"samples_per_s": len(x) * (c.epochs - start) / took},
@@ -189,6 +192,21 @@ class TinyDomain(Domain):
         return [{"batch": n, "device": str(device), "ms": 1000 * (time.perf_counter() - t0), "pid": os.getpid()}]
 
 
+def _hold(epoch: int) -> None:
+    """Where TINY_HOLD_AT=<epoch>:<path> names this epoch, wait for <path>: a test that saw the epoch's log line
+    signals the run here and then creates <path>, so the run meets the signal at this epoch's boundary however
+    slowly either process is scheduled (a test that fails first leaves no run waiting past HOLD_S)."""
+    at, _, path = os.environ.get("TINY_HOLD_AT", "").partition(":")
+    if not at or int(at) != epoch:
+        return
+    deadline = time.monotonic() + HOLD_S
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"TINY_HOLD_AT: {path} did not appear in {HOLD_S} s")
+        time.sleep(0.02)
+
+
+HOLD_S = 300.0
 REPO = Path(__file__).resolve().parent.parent
 
 
