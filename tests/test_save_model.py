@@ -92,23 +92,27 @@ def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, run_m
     assert path.is_file()
 
 
-def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
+def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path, monkeypatch):
     # Stopped by SIGTERM once epoch 2's checkpoint is written: a time limit could end a start slowed by a loaded
-    # machine before the first checkpoint, and the rerun would then be no resume.
-    args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=6",
-            "--set", "sleep_s=0.5")
-    proc = _start(["run", *args])
+    # machine before the first checkpoint, and the rerun would then be no resume. The run holds after epoch 2 till
+    # `release` exists, so the signal reaches it there however it is scheduled.
+    args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=6")
+    release = tmp_path.parent / f"{tmp_path.name}-release"
+    with monkeypatch.context() as held:
+        held.setenv("TINY_HOLD_AT", f"2:{release}")
+        proc = _start(["run", *args])
     _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
+    release.touch()
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_STOPPED, stderr
     assert not (tmp_path / "models").exists() or not any((tmp_path / "models").iterdir())
     out = harness("run", *args, "--resume")
     assert out.returncode == 0, out.stderr
     record = _record(tmp_path)
-    assert record["resumed"] and record["info"]["start_epoch"] > 0
+    assert record["resumed"] and record["info"]["start_epoch"] == 2
     _, modules = load_model(tmp_path / "models" / f"{record['run_id']}.pt")
-    sets = {"epochs": "6", "sleep_s": "0.5"}
+    sets = {"epochs": "6"}
     assert _tiny_accuracy(modules["encoder"], 0, sets) == record["metrics"]["accuracy"]
 
 
