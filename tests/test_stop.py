@@ -283,13 +283,22 @@ def _assert_stopped_as_a_whole(sig: signal.Signals, code: int, stdout: str, stde
     assert not list((results / ".work").glob("*.stop"))
 
 
-def test_a_sigterm_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_leaves_no_process_and_resumes(tmp_path):
+def test_a_sigterm_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_leaves_no_process_and_resumes(tmp_path,
+                                                                                                     monkeypatch):
     """The signal goes to the sweep's main process only (``kill PID``), as it would from a scheduler (SIGINT: the
     sweep below)."""
-    proc = _start([*SWEEP, "--set", "epochs=16", "--set", "sleep_s=0.25", "--results", str(tmp_path)])
+    # Each job holds after epoch 2 till `release` exists, which the test creates once the sweep has told its jobs to
+    # stop (its stop file): however late the second job starts, neither can end first. Released, a job looks for the
+    # file at a step boundary at most FILE_POLL_S (0.5 s: 2 epochs of sleep_s) after it last did, long before epoch 16.
+    release = tmp_path.parent / f"{tmp_path.name}-release"
+    with monkeypatch.context() as held:
+        held.setenv("TINY_HOLD_AT", f"2:{release}")
+        proc = _start([*SWEEP, "--set", "epochs=16", "--set", "sleep_s=0.25", "--results", str(tmp_path)])
     _wait_for_both_jobs(tmp_path, 2)
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGTERM)
+    wait_for(f"the sweep's stop file in {tmp_path / '.work'}", lambda: bool(list((tmp_path / ".work").glob("*.stop"))))
+    release.touch()
     stdout, stderr = proc.communicate(timeout=60)
     _assert_stopped_as_a_whole(signal.SIGTERM, proc.returncode, stdout, stderr, tmp_path, children)
     out = harness(*_resume(stdout), timeout=300)
