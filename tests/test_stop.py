@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import subprocess
+import threading
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -62,8 +63,7 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
     release = results.parent / f"{results.name}-release"
     with pytest.MonkeyPatch.context() as held:
         held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--set", "sleep_s=0.3", "--results",
-                       str(results)])
+        proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--results", str(results)])
     _wait_for_epoch(results, 2)
     [log] = results.glob("*.log")
     logged = max(int(n) for n in re.findall(r"epoch (\d+):", log.read_text()))
@@ -74,9 +74,20 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
                               logged=logged, epoch=_checkpoint_epoch(results))
     if stopped.code != EXIT_STOPPED:
         return SimpleNamespace(stopped=stopped, resumed=None)
-    resume = _start(_resume(stderr))
-    first = resume.stdout.readline()
-    running, seed_1_done = resume.poll() is None, bool(list(results.glob("*-s1.json")))
+    # The resume's seed 1 holds after its epoch 2 till `seed_1_release` exists, created once the first line is read:
+    # seed 1 provably still runs when seed 0's line comes, however slowly this process reads it.
+    seed_1_release = results.parent / f"{results.name}-seed-1-release"
+    with pytest.MonkeyPatch.context() as held:
+        held.setenv("TINY_HOLD_AT", f"2:{seed_1_release}")
+        resume = _start(_resume(stderr))
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.append(resume.stdout.readline()), daemon=True).start()
+    try:
+        wait_for("the resumed run's first line", lambda: bool(lines))
+        running, seed_1_done = resume.poll() is None, bool(list(results.glob("*-s1.json")))
+    finally:
+        seed_1_release.touch()
+    first = lines[0]
     _, err = resume.communicate(timeout=120)
     resumed = SimpleNamespace(first=first, running=running, seed_1_done=seed_1_done, code=resume.returncode,
                               stderr=err, records=_records(results))
@@ -100,7 +111,7 @@ def test_a_signal_stops_a_run_at_a_checkpoint_and_the_printed_command_finishes_i
 
 
 def test_each_seed_is_printed_as_it_finishes(usr1_stop):
-    """The resumed run's seed 0 line arrives while its seed 1 still trains (12 epochs of 0.3 s sleep)."""
+    """The resumed run's seed 0 line arrives while its seed 1 still trains (held after its epoch 2)."""
     resumed = usr1_stop.resumed
     assert resumed is not None, usr1_stop.stopped.stderr
     assert resumed.first.startswith("[completed]") and resumed.first.rstrip().endswith("-s0.json"), resumed.first
