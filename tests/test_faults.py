@@ -49,8 +49,11 @@ def _same_result(a: dict, b: dict) -> None:
     assert {k: v for k, v in a.items() if k not in STABLE} == {k: v for k, v in b.items() if k not in STABLE}
 
 
-def _start(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=harness_env(),
+def _start(args: list[str], hold: tuple[int, Path] | None = None) -> subprocess.Popen:
+    """``harness ARGS`` in a subprocess; ``hold=(EPOCH, PATH)``: its runs hold after EPOCH till PATH exists (the tiny
+    domain's TINY_HOLD_AT), so that a test signals a run that is provably there, then creates PATH."""
+    env = harness_env() if hold is None else {**harness_env(), "TINY_HOLD_AT": f"{hold[0]}:{hold[1]}"}
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 

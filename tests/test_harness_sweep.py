@@ -56,15 +56,13 @@ def test_the_dry_run_lines_start_with_the_data_root_then_the_plugins(tmp_path, c
     assert line("--data-root", "mine").startswith(f"HARNESS_DATA_ROOT={Path('mine').resolve()} {start}")
 
 
-def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path, run_main, monkeypatch):
+def test_a_dry_run_job_line_of_a_resumed_sweep_resumes_the_job(tmp_path, run_main):
     """``sweep --resume --dry-run`` printed its jobs without --resume: the line pasted to run one job by hand
     started it over, dropping the checkpoint the sweep would have gone on from."""
     config = ["--seeds", "0", "--set", "epochs=12", "--results", str(tmp_path)]
     # The run holds after epoch 2 till `release` exists: SIGTERM reaches it there however it is scheduled.
     release = tmp_path.parent / f"{tmp_path.name}-release"
-    with monkeypatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--quiet", *config])
+    proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--quiet", *config], hold=(2, release))
     _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
     release.touch()

@@ -92,15 +92,13 @@ def test_a_skipped_run_says_it_saves_no_model_and_force_saves_it(tmp_path, run_m
     assert path.is_file()
 
 
-def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path, monkeypatch):
+def test_a_resumed_run_saves_the_model_it_finishes_with(tmp_path):
     # Stopped by SIGTERM once epoch 2's checkpoint is written: a time limit could end a start slowed by a loaded
     # machine before the first checkpoint, and the rerun would then be no resume. The run holds after epoch 2 till
     # `release` exists, so the signal reaches it there however it is scheduled.
     args = (*TINY, "--seeds", "0", "--results", str(tmp_path), "--save-model", "--set", "epochs=6")
     release = tmp_path.parent / f"{tmp_path.name}-release"
-    with monkeypatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start(["run", *args])
+    proc = _start(["run", *args], hold=(2, release))
     _wait_for_epoch(tmp_path, 2)
     proc.send_signal(signal.SIGTERM)
     release.touch()

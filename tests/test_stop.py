@@ -61,9 +61,7 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
     # Seed 0 holds after epoch 2 till `release` exists, created once the signal is sent: the signal reaches the run
     # at that boundary however slowly this process or the run is scheduled.
     release = results.parent / f"{results.name}-release"
-    with pytest.MonkeyPatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--results", str(results)])
+    proc = _start([*TINY, "--seeds", "0,1", "--set", "epochs=12", "--results", str(results)], hold=(2, release))
     _wait_for_epoch(results, 2)
     [log] = results.glob("*.log")
     logged = max(int(n) for n in re.findall(r"epoch (\d+):", log.read_text()))
@@ -77,9 +75,7 @@ def usr1_stop(tmp_path_factory) -> SimpleNamespace:
     # The resume's seed 1 holds after its epoch 2 till `seed_1_release` exists, created once the first line is read:
     # seed 1 provably still runs when seed 0's line comes, however slowly this process reads it.
     seed_1_release = results.parent / f"{results.name}-seed-1-release"
-    with pytest.MonkeyPatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{seed_1_release}")
-        resume = _start(_resume(stderr))
+    resume = _start(_resume(stderr), hold=(2, seed_1_release))
     lines: list[str] = []
     threading.Thread(target=lambda: lines.append(resume.stdout.readline()), daemon=True).start()
     try:
@@ -300,17 +296,15 @@ def _assert_stopped_as_a_whole(sig: signal.Signals, code: int, stdout: str, stde
     assert not list((results / ".work").glob("*.stop"))
 
 
-def test_a_sigterm_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_leaves_no_process_and_resumes(tmp_path,
-                                                                                                     monkeypatch):
+def test_a_sigterm_stopped_sweep_checkpoints_its_jobs_starts_no_queued_one_leaves_no_process_and_resumes(tmp_path):
     """The signal goes to the sweep's main process only (``kill PID``), as it would from a scheduler (SIGINT: the
     sweep below)."""
     # Each job holds after epoch 2 till `release` exists, which the test creates once the sweep has told its jobs to
     # stop (its stop file): however late the second job starts, neither can end first. Released, a job looks for the
     # file at a step boundary at most FILE_POLL_S (0.5 s: 2 epochs of sleep_s) after it last did, long before epoch 16.
     release = tmp_path.parent / f"{tmp_path.name}-release"
-    with monkeypatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start([*SWEEP, "--set", "epochs=16", "--set", "sleep_s=0.25", "--results", str(tmp_path)])
+    proc = _start([*SWEEP, "--set", "epochs=16", "--set", "sleep_s=0.25", "--results", str(tmp_path)],
+                  hold=(2, release))
     _wait_for_both_jobs(tmp_path, 2)
     children = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(signal.SIGTERM)

@@ -309,10 +309,8 @@ def _stopped(results: Path, trackers: list[str]) -> str:
     """A tiny run of 6 epochs, stopped by SIGTERM after epoch 2 (at a checkpoint, exit 75): its stderr."""
     # The run holds after epoch 2 till `release` exists: SIGTERM reaches it there however it is scheduled.
     release = results.parent / f"{results.name}-release"
-    with pytest.MonkeyPatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6",
-                       "--results", str(results), *_tracker_args(trackers)])
+    proc = _start(["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--set", "epochs=6",
+                   "--results", str(results), *_tracker_args(trackers)], hold=(2, release))
     _wait_for_epoch(results, 2)
     proc.send_signal(signal.SIGTERM)
     release.touch()

@@ -45,9 +45,7 @@ def test_a_forced_rerun_keeps_the_earlier_log_till_its_record_replaces_the_earli
 
     # The rerun holds after its epoch 2 till `release` exists: SIGTERM reaches it mid-run however it is scheduled.
     release = tmp_path.parent / f"{tmp_path.name}-release"
-    with monkeypatch.context() as held:
-        held.setenv("TINY_HOLD_AT", f"2:{release}")
-        proc = _start([*RUN, *results, "--force"])
+    proc = _start([*RUN, *results, "--force"], hold=(2, release))
     _wait_for_line(record_path.with_suffix(".log"), "epoch 2:", 2)  # the rerun's epoch 2, not the first run's
     proc.send_signal(signal.SIGTERM)
     release.touch()
