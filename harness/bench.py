@@ -259,8 +259,9 @@ def _in_order(done: dict[str, list[dict[str, Any]]], names: list[str]) -> list[d
 def _add_session(sessions: list[dict[str, Any]], env: dict[str, Any], part: str, seconds: float,
                  starts: bool) -> list[dict[str, Any]]:
     """Which process measured which parts, and how long each took (what plans a GPU call): its date and commit
-    (the code is the same: ``source_digest``). ``starts``: the part is the first this process measured."""
-    if starts or not sessions:
+    (the code is the same: ``source_digest``). ``starts``: the part is the first this call measured, which opens
+    the call's session (a later part of the call joins it)."""
+    if starts:
         sessions = [*sessions, {"date": env["date"], "git_commit": env["software"]["git_commit"], "parts": [],
                                 "seconds": {}}]
     last = sessions[-1]
