@@ -3,8 +3,7 @@ KeyboardInterrupt was raised within code run by ``exec`` of a string (an import 
 came): CPython then marks the interrupt unhandled even though the command caught it, and the process killed itself
 with SIGINT after its teardown. In a run (with the resume hint), and in the seconds the command's imports take,
 before anything of the command runs (one line), by the installed script as by ``python -m harness``; and in the
-regression suite (``python -m harness.suites``). Signalled at a fixed point: by the ``sigint_in_exec`` test plugin,
-or by ``tests/sigint_at/sitecustomize.py``."""
+regression suite (``python -m harness.suites``). Signalled at a fixed point, by ``tests/sigint_at/sitecustomize.py``."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ TINY_RUN = ["run", "--domain", "tiny", "--loss", "infonce", "--seeds", "0", "--q
 
 
 def test_a_ctrl_c_raised_within_an_exec_of_a_string_exits_130_with_the_resume_hint(tmp_path):
-    env = {**harness_env(), "HARNESS_PLUGINS": "tiny_domain,sigint_in_exec"}
-    out = subprocess.run([sys.executable, "-m", "harness", *TINY_RUN, "--results", str(tmp_path)],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120, preexec_fn=default_sigint)
+    """The SIGINT comes as the tiny run's first epoch ends (its first call of ``_hold``)."""
+    out = interrupted_at("call:tiny_domain:_hold", ["-m", "harness", *TINY_RUN, "--results", str(tmp_path)], REPO)
     assert out.returncode == 130, (out.returncode, out.stderr)
     assert "Traceback" not in out.stderr
     hint = out.stderr.strip().splitlines()[-1]
