@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,13 +16,12 @@ import torch
 from scipy.cluster.hierarchy import fcluster, linkage
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 from support import toy_tu
+from tiny_domain import harness
 
 from domains.errors import UserError
 from domains.graph import evaluate
 from harness.cli import main
 from losses import prior
-
-REPO = Path(__file__).resolve().parents[1]
 
 # --- the class structure of a large, unbalanced set --------------------------------------------------------------
 
@@ -81,8 +79,7 @@ def harness_run(tmp_path, run_main, monkeypatch) -> Callable[..., subprocess.Com
         argv = ["run", "--seeds", "0", "--quiet", *args, "--results", str(tmp_path / "results")]
         if not fresh:
             return run_main(main, *argv)
-        return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=600,
-                              cwd=REPO)
+        return harness(*argv, timeout=600)
 
     return call
 
